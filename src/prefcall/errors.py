@@ -1,0 +1,51 @@
+"""Typed errors. Every message is one line and says what to do next."""
+
+from __future__ import annotations
+
+
+class PrefcallError(Exception):
+    """Base class: a one-line, actionable message."""
+
+    def __init__(self, message: str) -> None:
+        # One line only: hosts show this verbatim to the user.
+        super().__init__(" ".join(str(message).split()))
+
+
+class ConfigError(PrefcallError):
+    """A setting is missing or invalid."""
+
+
+class ModelNotFoundError(ConfigError):
+    """The model file does not exist."""
+
+
+class InvalidModelError(ConfigError):
+    """The file exists but is not a loadable GGUF model."""
+
+
+class EngineError(PrefcallError):
+    """The model failed while running."""
+
+
+class ContextOverflowError(EngineError):
+    """A prompt does not fit in the model's context window."""
+
+
+class GrammarError(EngineError):
+    """A JSON Schema could not be turned into a grammar."""
+
+
+class ParseError(PrefcallError):
+    """Model output could not be parsed into the expected structure."""
+
+
+class ValidationError(PrefcallError):
+    """Input or a generated call does not conform to its schema."""
+
+
+class NotFoundError(PrefcallError):
+    """A named user, instruction or catalogue does not exist."""
+
+
+class StoreError(PrefcallError):
+    """The profile or demonstration store failed."""

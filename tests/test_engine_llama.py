@@ -1,0 +1,149 @@
+"""The real llama.cpp engine on the embedded SmolLM2-135M (small enough for CI)."""
+
+from __future__ import annotations
+
+import math
+import threading
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from prefcall.config import Settings
+from prefcall.engine.base import ChatMessage, Engine
+from prefcall.errors import ContextOverflowError, GrammarError, InvalidModelError
+
+pytestmark = pytest.mark.model
+
+SCHEMAS = {
+    "enum_and_boolean": {
+        "type": "object",
+        "properties": {
+            "cuisine": {"type": "string", "enum": ["Ethiopian", "Italian", "Thai"]},
+            "vegetarian": {"type": "boolean"},
+        },
+        "required": ["cuisine", "vegetarian"],
+        "additionalProperties": False,
+    },
+    "integer_and_string": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 30}, "party_size": {"type": "integer"}},
+        "required": ["city", "party_size"],
+        "additionalProperties": False,
+    },
+    "nested_object_and_array": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "enum": ["GetFlights", "GetHotels"]},
+            "arguments": {
+                "type": "object",
+                "properties": {
+                    "airline": {"type": "string", "enum": ["Delta", "United"]},
+                    "stops": {"type": "integer"},
+                },
+                "required": ["airline"],
+                "additionalProperties": False,
+            },
+            "tags": {"type": "array", "items": {"type": "string", "enum": ["cheap", "fast"]}, "maxItems": 2},
+        },
+        "required": ["name", "arguments", "tags"],
+        "additionalProperties": False,
+    },
+}
+
+
+def chat(engine: Engine, text: str) -> str:
+    return engine.format_chat([ChatMessage("system", "You are a helpful assistant."), ChatMessage("user", text)])
+
+
+def test_reports_model_and_cpu_backend(real_engine):
+    info = real_engine.info
+    assert info.backend == "cpu"
+    assert "smollm2" in info.model_name.lower() or "SmolLM2" in info.model_path
+    assert info.n_ctx == 4096
+
+
+def test_chat_prompt_uses_the_models_own_template(real_engine):
+    prompt = chat(real_engine, "Hello")
+    # SmolLM2's GGUF carries a ChatML template.
+    assert "<|im_start|>system\nYou are a helpful assistant.<|im_end|>" in prompt
+    assert prompt.rstrip().endswith("<|im_start|>assistant")
+
+
+@pytest.mark.parametrize("schema_name", sorted(SCHEMAS))
+def test_constrained_json_always_parses_and_validates(real_engine, schema_name):
+    import json
+
+    schema = SCHEMAS[schema_name]
+    for request in ("Find me Ethiopian food in San Francisco for 4 people.", "Book a Delta flight, nothing else."):
+        result = real_engine.generate(chat(real_engine, request + " Answer in JSON."), json_schema=schema, max_tokens=96)
+        assert result.finish_reason == "stop", result.text
+        jsonschema.validate(json.loads(result.text), schema)
+
+
+def test_generated_logprobs_are_real_and_match_candidate_scoring(real_engine):
+    prompt = chat(real_engine, "Name three colours.")
+    result = real_engine.generate(prompt, max_tokens=12)
+    assert result.tokens
+    assert all(math.isfinite(t.logprob) and t.logprob <= 0 for t in result.tokens)
+    scored = real_engine.score_candidates(prompt, [result.text])
+    assert math.isclose(scored.logprobs[0], result.sum_logprob, abs_tol=1e-3)
+    assert 0 < result.least_confidence < 1
+
+
+def test_candidate_scoring_evaluates_the_prompt_once(real_engine):
+    prompt = chat(real_engine, "Is it raining in Paris? Answer YES or NO.") + "Answer:"
+    n_prompt = real_engine.count_tokens(prompt)
+    real_engine.generate(chat(real_engine, "Unrelated warm-up text."), max_tokens=1)
+    first = real_engine.score_candidates(prompt, [" YES", " NO", " Maybe not", " Definitely yes"])
+    assert first.usage.prompt_tokens == n_prompt
+    assert first.usage.evaluated < n_prompt  # the system part was shared with the warm-up
+    again = real_engine.score_candidates(prompt, [" YES", " NO"])
+    assert again.usage.evaluated == 1 and again.usage.reused == n_prompt - 1
+    assert again.logprobs == pytest.approx(first.logprobs[:2], abs=1e-4)
+
+
+def test_shared_prefix_is_kept_between_alternating_prompts(real_engine):
+    catalogue_a = "Tools: " + ", ".join(f"GetThing{i} finds thing number {i}" for i in range(60))
+    catalogue_b = "Tools: " + ", ".join(f"BookPlace{i} books place number {i}" for i in range(60))
+    real_engine.generate(chat(real_engine, catalogue_a + "\nRequest: one"), max_tokens=1)
+    real_engine.generate(chat(real_engine, catalogue_b + "\nRequest: two"), max_tokens=1)
+    warm = real_engine.generate(chat(real_engine, catalogue_a + "\nRequest: three"), max_tokens=1)
+    assert warm.usage.reused > 0.8 * warm.usage.prompt_tokens
+
+
+def test_concurrent_calls_do_not_interleave(real_engine):
+    prompts = [chat(real_engine, f"Count from {n} to {n + 4}.") for n in (1, 10, 100, 1000)]
+    expected = [real_engine.generate(p, max_tokens=16).text for p in prompts]
+    results: dict[int, str] = {}
+
+    def work(i: int) -> None:
+        results[i] = real_engine.generate(prompts[i], max_tokens=16).text
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert [results[i] for i in range(len(prompts))] == expected
+
+
+def test_prompt_longer_than_context_is_a_typed_error(real_engine):
+    with pytest.raises(ContextOverflowError, match="PREFCALL_N_CTX"):
+        real_engine.generate("word " * 5000, max_tokens=4)
+    # The engine keeps serving afterwards.
+    assert real_engine.generate(chat(real_engine, "Hi"), max_tokens=2).completion_tokens >= 1
+
+
+def test_schema_that_cannot_become_a_grammar(real_engine):
+    with pytest.raises(GrammarError, match="schema"):
+        real_engine.generate("x", json_schema={"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}})
+
+
+def test_corrupt_model_file_is_a_typed_error(tmp_path: Path):
+    from prefcall.engine.llama import LlamaEngine
+
+    corrupt = tmp_path / "corrupt.gguf"
+    corrupt.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 256)
+    with pytest.raises(InvalidModelError, match="could not load model"):
+        LlamaEngine(Settings(model=corrupt))
