@@ -166,7 +166,17 @@ class LlamaEngine:
     def _token_text(self, token: int) -> str:
         if token < 0:
             return ""
-        return self._llm._model.token_to_piece(token, special=True).decode("utf-8", "replace")
+        return self._piece(token, special=True).decode("utf-8", "replace")
+
+    def _piece(self, token: int, special: bool = False) -> bytes:
+        # LlamaModel.token_to_piece returns its whole 32-byte buffer, NULs included; use the length.
+        size = 64
+        while True:
+            buffer = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_token_to_piece(self._llm._model.vocab, token, buffer, size, 0, special)
+            if n >= 0:
+                return buffer.raw[:n]
+            size = -n
 
     def _check_fits(self, n_prompt: int, max_new: int) -> int:
         n_ctx = self._info.n_ctx
@@ -298,7 +308,7 @@ class LlamaEngine:
             token = sampler.sample(self._llm._ctx, -1)  # applies the grammar, picks greedily, accepts
             if llama_cpp.llama_vocab_is_eog(self._llm._model.vocab, token):
                 return raw.decode("utf-8", "ignore"), out, "stop"
-            piece = self._llm._model.token_to_piece(token, special=False)
+            piece = self._piece(token)
             raw += piece
             out.append(TokenLogprob(piece.decode("utf-8", "replace"), float(logprobs[token]), self._top(logprobs, top_n)))
             text = raw.decode("utf-8", "ignore")
