@@ -148,3 +148,13 @@ def test_corrupt_model_file_is_a_typed_error(tmp_path: Path):
     corrupt.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 256)
     with pytest.raises(InvalidModelError, match="could not load model"):
         LlamaEngine(Settings(model=corrupt))
+
+
+def test_empty_prompt_and_zero_budget_are_typed_errors(real_engine):
+    from prefcall.errors import EngineError
+
+    if real_engine.count_tokens("") == 0:
+        with pytest.raises(EngineError, match="empty"):
+            real_engine.generate("", max_tokens=4)
+    with pytest.raises(EngineError, match="max_tokens"):
+        real_engine.generate("Hello", max_tokens=0)

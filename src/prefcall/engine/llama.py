@@ -180,6 +180,10 @@ class LlamaEngine:
 
     def _check_fits(self, n_prompt: int, max_new: int) -> int:
         n_ctx = self._info.n_ctx
+        if n_prompt == 0:
+            raise EngineError("the prompt is empty: pass some text to generate from")
+        if max_new < 1:
+            raise EngineError(f"max_tokens must be at least 1, got {max_new}")
         if n_prompt >= n_ctx:
             raise ContextOverflowError(
                 f"prompt is {n_prompt} tokens but the context holds {n_ctx}: "
