@@ -158,3 +158,21 @@ def test_empty_prompt_and_zero_budget_are_typed_errors(real_engine):
             real_engine.generate("", max_tokens=4)
     with pytest.raises(EngineError, match="max_tokens"):
         real_engine.generate("Hello", max_tokens=0)
+
+
+def test_prefix_cache_eviction_with_one_slot_keeps_answers_identical():
+    """Regression: restoring a saved prefix while the cache is full must not evict it first."""
+    from prefcall.engine.llama import LlamaEngine
+
+    engine = LlamaEngine(Settings(n_ctx=2048, n_threads=2, prefix_cache_slots=1))
+    try:
+        catalogues = ["Tools: " + ", ".join(f"{verb}{i} does {verb} number {i}" for i in range(50))
+                      for verb in ("Find", "Book", "Cancel")]
+        prompts = [chat(engine, c + "\nRequest: go") for c in catalogues]
+        cold = [engine.generate(p, max_tokens=4).text for p in prompts]
+        for _ in range(2):
+            warm = [engine.generate(p, max_tokens=4) for p in prompts[::-1]]
+            assert [w.text for w in warm] == cold[::-1]
+        assert any(w.usage.reused > 100 for w in warm)
+    finally:
+        engine.close()

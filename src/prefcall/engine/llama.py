@@ -209,9 +209,10 @@ class LlamaEngine:
         shared = self._common_prefix(tokens, current)
         saved_key, saved_shared = self._best_saved(tokens)
         if saved_shared > shared + _MIN_PREFIX_TO_SAVE:
+            # Take the state out first: remembering the current context may evict it.
+            saved = self._saved.pop(saved_key)
             self._remember(current)
-            self._restore(saved_key)
-            shared = saved_shared
+            shared = min(self._restore(saved_key, saved), saved_shared)
         elif len(current) - shared >= _MIN_PREFIX_TO_SAVE:
             self._remember(current)  # about to overwrite a long context another catalogue may want back
         # At least one token must be decoded so that fresh logits exist.
@@ -249,17 +250,18 @@ class LlamaEngine:
         while len(self._saved) > slots:
             self._saved.popitem(last=False)
 
-    def _restore(self, key: tuple[int, ...]) -> None:
+    def _restore(self, key: tuple[int, ...], data: bytes) -> int:
+        """Load a saved KV state of sequence 0; returns how many tokens of context it restored."""
         # Llama.load_state assumes n_tokens <= n_batch when logits_all=False; restore seq 0 directly.
-        data = self._saved[key]
-        self._saved.move_to_end(key)
         buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         self._llm._ctx.kv_cache_seq_rm(-1, 0, -1)
         if llama_cpp.llama_state_seq_set_data(self._llm._ctx.ctx, buffer, len(data), 0) != len(data):
-            self._llm.reset()
-            return
+            self._llm.n_tokens = 0
+            return 0
         self._llm.input_ids[: len(key)] = key
         self._llm.n_tokens = len(key)
+        self._saved[key] = data  # most recently used
+        return len(key)
 
     # -- decoding ---------------------------------------------------------------------
     def _last_logits(self) -> np.ndarray:

@@ -1,0 +1,1 @@
+"""prefcall.bench: `prefcall bench` measures speed on the current machine, every figure side by side in one run."""

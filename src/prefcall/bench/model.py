@@ -1,0 +1,346 @@
+"""Model-bound sections: raw limit and overheads, prefix reuse, NLT modes, FnCTOD stages, the TAPS gate.
+
+Each section measures the things it compares side by side in one run (interleaved where possible), so the
+ratios survive a noisy, shared machine better than the absolute seconds do.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from prefcall.bench.context import BenchContext, WorkItem
+from prefcall.bench.stats import overhead_ratio, ratio, raw_seconds, summarize, target
+from prefcall.engine.base import ChatMessage, Engine
+
+# -- raw llama.cpp limit ---------------------------------------------------------------------------
+COUNT_REQUEST = "Count from 1 to 300, one number after another, separated by commas."
+NUMBERS_SCHEMA = {"type": "object", "properties": {"numbers": {"type": "array", "items": {"type": "integer"}}},
+                  "required": ["numbers"]}
+
+
+def _fresh_prompt(engine: Engine, system: str, user: str) -> str:
+    # A unique first line: nothing cached can share more than the BOS token with it.
+    return engine.format_chat([ChatMessage("system", f"Run {uuid.uuid4().hex}.\n{system}"), ChatMessage("user", user)])
+
+
+def measure_raw(ctx: BenchContext) -> dict[str, Any]:
+    """Prompt-evaluation and generation tokens/s through the engine's lowest-level path (no grammar, no stop).
+
+    Prompt: a fresh ~catalogue-sized prompt, max_tokens=1. Generation: a fresh short prompt asking for a long
+    answer; its prompt time (at the measured prompt rate) is subtracted."""
+    if ctx.raw is not None:
+        return ctx.raw
+    engine = ctx.engine()
+    from prefcall.schemas.render import render_listing
+
+    listing = render_listing(ctx.catalogue())
+    prompt_rates, gen_rates, grammar_rates = [], [], []
+    n_gen = 16 if ctx.quick else 48
+    prompt_tokens = 0
+    for _ in range(max(1, ctx.reps)):
+        g = engine.generate(_fresh_prompt(engine, listing, "Hello."), max_tokens=1)
+        prompt_rates.append(g.usage.evaluated / max(g.seconds, 1e-9))
+        prompt_tokens = g.usage.evaluated
+    prompt_tps = float(np.median(prompt_rates))
+    for _ in range(max(1, ctx.reps)):
+        for schema, rates in ((None, gen_rates), (NUMBERS_SCHEMA, grammar_rates)):
+            g = engine.generate(_fresh_prompt(engine, "You are a helpful assistant.", COUNT_REQUEST),
+                                max_tokens=n_gen, json_schema=schema)
+            decode = g.seconds - g.usage.evaluated / prompt_tps
+            if g.completion_tokens >= 4 and decode > 0:
+                rates.append(g.completion_tokens / decode)
+    ctx.log(f"bench: limit: raw prompt {prompt_rates} tok/s, generation {gen_rates}, with grammar {grammar_rates}")
+    gen_tps = float(np.median(gen_rates)) if gen_rates else None
+    grammar_tps = float(np.median(grammar_rates)) if grammar_rates else None
+    ctx.raw = {
+        "prompt_tps": round(prompt_tps, 2),
+        "prompt_tokens_per_run": prompt_tokens,
+        "gen_tps": round(gen_tps, 2) if gen_tps else None,
+        "grammar_gen_tps": round(grammar_tps, 2) if grammar_tps else None,
+        "grammar_token_cost_ratio": ratio(gen_tps, grammar_tps),  # >1: a constrained token costs that much more
+        "prompt_tps_runs": [round(r, 2) for r in prompt_rates],
+        "gen_tps_runs": [round(r, 2) for r in gen_rates],
+        "gen_max_tokens": n_gen,
+    }
+    return ctx.raw
+
+
+def micro_costs(ctx: BenchContext) -> dict[str, Any]:
+    """Per-call costs outside llama.cpp that every request pays (candidates for slow paths)."""
+    engine = ctx.engine()
+    from prefcall.schemas.render import render_listing
+
+    listing = render_listing(ctx.catalogue())
+    messages = [ChatMessage("system", listing), ChatMessage("user", "Find me a flight.")]
+    n = 5 if ctx.quick else 20
+    started = time.perf_counter()
+    for _ in range(n):
+        prompt = engine.format_chat(messages)
+    format_ms = (time.perf_counter() - started) / n * 1000
+    started = time.perf_counter()
+    for _ in range(n):
+        tokens = engine.count_tokens(prompt)
+    tokenize_ms = (time.perf_counter() - started) / n * 1000
+    vocab = int(engine.info.extra.get("n_vocab", 49152))
+    logits = np.random.default_rng(0).standard_normal(vocab).astype(np.float32)
+    started = time.perf_counter()
+    for _ in range(50):
+        shifted = logits - logits.max()
+        _ = shifted - np.log(np.exp(shifted).sum())
+    softmax_ms = (time.perf_counter() - started) / 50 * 1000
+    return {"format_chat_ms": round(format_ms, 3), "tokenize_ms": round(tokenize_ms, 3), "tokenized_tokens": tokens,
+            "log_softmax_per_token_ms": round(softmax_ms, 3), "n_vocab": vocab}
+
+
+def _strategy_run(fn: Callable[[], tuple[int, int]], raw: dict[str, Any]) -> dict[str, Any]:
+    started = time.perf_counter()
+    evaluated, generated = fn()
+    seconds = time.perf_counter() - started
+    out = {"seconds": round(seconds, 4), "evaluated": evaluated, "generated": generated}
+    if raw.get("gen_tps"):
+        out["raw_seconds"] = round(raw_seconds(evaluated, generated, raw["prompt_tps"], raw["gen_tps"]), 4)
+        out["overhead_ratio"] = overhead_ratio(seconds, evaluated, generated, raw["prompt_tps"], raw["gen_tps"])
+    return out
+
+
+def _parse_once(ctx: BenchContext, item: WorkItem, pipeline: Any = None, config: str = "default",
+                **overrides: Any) -> Any:
+    from prefcall.strategies.pipeline import Pipeline, get_config
+
+    pipeline = pipeline or Pipeline(ctx.engine())
+    return pipeline.parse(item.dialogue, item.instructions, ctx.catalogue(), get_config(config, **overrides),
+                          applicable=item.applicable)
+
+
+def section_limit(ctx: BenchContext) -> dict[str, Any]:
+    raw = measure_raw(ctx)
+    figures: dict[str, Any] = {"raw": raw, "micro": micro_costs(ctx), "strategies": {}}
+    engine, catalogue = ctx.engine(), ctx.catalogue()
+
+    def parse(item: WorkItem) -> tuple[int, int]:
+        r = _parse_once(ctx, item)
+        return r.trace.evaluated, r.trace.completion_tokens
+
+    def nlt(item: WorkItem) -> tuple[int, int]:
+        from prefcall.strategies.nlt import select_tools
+
+        r = select_tools(engine, item.utterance, catalogue, mode="generate")
+        return r.usage.evaluated, r.usage.completion_tokens
+
+    def clarify(item: WorkItem) -> tuple[int, int]:
+        from prefcall.strategies.qwn import clarify as qwn_clarify
+
+        r = qwn_clarify(engine, item.dialogue, catalogue, instructions=item.applicable, embedder=ctx.embedder())
+        return r.usage.evaluated, r.usage.completion_tokens
+
+    strategies = {"parse_request": ("prefcall.strategies.pipeline", parse),
+                  "select_tools_nlt": ("prefcall.strategies.nlt", nlt),
+                  "clarify": ("prefcall.strategies.qwn", clarify)}
+    targets = []
+    for name, (module, fn) in strategies.items():
+        if not module_available(module):
+            figures["strategies"][name] = {"status": "skipped", "reason": f"{module} is missing"}
+            continue
+        runs = []
+        for i in range(max(1, ctx.reps)):
+            runs.append(_strategy_run(lambda i=i: fn(ctx.item(i)), raw))
+            ctx.log(f"bench: limit: {name} run {i + 1}: {runs[-1]}")
+        ratios = [r["overhead_ratio"] for r in runs if r.get("overhead_ratio") is not None]
+        figures["strategies"][name] = {
+            "runs": runs, "seconds": summarize([r["seconds"] for r in runs]),
+            "overhead_ratio_p50": round(float(np.median(ratios)), 3) if ratios else None,
+        }
+    return {"figures": figures, "targets": targets, "headline": _limit_headline(figures)}
+
+
+def _limit_headline(f: dict[str, Any]) -> list[tuple[str, Any]]:
+    raw = f["raw"]
+    out = [("prompt tok/s", raw["prompt_tps"]), ("gen tok/s", raw["gen_tps"]),
+           ("grammar gen tok/s", raw["grammar_gen_tps"]), ("format_chat ms", f["micro"]["format_chat_ms"])]
+    for name, s in f["strategies"].items():
+        out.append((f"{name} overhead x", s.get("overhead_ratio_p50", s.get("status"))))
+    return out
+
+
+def module_available(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+# -- prefix reuse ----------------------------------------------------------------------------------
+def _usage_of(result: Any, seconds: float) -> dict[str, Any]:
+    t = result.trace
+    return {"seconds": round(seconds, 4), "prompt_tokens": t.prompt_tokens, "evaluated": t.evaluated,
+            "reused": t.reused, "completion_tokens": t.completion_tokens, "model_calls": t.model_calls,
+            "functions": result.functions}
+
+
+def section_prefix(ctx: BenchContext) -> dict[str, Any]:
+    """The same catalogue twice on a fresh engine: cold request, then a different request for the same function."""
+    from prefcall.strategies.pipeline import Pipeline
+
+    pairs = ctx.same_function_pairs()[: max(1, ctx.reps)]
+    runs = []
+    for first, second in pairs:
+        engine = ctx.new_engine()  # empty KV cache and no saved prefixes: a true cold start
+        try:
+            pipeline = Pipeline(engine)
+            from prefcall.strategies.pipeline import get_config
+
+            config = get_config("default")
+            started = time.perf_counter()
+            cold = pipeline.parse(first.dialogue, first.instructions, ctx.catalogue(), config, applicable=first.applicable)
+            cold_u = _usage_of(cold, time.perf_counter() - started)
+            started = time.perf_counter()
+            warm = pipeline.parse(second.dialogue, second.instructions, ctx.catalogue(), config,
+                                  applicable=second.applicable)
+            warm_u = _usage_of(warm, time.perf_counter() - started)
+        finally:
+            close = getattr(engine, "close", None)
+            if callable(close):
+                close()
+        ctx.log(f"bench: prefix: cold {cold_u}, warm {warm_u}")
+        runs.append({"function": first.function, "cold": cold_u, "warm": warm_u,
+                     "evaluated_ratio": ratio(cold_u["evaluated"], warm_u["evaluated"]),
+                     "latency_ratio": ratio(cold_u["seconds"], warm_u["seconds"])})
+    evaluated = float(np.median([r["evaluated_ratio"] for r in runs if r["evaluated_ratio"]] or [0])) or None
+    latency = float(np.median([r["latency_ratio"] for r in runs if r["latency_ratio"]] or [0])) or None
+    figures = {"catalogue": ctx.catalogue().name, "functions": len(ctx.catalogue().functions), "config": "default",
+               "runs": runs, "evaluated_ratio_p50": evaluated, "latency_ratio_p50": latency}
+    targets = [target("prefix: cold/warm prompt tokens evaluated", evaluated, 5.0, higher_is_better=True, unit="x"),
+               target("prefix: cold/warm latency", latency, 3.0, higher_is_better=True, unit="x")]
+    headline = [("cold evaluated", runs[0]["cold"]["evaluated"]), ("warm evaluated", runs[0]["warm"]["evaluated"]),
+                ("cold s", runs[0]["cold"]["seconds"]), ("warm s", runs[0]["warm"]["seconds"]),
+                ("evaluated ratio x", evaluated), ("latency ratio x", latency)]
+    return {"figures": figures, "targets": targets, "headline": headline}
+
+
+# -- NLT modes -------------------------------------------------------------------------------------
+NLT_MODES = ("generate", "score", "structured")
+
+
+def section_nlt(ctx: BenchContext) -> dict[str, Any]:
+    """The three modes interleaved on the same messages; a warm-up round first (reported as cold)."""
+    from prefcall.strategies.nlt import select_tools
+
+    engine, catalogue = ctx.engine(), ctx.catalogue()
+    per_mode: dict[str, list[dict[str, Any]]] = {m: [] for m in NLT_MODES}
+    cold: dict[str, dict[str, Any]] = {}
+    for round_no in range(max(1, ctx.reps) + 1):
+        item = ctx.item(round_no)
+        for mode in NLT_MODES:
+            started = time.perf_counter()
+            r = select_tools(engine, item.utterance, catalogue, mode=mode)
+            run = {"seconds": round(time.perf_counter() - started, 4), "prompt_tokens": r.usage.prompt_tokens,
+                   "evaluated": r.usage.evaluated, "completion_tokens": r.usage.completion_tokens,
+                   "model_calls": r.usage.calls, "status": r.status, "selected": r.selected,
+                   "gold": item.function}
+            if round_no:
+                per_mode[mode].append(run)
+            else:
+                cold[mode] = run
+            ctx.log(f"bench: nlt: round {round_no} {mode}: {run['seconds']} s")
+    figures: dict[str, Any] = {"cold": cold, "modes": {}}
+    for mode, runs in per_mode.items():
+        figures["modes"][mode] = {
+            "seconds": summarize([r["seconds"] for r in runs]),
+            "tokens_in": summarize([r["prompt_tokens"] for r in runs], digits=1),
+            "evaluated": summarize([r["evaluated"] for r in runs], digits=1),
+            "tokens_out": summarize([r["completion_tokens"] for r in runs], digits=1),
+            "gold_selected": sum(r["gold"] in r["selected"] for r in runs), "runs": runs,
+        }
+    p50 = {m: figures["modes"][m]["seconds"].get("p50") for m in NLT_MODES}
+    figures["generate_over_score"] = ratio(p50["generate"], p50["score"])
+    figures["structured_over_score"] = ratio(p50["structured"], p50["score"])
+    targets = [target("nlt: generation / scoring latency", figures["generate_over_score"], 3.0,
+                      higher_is_better=True, unit="x")]
+    headline = [(f"{m} s p50", p50[m]) for m in NLT_MODES] + [("generate/score x", figures["generate_over_score"])]
+    return {"figures": figures, "targets": targets, "headline": headline}
+
+
+# -- FnCTOD one-stage vs two-stage ------------------------------------------------------------------
+def _calling_usage(result: Any, seconds: float) -> dict[str, Any]:
+    gens = [s.generation for s in result.stages if s.generation is not None]
+    return {"seconds": round(seconds, 4), "prompt_tokens": sum(g.usage.prompt_tokens for g in gens),
+            "evaluated": sum(g.usage.evaluated for g in gens), "completion_tokens": sum(g.completion_tokens for g in gens),
+            "model_calls": len(gens), "calls": [c.name for c in result.calls], "errors": result.errors}
+
+
+def section_fnctod(ctx: BenchContext) -> dict[str, Any]:
+    """Paper Table 4: prompt length and latency of one-stage (all specs) vs two-stage (listing, then one spec)."""
+    from prefcall.strategies import fnctod
+
+    engine, catalogue = ctx.engine(), ctx.catalogue()
+    variants = {"one_stage": fnctod.one_stage, "two_stage": fnctod.two_stage}
+    per: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+    cold: dict[str, dict[str, Any]] = {}
+    for round_no in range(max(1, ctx.reps) + 1):
+        item = ctx.item(round_no)
+        calling = fnctod.CallingContext(dialogue=item.dialogue, instructions=item.applicable)
+        for name, fn in variants.items():
+            started = time.perf_counter()
+            result = fn(engine, catalogue, calling)
+            run = _calling_usage(result, time.perf_counter() - started)
+            if round_no:
+                per[name].append(run)
+            else:
+                cold[name] = run
+            ctx.log(f"bench: fnctod: round {round_no} {name}: {run['seconds']} s, {run['prompt_tokens']} prompt tokens")
+    figures: dict[str, Any] = {"cold": cold, "variants": {}}
+    for name, runs in per.items():
+        figures["variants"][name] = {"seconds": summarize([r["seconds"] for r in runs]),
+                                     "prompt_tokens": summarize([r["prompt_tokens"] for r in runs], digits=1),
+                                     "evaluated": summarize([r["evaluated"] for r in runs], digits=1),
+                                     "completion_tokens": summarize([r["completion_tokens"] for r in runs], digits=1),
+                                     "runs": runs}
+    v = figures["variants"]
+    figures["prompt_tokens_one_over_two"] = ratio(v["one_stage"]["prompt_tokens"].get("p50"),
+                                                  v["two_stage"]["prompt_tokens"].get("p50"))
+    figures["cold_prompt_tokens_one_over_two"] = ratio(cold["one_stage"]["prompt_tokens"], cold["two_stage"]["prompt_tokens"])
+    figures["latency_one_over_two"] = ratio(v["one_stage"]["seconds"].get("p50"), v["two_stage"]["seconds"].get("p50"))
+    figures["cold_latency_one_over_two"] = ratio(cold["one_stage"]["seconds"], cold["two_stage"]["seconds"])
+    headline = [("one-stage prompt tok", cold["one_stage"]["prompt_tokens"]),
+                ("two-stage prompt tok", cold["two_stage"]["prompt_tokens"]),
+                ("one-stage s p50 warm", v["one_stage"]["seconds"].get("p50")),
+                ("two-stage s p50 warm", v["two_stage"]["seconds"].get("p50")),
+                ("latency one/two x", figures["latency_one_over_two"])]
+    return {"figures": figures, "targets": [], "headline": headline}
+
+
+# -- TAPS gate -------------------------------------------------------------------------------------
+def section_taps(ctx: BenchContext) -> dict[str, Any]:
+    """Gate forced open (threshold 0: tag + regenerate) vs closed (threshold 1), fresh tag cache each time."""
+    from prefcall.strategies.pipeline import Pipeline
+
+    engine = ctx.engine()
+    _parse_once(ctx, ctx.item(0), config="taps", gate_threshold=1.0)  # warm the catalogue prefixes
+    runs: dict[str, list[dict[str, Any]]] = {"not_fired": [], "fired": []}
+    for i in range(max(1, ctx.reps)):
+        item = ctx.item(i + 1)
+        for label, threshold in (("not_fired", 1.0), ("fired", 0.0)):
+            started = time.perf_counter()
+            r = _parse_once(ctx, item, Pipeline(engine), "taps", gate_threshold=threshold)
+            run = _usage_of(r, time.perf_counter() - started)
+            run.update(gate_fired=r.gate_fired, tagged=r.tagged, least_confidence=r.least_confidence,
+                       instructions=len(r.instructions_used))
+            runs[label].append(run)
+            ctx.log(f"bench: taps: {label}: {run['seconds']} s, {run['model_calls']} model calls")
+    p50 = {k: summarize([r["seconds"] for r in v]).get("p50") for k, v in runs.items()}
+    figures = {"runs": runs, "seconds_p50": p50, "fired_over_not": ratio(p50["fired"], p50["not_fired"]),
+               "model_calls": {k: [r["model_calls"] for r in v] for k, v in runs.items()},
+               "fired_flags": [r["gate_fired"] for r in runs["fired"]],
+               "note": "a fresh Pipeline per request: tags are not cached (the first-use cost); stored tags skip tagging"}
+    headline = [("not fired s p50", p50["not_fired"]), ("fired s p50", p50["fired"]),
+                ("fired/not x", figures["fired_over_not"])]
+    return {"figures": figures, "targets": [], "headline": headline}
+
+

@@ -1,0 +1,161 @@
+"""NLSI call metrics as TAPS scores them: (function, argument, value) triples after value normalisation.
+
+Faithful to grill-lab/taps src/evaluation (utils.get_api_data + Evaluation with preprocess=True):
+- values are lower-cased, punctuation removed, "versus" unified to "vs", city aliases from locations.json
+  applied ("San Fran" and "San Francisco" -> "sfo"), the value "any" is dropped (it means "no constraint");
+- the argument names `event_type` and `subcategory` are unified to `category` (as TAPS does);
+- precision / recall / F1 are computed per example over the SET of triples and macro-averaged over examples;
+  both empty -> 1.0, exactly one empty -> 0.0;
+- exact match requires the same multiset of calls (so a duplicated or missing call fails, which TAPS gets with
+  its extra "number of calls differs -> EM 0" rule).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from prefcall.errors import ConfigError, ParseError
+from prefcall.schemas.model import Call
+
+Triple = tuple[str, str, str]
+CallKey = tuple[str, frozenset[tuple[str, str]]]
+
+_PUNCT = str.maketrans("", "", string.punctuation)
+_UNIFIED_ARGS = {"event_type": "category", "subcategory": "category"}
+
+
+def load_aliases(path: str | Path | None) -> dict[str, str]:
+    """City alias map: keys lower-cased, stripped, and also in punctuation-free form."""
+    if path is None:
+        return {}
+    return dict(_load_aliases(str(path)))
+
+
+@lru_cache(maxsize=4)
+def _load_aliases(path: str) -> tuple[tuple[str, str], ...]:
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"locations file {path} not found; pass --locations FILE (TAPS's locations.json)") from exc
+    aliases: dict[str, str] = {}
+    for key, value in raw.items():
+        canon = str(value).strip().lower()
+        aliases[str(key).strip().lower()] = canon
+        aliases.setdefault(_strip(str(key)), canon)
+    return tuple(aliases.items())
+
+
+def _strip(text: str) -> str:
+    return " ".join(text.lower().translate(_PUNCT).split())
+
+
+def normalise_value(value: Any, aliases: Mapping[str, str] | None = None) -> str:
+    """Lower-case, alias, unify versus/vs, strip punctuation and extra whitespace."""
+    aliases = aliases or {}
+    text = str(value).strip().lower()
+    text = aliases.get(text, text)
+    text = re.sub(r"(^|\W)versus(\W|$)", r"\1vs\2", text)
+    text = _strip(text)
+    return aliases.get(text, text)
+
+
+def normalise_arg(name: str) -> str:
+    name = name.strip().lower()
+    return _UNIFIED_ARGS.get(name, name)
+
+
+def normalise_function(name: str) -> str:
+    return name.strip().lower()
+
+
+def call_triples(call: Call, aliases: Mapping[str, str] | None = None) -> set[Triple]:
+    fn = normalise_function(call.name)
+    triples = set()
+    for arg, value in call.arguments.items():
+        norm = normalise_value(value, aliases)
+        if norm == "any":
+            continue
+        triples.add((fn, normalise_arg(arg), norm))
+    return triples
+
+
+def triples_of(calls: Iterable[Call], aliases: Mapping[str, str] | None = None) -> set[Triple]:
+    out: set[Triple] = set()
+    for call in calls:
+        out |= call_triples(call, aliases)
+    return out
+
+
+def call_key(call: Call, aliases: Mapping[str, str] | None = None) -> CallKey:
+    return normalise_function(call.name), frozenset((a, v) for _, a, v in call_triples(call, aliases))
+
+
+def set_prf(predicted: set, gold: set) -> tuple[float, float, float]:
+    """Precision, recall, F1 of one example; both empty is a perfect answer."""
+    if not predicted and not gold:
+        return 1.0, 1.0, 1.0
+    tp = len(predicted & gold)
+    if tp == 0:
+        return 0.0, 0.0, 0.0
+    precision, recall = tp / len(predicted), tp / len(gold)
+    return precision, recall, 2 * precision * recall / (precision + recall)
+
+
+def score_calls(predicted: list[Call], gold: list[Call], aliases: Mapping[str, str] | None = None) -> dict[str, float]:
+    """Per-example scores: exact_match, slot_precision/recall/f1, function_f1, and the counts for micro sums."""
+    pred_triples, gold_triples = triples_of(predicted, aliases), triples_of(gold, aliases)
+    precision, recall, f1 = set_prf(pred_triples, gold_triples)
+    pred_fns = {normalise_function(c.name) for c in predicted}
+    gold_fns = {normalise_function(c.name) for c in gold}
+    exact = Counter(call_key(c, aliases) for c in predicted) == Counter(call_key(c, aliases) for c in gold)
+    return {
+        "exact_match": float(exact),
+        "slot_precision": precision,
+        "slot_recall": recall,
+        "slot_f1": f1,
+        "function_f1": set_prf(pred_fns, gold_fns)[2],
+        "tp": float(len(pred_triples & gold_triples)),
+        "n_pred": float(len(pred_triples)),
+        "n_gold": float(len(gold_triples)),
+        "n_pred_calls": float(len(predicted)),
+        "n_gold_calls": float(len(gold)),
+    }
+
+
+def normalise_instruction(text: str) -> str:
+    return " ".join(text.strip().strip(" .").lower().split())
+
+
+def score_selection(predicted: Iterable[str], gold: Iterable[str]) -> dict[str, float]:
+    """Instruction selection: set P/R/F1 over normalised instruction texts."""
+    p, r, f = set_prf({normalise_instruction(s) for s in predicted}, {normalise_instruction(s) for s in gold})
+    return {"selection_precision": p, "selection_recall": r, "selection_f1": f}
+
+
+def parse_call_string(text: str) -> Call:
+    """One NLSI call string, with the schemas area's parser (the one the strategies use)."""
+    from prefcall.schemas.calls import parse_call
+
+    return parse_call(text)
+
+
+def calls_from_any(raw: Any) -> list[Call]:
+    """Calls from strings, dicts ({name, arguments}) or Call objects."""
+    out = []
+    for entry in raw or []:
+        if isinstance(entry, Call):
+            out.append(entry)
+        elif isinstance(entry, str):
+            out.append(parse_call_string(entry))
+        elif isinstance(entry, Mapping):
+            out.append(Call(name=entry.get("name", ""), arguments=dict(entry.get("arguments") or {})))
+        else:
+            raise ParseError(f"cannot read a call from {entry!r}")
+    return out

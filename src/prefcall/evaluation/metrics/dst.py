@@ -1,0 +1,71 @@
+"""Dialogue state tracking metrics on SGD, the way FnCTOD reports them (Table 5).
+
+A turn's gold is, per service frame, the active intent and the cumulative slot values (each slot may list
+several acceptable surface values). A prediction is, per service, an intent and slot values (from the call made
+at that turn). Per turn:
+- joint goal accuracy: every gold frame's slot values matched exactly (no missing, no extra, value in the list);
+- slot precision / recall / F1 over (service, slot, value) with a value counted right if it matches any
+  acceptable gold value after normalisation;
+- intent accuracy: every gold frame with an active intent has a predicted call of that intent (FnCTOD's
+  function-selection accuracy); frames whose intent is NONE need no call.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping
+from typing import Any
+
+_PUNCT = str.maketrans("", "", string.punctuation)
+
+GoldState = dict[str, dict[str, Any]]  # service -> {"intent": str, "slots": {slot: [values]}}
+PredState = dict[str, dict[str, Any]]  # service -> {"intent": str | None, "slots": {slot: value}}
+
+
+def normalise(value: Any) -> str:
+    return " ".join(str(value).lower().translate(_PUNCT).split())
+
+
+def value_matches(predicted: Any, acceptable: list[Any]) -> bool:
+    norm = normalise(predicted)
+    return any(norm == normalise(v) for v in acceptable)
+
+
+def frame_correct(pred_slots: Mapping[str, Any], gold_slots: Mapping[str, list[Any]]) -> bool:
+    if set(pred_slots) != set(gold_slots):
+        return False
+    return all(value_matches(pred_slots[s], gold_slots[s]) for s in gold_slots)
+
+
+def score_turn(predicted: PredState, gold: GoldState) -> dict[str, float]:
+    tp = n_pred = n_gold = 0
+    joint = True
+    intents_right = True
+    for service, frame in gold.items():
+        pred = predicted.get(service) or {}
+        pred_slots = pred.get("slots") or {}
+        gold_slots = frame.get("slots") or {}
+        joint = joint and frame_correct(pred_slots, gold_slots)
+        n_gold += len(gold_slots)
+        tp += sum(1 for s, v in pred_slots.items() if s in gold_slots and value_matches(v, gold_slots[s]))
+        gold_intent = frame.get("intent") or "NONE"
+        if gold_intent != "NONE" and pred.get("intent") != gold_intent:
+            intents_right = False
+    # Slots predicted for services with no gold frame this turn are all false positives.
+    n_pred = sum(len((p.get("slots") or {})) for p in predicted.values())
+    if n_pred == 0 and n_gold == 0:
+        precision = recall = f1 = 1.0
+    else:
+        precision = tp / n_pred if n_pred else 0.0
+        recall = tp / n_gold if n_gold else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {
+        "joint_goal_accuracy": float(joint),
+        "slot_precision": precision,
+        "slot_recall": recall,
+        "slot_f1": f1,
+        "intent_accuracy": float(intents_right),
+        "tp": float(tp),
+        "n_pred": float(n_pred),
+        "n_gold": float(n_gold),
+    }

@@ -1,0 +1,112 @@
+"""report.md: metric tables, breakdowns, plots and the worst failures with their inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from prefcall.evaluation.task import ScoredItem, Task
+
+
+def fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+def scalar_table(metrics: dict[str, Any]) -> str:
+    rows = [(k, v) for k, v in metrics.items() if not isinstance(v, (dict, list))]
+    if not rows:
+        return ""
+    lines = ["| metric | value |", "|---|---|"]
+    lines += [f"| {k} | {fmt(v)} |" for k, v in rows]
+    return "\n".join(lines)
+
+
+def breakdown_table(name: str, groups: dict[str, Any]) -> str:
+    """A nested metric {group: {metric: value}} as one table (groups as rows)."""
+    if not groups or not all(isinstance(v, dict) for v in groups.values()):
+        return f"**{name}**: `{json.dumps(groups, default=str)}`"
+    columns: list[str] = []
+    for row in groups.values():
+        columns.extend(c for c in row if c not in columns and not isinstance(row[c], (dict, list)))
+    lines = [f"### {name}", "", "| " + " | ".join([name, *columns]) + " |", "|" + "---|" * (len(columns) + 1)]
+    for group, row in groups.items():
+        lines.append("| " + " | ".join([str(group), *(fmt(row.get(c, "")) for c in columns)]) + " |")
+    return "\n".join(lines)
+
+
+def failure_block(item: ScoredItem) -> str:
+    scores = ", ".join(f"{k}={fmt(v)}" for k, v in item.scores.items())
+    prediction = {k: v for k, v in item.prediction.items() if k not in ("trace",)}
+    return "\n".join(
+        [
+            f"#### {item.id} (status: {item.status}; {scores})",
+            "",
+            "input:",
+            "```json",
+            json.dumps(item.input, indent=1, default=str, ensure_ascii=False)[:2500],
+            "```",
+            "prediction:",
+            "```json",
+            json.dumps(prediction, indent=1, default=str, ensure_ascii=False)[:2500],
+            "```",
+            "gold:",
+            "```json",
+            json.dumps(item.gold, indent=1, default=str, ensure_ascii=False)[:1500],
+            "```",
+        ]
+    )
+
+
+def render_report(
+    task: Task,
+    items: list[ScoredItem],
+    metrics: dict[str, Any],
+    summary: dict[str, Any],
+    plots: list[Path],
+    meta: dict[str, str],
+    out_dir: Path,
+) -> str:
+    statuses: dict[str, int] = {}
+    for item in items:
+        statuses[item.status] = statuses.get(item.status, 0) + 1
+    parts = [
+        f"# Evaluation: {task.name}",
+        "",
+        f"- items: {summary.get('n')}; config: {summary.get('config')}; mode: {summary.get('mode')}",
+        f"- prediction status: {', '.join(f'{k}={v}' for k, v in sorted(statuses.items()))}",
+        f"- command: `{meta.get('command', '')}`",
+        f"- date: {meta.get('date', '')}; commit: {meta.get('commit') or '(none)'}",
+    ]
+    if "latency_s" in summary:
+        lat = summary["latency_s"]
+        parts.append(f"- latency per item: mean {lat['mean']:.3f}s, median {lat['p50']:.3f}s")
+    tokens = token_totals(items)
+    if tokens:
+        parts.append("- tokens (sum): " + ", ".join(f"{k}={v}" for k, v in tokens.items()))
+    parts += ["", "## Metrics", "", scalar_table(metrics), ""]
+    for name, value in metrics.items():
+        if isinstance(value, dict):
+            parts += [breakdown_table(name, value), ""]
+    extra = task.report_sections(items, metrics)
+    parts += [section for section in extra if section]
+    if plots:
+        parts += ["## Plots", ""]
+        parts += [f"![{p.stem}]({p.relative_to(out_dir) if p.is_relative_to(out_dir) else p})" for p in plots]
+        parts.append("")
+    worst = task.worst(items)
+    parts += ["## Worst failures", ""]
+    parts += [failure_block(item) for item in worst] if worst else ["(none: every item scored perfectly)"]
+    return "\n".join(parts) + "\n"
+
+
+def token_totals(items: list[ScoredItem]) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for item in items:
+        for key, value in item.tokens.items():
+            totals[key] = totals.get(key, 0) + value
+    return totals

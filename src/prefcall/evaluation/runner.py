@@ -1,0 +1,238 @@
+"""Run one evaluation task: predict or read predictions, score, resume, write results/report/plots.
+
+`run_eval(task, args, engine=..., embedder=...)` is the Python entry point the CLI wraps; tests inject fakes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import IO, Any
+
+from prefcall.errors import ConfigError, PrefcallError
+from prefcall.evaluation.task import EvalContext, EvalItem, ScoredItem, Task, get_task
+
+RESULTS_FILE = "results.jsonl"
+REPORT_FILE = "report.md"
+METRICS_FILE = "metrics.json"
+RETRY = ("error", "missing")
+
+
+class Progress:
+    """One plain-text line on stderr, rewritten with \\r: done/total, rate, ETA. No dependencies."""
+
+    def __init__(self, total: int, stream: IO[str], label: str = "eval") -> None:
+        self.total, self.stream, self.label = total, stream, label
+        self.done = 0
+        self.start = time.monotonic()
+        self._last_draw = 0.0
+
+    def advance(self, note: str = "") -> None:
+        self.done += 1
+        now = time.monotonic()
+        if now - self._last_draw >= 0.2 or self.done == self.total:
+            self._last_draw = now
+            self.draw(note)
+
+    def draw(self, note: str = "") -> None:
+        elapsed = max(time.monotonic() - self.start, 1e-9)
+        rate = self.done / elapsed
+        remaining = (self.total - self.done) / rate if rate > 0 else float("inf")
+        eta = "?" if remaining == float("inf") else _clock(remaining)
+        line = f"{self.label}: {self.done}/{self.total} items  {rate:.2f} it/s  ETA {eta}  {note}"
+        self.stream.write("\r" + line[:120].ljust(120))
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.total:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def read_results(path: Path) -> dict[str, ScoredItem]:
+    """Items already scored by an earlier (possibly interrupted) run; a torn last line is ignored."""
+    done: dict[str, ScoredItem] = {}
+    if not path.exists():
+        return done
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            item = ScoredItem.model_validate_json(line)
+        except ValueError:
+            continue  # interrupted mid-write; that item is simply predicted again
+        done[item.id] = item
+    return done
+
+
+def read_predictions(path: Path) -> dict[str, dict[str, Any]]:
+    """A predictions file: JSON lines or a JSON list of records with an "id" (e.g. an earlier results.jsonl)."""
+    if not path.exists():
+        raise ConfigError(f"predictions file {path} does not exist; pass an existing --predictions FILE")
+    text = path.read_text(encoding="utf-8").strip()
+    records: list[Any]
+    if text.startswith("["):
+        records = json.loads(text)
+    else:
+        records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    by_id: dict[str, dict[str, Any]] = {}
+    for index, record in enumerate(records):
+        key = str(record.get("id", record.get("example_id", index))) if isinstance(record, dict) else str(index)
+        by_id[key] = record if isinstance(record, dict) else {"prediction": record}
+    return by_id
+
+
+def tokens_of(prediction: dict[str, Any]) -> dict[str, int]:
+    """Token counts a task reported, under "tokens" or a pipeline-style "trace"."""
+    source = prediction.get("tokens") or prediction.get("trace") or {}
+    keys = ("prompt_tokens", "evaluated", "reused", "completion_tokens")
+    return {k: int(source[k]) for k in keys if isinstance(source.get(k), (int, float))}
+
+
+def predict_one(task: Task, item: EvalItem, ctx: EvalContext, stored: dict[str, dict[str, Any]] | None) -> dict:
+    """The prediction for one item: from --predictions when given, else from the model.
+    A failure on one item (e.g. context overflow, a parse failure that escaped the strategy) is recorded as
+    status "error" and scores as wrong; configuration errors (no model, bad file) stop the whole run."""
+    if stored is not None:
+        record = stored.get(item.id)
+        if record is None:
+            return {"status": "missing", "error": "no prediction for this id in --predictions"}
+        return task.predictions_from_file(item, record)
+    try:
+        return task.predict(item, ctx)
+    except ConfigError:
+        raise
+    except PrefcallError as exc:
+        return {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
+    except Exception as exc:  # a bug below us must not lose a long run; it is reported and retried on resume
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        return {"status": "error", "error": f"{type(exc).__name__} at {where.filename}:{where.lineno}: {str(exc)[:200]}"}
+
+
+def run_eval(
+    task: Task | str,
+    args: argparse.Namespace,
+    *,
+    engine: Any = None,
+    embedder: Any = None,
+    stdout: IO[str] | None = None,
+    stderr: IO[str] | None = None,
+) -> dict[str, Any]:
+    """Evaluate `task` and return the summary (also printed as the last stdout line, one JSON object)."""
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    task = get_task(task) if isinstance(task, str) else task
+    items = task.load(args)
+    limit = getattr(args, "limit", None)
+    if limit is not None:
+        items = items[: max(0, int(limit))]
+    out_dir = Path(args.out) if getattr(args, "out", None) else None
+    results_path = out_dir / RESULTS_FILE if out_dir else None
+    previous = read_results(results_path) if results_path else {}
+    stored = read_predictions(Path(args.predictions)) if getattr(args, "predictions", None) else None
+    ctx = EvalContext(args, engine=engine, embedder=embedder)
+
+    # Items that failed for a reason outside the model's answer ("error", "missing") are tried again.
+    scored = {i.id: previous[i.id] for i in items if i.id in previous and previous[i.id].status not in RETRY}
+    todo = [i for i in items if i.id not in scored]
+    if scored:
+        stderr.write(f"resuming: {len(scored)} of {len(items)} items already scored in {results_path}\n")
+    if out_dir:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    progress = Progress(len(todo), stderr, label=task.name)
+    sink = results_path.open("a", encoding="utf-8") if results_path else None
+    try:
+        for item in todo:
+            record = evaluate_item(task, item, ctx, stored)
+            scored[item.id] = record
+            if sink:
+                sink.write(record.model_dump_json() + "\n")
+                sink.flush()
+            progress.advance(note=f"last {record.latency_s:.2f}s")
+    finally:
+        progress.close()
+        if sink:
+            sink.close()
+
+    ordered = [scored[i.id] for i in items]
+    metrics = task.aggregate(ordered) if ordered else {}
+    summary = build_summary(task, args, ordered, metrics)
+    if out_dir:
+        write_outputs(task, ordered, metrics, summary, out_dir, stderr)
+    stdout.write(json.dumps(summary, default=_json_default) + "\n")
+    stdout.flush()
+    return summary
+
+
+def evaluate_item(task: Task, item: EvalItem, ctx: EvalContext, stored: dict[str, dict[str, Any]] | None) -> ScoredItem:
+    start = time.perf_counter()
+    prediction = predict_one(task, item, ctx, stored)
+    latency = time.perf_counter() - start
+    scores = task.score(item, prediction)
+    return ScoredItem(
+        id=item.id,
+        input=item.input,
+        gold=item.gold,
+        meta=item.meta,
+        prediction=prediction,
+        scores=scores,
+        latency_s=round(latency, 4),
+        tokens=tokens_of(prediction),
+    )
+
+
+def build_summary(task: Task, args: argparse.Namespace, items: list[ScoredItem], metrics: dict) -> dict[str, Any]:
+    latencies = sorted(i.latency_s for i in items)
+    summary: dict[str, Any] = {
+        "task": task.name,
+        "config": getattr(args, "config", None),
+        "mode": getattr(args, "mode", None),
+        "n": len(items),
+        "metrics": metrics,
+    }
+    if latencies and getattr(args, "predictions", None) is None:
+        summary["latency_s"] = {"mean": sum(latencies) / len(latencies), "p50": latencies[len(latencies) // 2]}
+    return summary
+
+
+def write_outputs(
+    task: Task, items: list[ScoredItem], metrics: dict, summary: dict, out_dir: Path, stderr: IO[str]
+) -> None:
+    from prefcall.evaluation.report import render_report
+
+    plots: list[Path] = []
+    try:
+        plots = task.plots(items, out_dir)
+    except Exception as exc:  # a plot must never cost the run its report
+        stderr.write(f"warning: plots failed ({type(exc).__name__}: {exc}); report written without them\n")
+    meta = {"command": " ".join(sys.argv), "date": dt.date.today().isoformat(), "commit": git_commit()}
+    (out_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2, default=_json_default), encoding="utf-8")
+    report = render_report(task, items, metrics, summary, plots, meta, out_dir)
+    (out_dir / REPORT_FILE).write_text(report, encoding="utf-8")
+
+
+def git_commit() -> str:
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    return str(value)

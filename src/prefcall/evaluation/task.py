@@ -1,0 +1,252 @@
+"""The evaluation task interface and registry.
+
+Guide for task authors (nlsi, tags, dst live here; tools, bfcl, acebench are written against this file)
+----------------------------------------------------------------------------------------------------------
+A task is a module `prefcall.evaluation.tasks.<name>` exposing a module-level `TASK` object that follows
+the `Task` protocol below. Subclassing `BaseTask` gives sensible defaults for everything but
+`load`, `predict` and `score`::
+
+    from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
+
+    class ToolsTask(BaseTask):
+        name = "tools"
+        description = "NLT tool selection"
+
+        def add_arguments(self, parser):            # task-specific options, e.g. --prompt-style
+            parser.add_argument("--style", default="nlt")
+
+        def load(self, args) -> list[EvalItem]:     # args.data, args.answers, args.limit are already parsed
+            return [EvalItem(id=str(r["id"]), input=r, gold=r["gold"], meta={"domain": ...}) for r in ...]
+
+        def predict(self, item, ctx: EvalContext) -> dict:   # ctx.engine / ctx.embedder load lazily
+            ...                                              # return JSON-serialisable data; include
+            return {"status": "ok", "calls": [...]}          # "status": "parse_error" when parsing failed
+
+        def score(self, item, prediction) -> dict[str, float]:
+            return {"accuracy": float(...)}
+
+    TASK = ToolsTask()
+
+Then add the name to `TASK_MODULES` in `prefcall/evaluation/tasks/__init__.py`.
+
+The runner (`prefcall.evaluation.runner.run_eval`) does everything else: progress bar, timing, resuming,
+results.jsonl, report.md, the final JSON line. Contracts:
+
+* `predict` returns a JSON-serialisable dict. A failure to parse model output is `{"status": "parse_error",
+  "raw": ...}` and must score as wrong, never as an empty valid answer. Put `"tokens": {...}` in the
+  prediction (prompt_tokens, evaluated, reused, completion_tokens) if you have them; the runner records them.
+* `score` returns per-item floats (0/1 for accuracies). `aggregate` defaults to the mean of every score key
+  over all items (use this for accuracy-like metrics); override it for micro/macro F1 and breakdowns.
+* `predictions_from_file(item, record)` lets `--predictions FILE` score stored predictions without a model.
+* `plots(items, out_dir)` returns the PNG paths it wrote (helpers in `prefcall.evaluation.plots`, e.g.
+  `accuracy_by_bucket` for accuracy by number of expected tools); `report_sections(items, metrics)` returns
+  extra markdown sections; `worst(items)` chooses the failures the report lists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+from prefcall.errors import ConfigError
+
+
+class EvalItem(BaseModel):
+    """One evaluation example: `input` is what the system sees, `gold` what it should produce."""
+
+    id: str
+    input: dict[str, Any]
+    gold: Any = None
+    meta: dict[str, Any] = Field(default_factory=dict)  # breakdown keys: example_type, domain, n_expected...
+
+
+class ScoredItem(BaseModel):
+    """One line of results.jsonl."""
+
+    id: str
+    input: dict[str, Any]
+    gold: Any = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+    prediction: dict[str, Any] = Field(default_factory=dict)
+    scores: dict[str, float] = Field(default_factory=dict)
+    latency_s: float = 0.0
+    tokens: dict[str, int] = Field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        return str(self.prediction.get("status", "ok"))
+
+
+class EvalContext:
+    """What `predict` may use. The engine, embedder and catalogue are built on first access only,
+    so metric-only runs (`--predictions`, tags scoring of gold) never load a model."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        *,
+        engine: Any = None,
+        embedder: Any = None,
+        settings: Any = None,
+        engine_factory: Callable[[], Any] | None = None,
+        embedder_factory: Callable[[], Any] | None = None,
+    ) -> None:
+        self.args = args
+        self._engine = engine
+        self._embedder = embedder
+        self._settings = settings
+        self._engine_factory = engine_factory
+        self._embedder_factory = embedder_factory
+        self.cache: dict[str, Any] = {}  # per-run memo for tasks (catalogue, pipeline, demos...)
+
+    @property
+    def settings(self) -> Any:
+        if self._settings is None:
+            from prefcall.cli import settings_from_args
+
+            self._settings = settings_from_args(self.args)
+        return self._settings
+
+    @property
+    def engine(self) -> Any:
+        if self._engine is None:
+            if self._engine_factory is not None:
+                self._engine = self._engine_factory()
+            else:
+                from prefcall.engine import load_engine
+
+                self._engine = load_engine(self.settings)
+        return self._engine
+
+    @property
+    def embedder(self) -> Any:
+        if self._embedder is None:
+            if self._embedder_factory is not None:
+                self._embedder = self._embedder_factory()
+            else:
+                from prefcall.engine import load_embedder
+
+                self._embedder = load_embedder(self.settings)
+        return self._embedder
+
+    @property
+    def config(self) -> str:
+        return getattr(self.args, "config", None) or "default"
+
+    @property
+    def mode(self) -> str | None:
+        return getattr(self.args, "mode", None)
+
+    def memo(self, key: str, build: Callable[[], Any]) -> Any:
+        """Build something once per run (a Pipeline, a catalogue) and reuse it for every item."""
+        if key not in self.cache:
+            self.cache[key] = build()
+        return self.cache[key]
+
+
+@runtime_checkable
+class Task(Protocol):
+    name: str
+    description: str
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def load(self, args: argparse.Namespace) -> list[EvalItem]: ...
+
+    def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]: ...
+
+    def predictions_from_file(self, item: EvalItem, record: dict[str, Any]) -> dict[str, Any]: ...
+
+    def score(self, item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]: ...
+
+    def aggregate(self, items: list[ScoredItem]) -> dict[str, Any]: ...
+
+    def plots(self, items: list[ScoredItem], out_dir: Path) -> list[Path]: ...
+
+    def report_sections(self, items: list[ScoredItem], metrics: dict[str, Any]) -> list[str]: ...
+
+    def worst(self, items: list[ScoredItem], k: int = 10) -> list[ScoredItem]: ...
+
+
+class BaseTask:
+    """Defaults for the optional parts of `Task`."""
+
+    name = "task"
+    description = ""
+    primary_score = ""  # the per-item score used to rank failures; default: the first score key
+    failure_scores: tuple[str, ...] = ()  # an item failed if any of these is below 1 (default: primary_score)
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        return None
+
+    def load(self, args: argparse.Namespace) -> list[EvalItem]:
+        raise NotImplementedError
+
+    def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def predictions_from_file(self, item: EvalItem, record: dict[str, Any]) -> dict[str, Any]:
+        """Turn one record of a `--predictions` file into a prediction; default: the record's "prediction"."""
+        prediction = record.get("prediction", record)
+        return dict(prediction) if isinstance(prediction, dict) else {"status": "ok", "value": prediction}
+
+    def score(self, item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
+        raise NotImplementedError
+
+    def aggregate(self, items: list[ScoredItem]) -> dict[str, Any]:
+        return mean_scores(items)
+
+    def plots(self, items: list[ScoredItem], out_dir: Path) -> list[Path]:
+        return []
+
+    def report_sections(self, items: list[ScoredItem], metrics: dict[str, Any]) -> list[str]:
+        return []
+
+    def worst(self, items: list[ScoredItem], k: int = 10) -> list[ScoredItem]:
+        """Failed items (non-ok status or any `failure_scores` below 1), lowest primary score first."""
+        keys = self.failure_scores or ((self.primary_score,) if self.primary_score else ())
+
+        def primary(item: ScoredItem) -> float:
+            if not item.scores:
+                return 0.0
+            return item.scores.get(self.primary_score, next(iter(item.scores.values())))
+
+        def failed(item: ScoredItem) -> bool:
+            checked = keys or tuple(item.scores)[:1]
+            return item.status != "ok" or any(item.scores.get(key, 0.0) < 1.0 for key in checked)
+
+        return sorted((i for i in items if failed(i)), key=primary)[:k]
+
+
+def mean_scores(items: list[ScoredItem]) -> dict[str, Any]:
+    """Mean of every per-item score key, plus the parse-error rate."""
+    keys: list[str] = []
+    for item in items:
+        keys.extend(k for k in item.scores if k not in keys)
+    metrics: dict[str, Any] = {}
+    for key in keys:
+        values = [i.scores[key] for i in items if key in i.scores]
+        metrics[key] = sum(values) / len(values) if values else 0.0
+    metrics["parse_error_rate"] = sum(i.status == "parse_error" for i in items) / len(items) if items else 0.0
+    return metrics
+
+
+def get_task(name: str) -> Task:
+    """Import `prefcall.evaluation.tasks.<name>` on demand; a broken task module breaks only itself."""
+    from prefcall.evaluation.tasks import TASK_MODULES
+
+    if name not in TASK_MODULES:
+        raise ConfigError(f"unknown eval task {name!r}; choose one of: {', '.join(TASK_MODULES)}")
+    try:
+        module = importlib.import_module(TASK_MODULES[name])
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"eval task {name!r} is not available yet ({exc}); pick another task") from exc
+    task = getattr(module, "TASK", None)
+    if task is None:
+        raise ConfigError(f"module {TASK_MODULES[name]} defines no TASK object; it is not ready to run")
+    return task

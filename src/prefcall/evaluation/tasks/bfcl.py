@@ -1,0 +1,240 @@
+"""`prefcall eval bfcl`: Berkeley Function Calling Leaderboard v4 files.
+
+Data: JSON lines `{id, question: [[{role, content}]], function: [...]}`; gold in `possible_answer/<same name>`
+(`{id, ground_truth: [{fn: {arg: [acceptable values]}}]}`), found automatically beside --data when --answers
+is not given. The irrelevance file has no answers: gold is "no function".
+
+Modes (--mode):
+- generate | score | structured: NLT tool selection; exact-set accuracy of the selected names against the
+  gold function names (irrelevance: the empty set);
+- call: a grammar-constrained call (function name enum, then that function's arguments) scored by BFCL's
+  AST match; on irrelevance the score is 1 when no call is made. `--gate MODE` first runs NLT selection in
+  that mode and makes no call when nothing is selected (without a gate the call predictor always calls).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from typing import Any
+
+from prefcall.errors import ConfigError, PrefcallError
+from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
+from prefcall.evaluation.tasks import tools as selection
+from prefcall.schemas.model import Call, Catalogue, Function
+from prefcall.strategies.nlt import select_tools
+from prefcall.strategies.qwn_draft import draft_call
+
+MODES = (*selection.NLT_MODES, "call")
+
+
+# -- loading ---------------------------------------------------------------------------------
+def default_answers_path(data_path: str | Path) -> Path | None:
+    path = Path(data_path)
+    candidate = path.parent / "possible_answer" / path.name
+    return candidate if candidate.is_file() else None
+
+
+def category_of(item_id: str) -> str:
+    return re.sub(r"_\d+(-\d+)*$", "", item_id)
+
+
+def question_text(question: Any) -> str:
+    """BFCL nests turns as [[{role, content}]]; the user's words are what selection sees."""
+    turns = [t for group in question for t in (group if isinstance(group, list) else [group])]
+    return "\n".join(str(t.get("content", "")) for t in turns if t.get("role") == "user")
+
+
+def load_items(path: str | Path, answers_path: str | Path | None = None) -> list[EvalItem]:
+    records = selection.read_records(path)
+    answers_file = Path(answers_path) if answers_path else default_answers_path(path)
+    answers = {str(r["id"]): r["ground_truth"] for r in selection.read_records(answers_file)} if answers_file else {}
+    items = []
+    for record in records:
+        item_id = str(record["id"])
+        category = category_of(item_id)
+        if category != "irrelevance" and item_id not in answers and answers_file is not None:
+            raise ConfigError(f"{answers_file} has no answer for {item_id}: pass the matching --answers file")
+        ground_truth = answers.get(item_id, [])
+        items.append(
+            EvalItem(
+                id=item_id,
+                input={"question": question_text(record["question"]), "functions": record["function"]},
+                gold={"functions": [name for call in ground_truth for name in call], "ground_truth": ground_truth},
+                meta={"category": category, "n_functions": len(record["function"])},
+            )
+        )
+    return items
+
+
+def catalogue_of(functions: list[dict[str, Any]]) -> Catalogue:
+    """The catalogues area's BFCL importer when it accepts the record; else the raw functions (the draft step
+    maps BFCL's type names itself)."""
+    try:
+        from prefcall.schemas.importers import import_catalogue
+
+        return import_catalogue(functions, name="bfcl", format="bfcl")
+    except (ImportError, PrefcallError):
+        return Catalogue(name="bfcl", functions=[Function.model_validate(f) for f in functions])
+
+
+# -- BFCL AST match --------------------------------------------------------------------------
+_BFCL_STRIP = re.compile(r"[ ,./\-_*^]")
+
+
+def standardise_string(value: str) -> str:
+    """BFCL's normalisation: drop spaces and , . / - _ * ^, lower-case, single quotes as double."""
+    return _BFCL_STRIP.sub("", value).lower().replace("'", '"')
+
+
+def _same(value: Any, acceptable: Any) -> bool:
+    if isinstance(acceptable, str):
+        return isinstance(value, str) and standardise_string(value) == standardise_string(acceptable)
+    if isinstance(acceptable, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(acceptable, bool) and value == acceptable
+    if isinstance(acceptable, (int, float)):
+        return isinstance(value, (int, float)) and float(value) == float(acceptable)  # BFCL accepts int for float
+    if isinstance(acceptable, list):
+        return isinstance(value, list) and len(value) == len(acceptable) and all(map(_same, value, acceptable))
+    if isinstance(acceptable, dict):
+        return isinstance(value, dict) and _dict_matches(value, acceptable)
+    return value == acceptable
+
+
+def _dict_matches(value: dict[str, Any], acceptable: dict[str, Any]) -> bool:
+    """Nested dicts in BFCL answers map each key to a list of acceptable values ("" = may be left out)."""
+    for key, options in acceptable.items():
+        options = options if isinstance(options, list) else [options]
+        if key not in value:
+            if "" not in options:
+                return False
+        elif not any(_same(value[key], o) for o in options if o != ""):
+            return False
+    return all(key in acceptable for key in value)
+
+
+def value_matches(value: Any, acceptable: list[Any]) -> bool:
+    return any(_same(value, option) for option in acceptable if option != "")
+
+
+def ast_match(call: Call | None, ground_truth: list[dict[str, Any]], function: Function | None) -> tuple[bool, str]:
+    """BFCL's simple-function AST check of one call against the first gold call: (match, reason)."""
+    if not ground_truth:
+        return call is None, "no call expected" if call is None else "called a function although none fits"
+    if call is None:
+        return False, "no call made"
+    gold_name, gold_args = next(iter(ground_truth[0].items()))
+    if call.name != gold_name:
+        return False, f"wrong function {call.name} (expected {gold_name})"
+    required = function.required if function else []
+    for name in required:
+        if name not in call.arguments:
+            return False, f"missing required parameter {name}"
+    for name, value in call.arguments.items():
+        if name not in gold_args:
+            return False, f"unexpected parameter {name}"
+        if not value_matches(value, gold_args[name]):
+            return False, f"wrong value for {name}: {value!r}"
+    for name, options in gold_args.items():
+        if name not in call.arguments and "" not in options:
+            return False, f"missing parameter {name}"
+    return True, "match"
+
+
+# -- predictors ------------------------------------------------------------------------------
+def predict_selection(item: EvalItem, engine: Any, mode: str, *, threshold: float = 0.5, calibrate: bool = False) -> dict[str, Any]:
+    catalogue = catalogue_of(item.input["functions"])
+    result = select_tools(engine, item.input["question"], catalogue, mode=mode,  # type: ignore[arg-type]
+                          threshold=threshold, calibrate=calibrate)
+    return selection.selection_prediction(result)
+
+
+def predict_call(item: EvalItem, engine: Any, *, gate: str | None = None, threshold: float = 0.5, calibrate: bool = False) -> dict[str, Any]:
+    catalogue = catalogue_of(item.input["functions"])
+    tokens = {"prompt_tokens": 0, "evaluated": 0, "reused": 0, "completion_tokens": 0}
+    candidates = None
+    if gate:
+        gated = select_tools(engine, item.input["question"], catalogue, mode=gate,  # type: ignore[arg-type]
+                             threshold=threshold, calibrate=calibrate)
+        _add(tokens, selection.tokens_of(gated))
+        if gated.status == "parse_error":
+            return {"status": "parse_error", "raw": gated.raw_text, "tokens": tokens, "stage": "gate"}
+        if not gated.selected:
+            return {"status": "ok", "call": None, "tokens": tokens}
+        candidates = gated.selected
+    draft = draft_call(engine, item.input["question"], catalogue, candidates=candidates, keep_required=True)
+    _add(tokens, draft.usage.model_dump())
+    if draft.call is None:
+        return {"status": "parse_error", "raw": draft.raw_text, "tokens": tokens, "stage": "arguments"}
+    return {"status": "ok", "call": draft.call.model_dump(), "tokens": tokens, "seconds": round(draft.seconds, 4)}
+
+
+def _add(total: dict[str, int], part: dict[str, Any]) -> None:
+    for key in total:
+        total[key] += int(part.get(key, 0))
+
+
+def predict(item: EvalItem, engine: Any, mode: str, **options: Any) -> dict[str, Any]:
+    if mode == "call":
+        return predict_call(item, engine, **options)
+    options.pop("gate", None)
+    return predict_selection(item, engine, mode, **options)
+
+
+def score(item: EvalItem, prediction: dict[str, Any], mode: str | None = None) -> dict[str, float]:
+    """Selection scores, or {"ast_match"} in call mode (inferred from the prediction when mode is None)."""
+    gold = item.gold or {}
+    status = str(prediction.get("status", "ok"))
+    if mode == "call" or (mode is None and ("call" in prediction or prediction.get("stage"))):
+        call = Call.model_validate(prediction["call"]) if prediction.get("call") else None
+        if status != "ok":
+            return {"ast_match": 0.0}
+        function = catalogue_of(item.input["functions"]).function(call.name) if call else None
+        match, _ = ast_match(call, gold.get("ground_truth", []), function)
+        return {"ast_match": float(match)}
+    return selection.selection_scores(prediction.get("selected"), gold.get("functions", []), status)
+
+
+def aggregate(scored: list[ScoredItem]) -> dict[str, Any]:
+    if any("ast_match" in i.scores for i in scored):
+        n = len(scored)
+        metrics: dict[str, Any] = {"n": n, "ast_accuracy": sum(i.scores.get("ast_match", 0.0) for i in scored) / n}
+        metrics["parse_error_rate"] = sum(i.status != "ok" for i in scored) / n
+        metrics["no_call_rate"] = sum(i.status == "ok" and not i.prediction.get("call") for i in scored) / n
+        metrics.update(selection.mean_tokens(scored))
+        return metrics
+    return selection.aggregate(scored, per_tool=False)
+
+
+class BfclTask(BaseTask):
+    name = "bfcl"
+    description = "BFCL v4: NLT selection (--mode generate|score|structured) or AST-matched calls (--mode call)"
+    primary_score = "exact_set"
+
+    def add_arguments(self, parser: Any) -> None:
+        selection.add_nlt_options(parser)
+        parser.add_argument("--gate", choices=selection.NLT_MODES, help="call mode: select with NLT first; no call when none")
+
+    def load(self, args: argparse.Namespace) -> list[EvalItem]:
+        self.mode = getattr(args, "mode", None) or "generate"  # score() needs it for failed predictions
+        if not getattr(args, "data", None):
+            raise ConfigError("eval bfcl needs --data BFCL_v4_<category>.json (answers are found in possible_answer/)")
+        return load_items(args.data, getattr(args, "answers", None))
+
+    def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
+        args = ctx.args
+        mode = getattr(args, "mode", None) or "generate"
+        if mode not in MODES:
+            raise ConfigError(f"--mode {mode!r}: use one of {', '.join(MODES)}")
+        return predict(item, ctx.engine, mode, threshold=getattr(args, "threshold", 0.5),
+                       calibrate=bool(getattr(args, "calibrate", False)), gate=getattr(args, "gate", None))
+
+    def score(self, item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
+        return score(item, prediction, getattr(self, "mode", None))
+
+    def aggregate(self, items: list[ScoredItem]) -> dict[str, Any]:
+        return aggregate(items)
+
+
+TASK = BfclTask()

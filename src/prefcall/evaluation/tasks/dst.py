@@ -1,0 +1,211 @@
+"""`prefcall eval dst`: SGD dialogue state tracking as function calling (FnCTOD, Table 5).
+
+One item per user turn. The model sees the dialogue up to that turn; earlier system turns carry the GOLD calls of
+the preceding user turns (FnCTOD keeps previous calls in the dialogue; using gold ones keeps items independent
+and resumable - an "oracle history" setting, stated in every report). The call made at the turn gives the
+predicted state of its service: intent = function, slot values = arguments.
+
+Metrics per turn: joint goal accuracy, slot precision / recall / F1, intent (function-selection) accuracy;
+breakdown by service (domain).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from prefcall.errors import ParseError
+from prefcall.evaluation.data import load_catalogue, read_json, require_data, shared_data_dir
+from prefcall.evaluation.metrics.calls import calls_from_any
+from prefcall.evaluation.metrics.dst import score_turn
+from prefcall.evaluation.plots import bar_chart, group_mean
+from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
+from prefcall.schemas.model import Call, Turn
+
+ZERO = {"joint_goal_accuracy": 0.0, "slot_precision": 0.0, "slot_recall": 0.0, "slot_f1": 0.0, "intent_accuracy": 0.0}
+MEAN_KEYS = ("joint_goal_accuracy", "slot_precision", "slot_recall", "slot_f1", "intent_accuracy")
+
+
+class DstTask(BaseTask):
+    name = "dst"
+    description = "SGD DST as function calling: joint goal accuracy, slot F1, intent accuracy (FnCTOD)"
+    primary_score = "joint_goal_accuracy"
+    failure_scores = ("joint_goal_accuracy", "intent_accuracy")
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--sgd-schema", help="SGD schema file (default: dev_schema.json beside --data)")
+        parser.add_argument("--dialogues", type=int, help="use only the first N dialogues (all their user turns)")
+
+    # -- data ---------------------------------------------------------------------------------------------
+    def load(self, args: argparse.Namespace) -> list[EvalItem]:
+        data = require_data(args, shared_data_dir() / "sgd" / "dev_dialogues_001.json")
+        dialogues = read_json(data)
+        if getattr(args, "dialogues", None):
+            dialogues = dialogues[: args.dialogues]
+        schema = Path(args.sgd_schema) if getattr(args, "sgd_schema", None) else data.parent / "dev_schema.json"
+        names = function_names(read_json(schema)) if schema.exists() else {}
+        return [item for dialogue in dialogues for item in turn_items(dialogue, names)]
+
+    # -- prediction ---------------------------------------------------------------------------------------
+    def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
+        from prefcall.evaluation.tasks.nlsi import prediction_from_result
+        from prefcall.strategies.pipeline import Pipeline, get_config
+
+        config = get_config(ctx.config)
+        # No standing instructions in SGD; the embedder is needed only for tagging or demonstrations.
+        embedder = ctx.embedder if config.use_demos or config.tagging != "off" else None
+        pipe = ctx.memo("pipeline", lambda: Pipeline(ctx.engine, embedder, None))
+        catalogue = ctx.memo("catalogue", lambda: self.catalogue(ctx.args))
+        dialogue = [Turn.model_validate(t) for t in item.input["dialogue"]]
+        result = pipe.parse(dialogue, [], catalogue, config, applicable=None, exclude_demo_ids={item.id})
+        return prediction_from_result(result)
+
+    def catalogue(self, args: argparse.Namespace) -> Any:
+        if getattr(args, "schema", None) or getattr(args, "catalogue", None):
+            return load_catalogue(args, "sgd")
+        data = Path(args.data) if getattr(args, "data", None) else shared_data_dir() / "sgd" / "x"
+        schema = Path(args.sgd_schema) if getattr(args, "sgd_schema", None) else data.parent / "dev_schema.json"
+        from prefcall.evaluation.data import import_catalogue_file
+
+        return import_catalogue_file(schema, "sgd")
+
+    def predictions_from_file(self, item: EvalItem, record: dict[str, Any]) -> dict[str, Any]:
+        prediction = record.get("prediction", record)
+        try:
+            calls = [c.model_dump() for c in calls_from_any(prediction.get("calls") or [])]
+        except ParseError as exc:
+            return {"status": "parse_error", "calls": [], "error": str(exc)}
+        return dict(prediction) | {"status": prediction.get("status", "ok"), "calls": calls}
+
+    # -- scoring ------------------------------------------------------------------------------------------
+    def score(self, item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
+        gold = item.gold["state"]
+        if prediction.get("status", "ok") != "ok":
+            return dict(ZERO) | {"tp": 0.0, "n_pred": 0.0,
+                                 "n_gold": float(sum(len(f["slots"]) for f in gold.values()))}
+        # The state is cumulative: a service not called this turn keeps what earlier calls set (FnCTOD).
+        carried = {s: v for s, v in (item.meta.get("carried") or {}).items() if s in gold}
+        calls = calls_from_any(prediction.get("calls"))
+        functions = item.meta.get("functions", {})
+        scores = score_turn(predicted_state(calls, functions, carried), gold)
+        # Function selection is judged on this turn's calls; only a turn with no call continues the carried intent.
+        if calls:
+            scores["intent_accuracy"] = score_turn(predicted_state(calls, functions), gold)["intent_accuracy"]
+        return scores
+
+    def aggregate(self, items: list[ScoredItem]) -> dict[str, Any]:
+        n = len(items)
+        metrics: dict[str, Any] = {k: sum(i.scores.get(k, 0.0) for i in items) / n for k in MEAN_KEYS} if n else {}
+        tp = sum(i.scores.get("tp", 0.0) for i in items)
+        n_pred = sum(i.scores.get("n_pred", 0.0) for i in items)
+        n_gold = sum(i.scores.get("n_gold", 0.0) for i in items)
+        p = tp / n_pred if n_pred else 0.0
+        r = tp / n_gold if n_gold else 0.0
+        metrics["slot_micro_f1"] = 2 * p * r / (p + r) if p + r else 0.0
+        metrics["parse_error_rate"] = sum(i.status == "parse_error" for i in items) / n if n else 0.0
+        metrics["failure_rate"] = sum(i.status not in ("ok", "parse_error") for i in items) / n if n else 0.0
+        metrics["dialogues"] = len({i.meta.get("dialogue_id") for i in items})
+        metrics["history"] = "oracle (gold calls of earlier turns in context)"
+        groups: dict[str, list[ScoredItem]] = {}
+        for item in items:
+            groups.setdefault(item.meta.get("domain", "unknown"), []).append(item)
+        metrics["by_domain"] = {
+            d: {"n": len(g), **{k: sum(i.scores.get(k, 0.0) for i in g) / len(g) for k in MEAN_KEYS}}
+            for d, g in sorted(groups.items())
+        }
+        return metrics
+
+    def plots(self, items: list[ScoredItem], out_dir: Path) -> list[Path]:
+        values = group_mean(items, lambda i: str(i.meta.get("domain", "unknown")), "joint_goal_accuracy")
+        if not values:
+            return []
+        return [bar_chart(values, out_dir / "dst_jga_by_domain.png", "joint goal accuracy by domain", "JGA")]
+
+
+def function_names(schema: list[dict[str, Any]]) -> dict[str, str]:
+    """(service, intent) -> catalogue function name, the schemas importer's rule: intent names shared by
+    several services are qualified as Service_Intent. Returned as {"Service|Intent": name}."""
+    counts = Counter(intent["name"] for service in schema for intent in service.get("intents", []))
+    out = {}
+    for service in schema:
+        for intent in service.get("intents", []):
+            name = intent["name"]
+            out[f"{service['service_name']}|{name}"] = f"{service['service_name']}_{name}" if counts[name] > 1 else name
+    return out
+
+
+def gold_frames(turn: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    state = {}
+    for frame in turn.get("frames", []):
+        if "state" not in frame:
+            continue
+        state[frame["service"]] = {"intent": frame["state"].get("active_intent", "NONE"),
+                                   "slots": {k: list(v) for k, v in frame["state"].get("slot_values", {}).items()}}
+    return state
+
+
+def gold_calls(state: dict[str, dict[str, Any]], names: dict[str, str]) -> list[Call]:
+    calls = []
+    for service, frame in state.items():
+        if frame["intent"] == "NONE":
+            continue
+        name = names.get(f"{service}|{frame['intent']}", frame["intent"])
+        calls.append(Call(name=name, arguments={k: v[0] for k, v in frame["slots"].items() if v}))
+    return calls
+
+
+def turn_items(dialogue: dict[str, Any], names: dict[str, str]) -> list[EvalItem]:
+    """One item per user turn; the dialogue so far, with gold calls on the system turns (oracle history)."""
+    items: list[EvalItem] = []
+    history: list[dict[str, Any]] = []
+    pending: list[Call] = []
+    carried: dict[str, dict[str, Any]] = {}  # state set by the calls already in the history
+    services = dialogue.get("services", [])
+    functions = {name: key.split("|")[0] for key, name in names.items() if key.split("|")[0] in services}
+    for index, turn in enumerate(dialogue["turns"]):
+        if turn["speaker"] == "USER":
+            history.append({"role": "user", "content": turn["utterance"]})
+            state = gold_frames(turn)
+            calls = gold_calls(state, names)
+            items.append(EvalItem(
+                id=f"{dialogue['dialogue_id']}:{index}",
+                input={"dialogue": [dict(t) for t in history], "services": services},
+                gold={"state": state, "calls": [c.model_dump() for c in calls]},
+                meta={"dialogue_id": dialogue["dialogue_id"], "domain": "+".join(sorted(state)) or "none",
+                      "functions": functions, "carried": {k: dict(v) for k, v in carried.items()}},
+            ))
+            pending = calls
+            carried = predicted_state(calls, functions, carried)
+        else:
+            history.append({"role": "assistant", "content": turn["utterance"],
+                            "calls": [c.model_dump() for c in pending]})
+            pending = []
+    return items
+
+
+def predicted_state(
+    calls: list[Call], functions: dict[str, str], carried: dict[str, dict[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Calls -> {service: {intent, slots}} on top of the carried state; Service_Intent names and plain intent
+    names both resolve. A call's arguments update its service's slots (models often repeat only new ones)."""
+    state: dict[str, dict[str, Any]] = {
+        s: {"intent": f.get("intent"), "slots": dict(f.get("slots") or {})} for s, f in (carried or {}).items()
+    }
+    for call in calls:
+        service = functions.get(call.name)
+        intent = call.name
+        if service is None:
+            # A qualified name for a service outside this dialogue, or an unknown function: keep it as a
+            # false positive under its own name so extra slots are still counted.
+            service = call.name
+        elif call.name.startswith(service + "_"):
+            intent = call.name[len(service) + 1:]
+        frame = state.setdefault(service, {"intent": intent, "slots": {}})
+        frame["intent"] = intent
+        frame["slots"].update({k: v for k, v in call.arguments.items() if v not in (None, "")})
+    return state
+
+
+TASK = DstTask()

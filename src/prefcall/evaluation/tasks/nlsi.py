@@ -1,0 +1,255 @@
+"""`prefcall eval nlsi`: NLSI standing instructions -> API calls, scored the way TAPS scores them.
+
+Data: the NLSI JSON list (user_utterance, all_standing_instructions, applicable_standing_instructions, api_calls,
+example_type). Predictions: `prefcall.strategies.pipeline.Pipeline.parse` with `--config`, demonstrations taken
+from `--demos` (default: the data file itself, leaving the item's own example out).
+
+Metrics: exact match, slot precision / recall / F1 over (function, argument, value) triples (macro over items, as
+TAPS; micro too), function F1, selection precision / recall when the pipeline reports the instructions it used,
+breakdowns by example_type and by domain, parse-error rate, least-confidence/F1 correlation and, when a
+prediction carries both untagged and tagged variants, the F1 the uncertainty gate would give at each threshold.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from prefcall.errors import ParseError
+from prefcall.evaluation.data import load_catalogue, read_json, require_data, shared_data_dir
+from prefcall.evaluation.metrics.calls import calls_from_any, load_aliases, score_calls, score_selection
+from prefcall.evaluation.plots import (
+    bar_chart,
+    confidence_scatter,
+    gate_f1_at_thresholds,
+    group_mean,
+    pearson,
+    threshold_curve,
+)
+from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
+
+ZERO_SCORES = {"exact_match": 0.0, "slot_precision": 0.0, "slot_recall": 0.0, "slot_f1": 0.0, "function_f1": 0.0}
+MEAN_KEYS = ("exact_match", "slot_precision", "slot_recall", "slot_f1", "function_f1",
+             "selection_precision", "selection_recall", "selection_f1")
+GATE_THRESHOLDS = [round(0.05 * i, 2) for i in range(0, 21)]
+
+
+class NlsiTask(BaseTask):
+    name = "nlsi"
+    description = "NLSI: exact match and slot P/R/F1 over (function, argument, value) triples (TAPS scoring)"
+    primary_score = "slot_f1"
+    failure_scores = ("exact_match",)
+    _aliases: dict[str, str] | None = None
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--locations", default=None,
+                            help="city alias map for value normalisation (default: shared taps/locations.json)")
+        parser.add_argument("--demos", help="NLSI-format file of demonstrations (default: --data, leave-one-out)")
+        parser.add_argument("--gold-selection", action="store_true",
+                            help="give the pipeline the gold applicable instructions (interpretation only)")
+
+    def load(self, args: argparse.Namespace) -> list[EvalItem]:
+        rows = read_json(require_data(args, shared_data_dir() / "nlsi" / "dev.json"))
+        # score() sees only the item and prediction, so the run's alias map is fixed here, once per run.
+        self._aliases = self.aliases(args)
+        return [self.item(row, index) for index, row in enumerate(rows)]
+
+    @staticmethod
+    def item(row: dict[str, Any], index: int) -> EvalItem:
+        calls = list(row.get("api_calls") or [])
+        return EvalItem(
+            id=str(row.get("example_id", index)),
+            input={"dialogue": row["user_utterance"], "instructions": list(row.get("all_standing_instructions") or [])},
+            gold={"api_calls": calls, "applicable": list(row.get("applicable_standing_instructions") or [])},
+            meta={"example_type": row.get("example_type", "unknown"), "domain": domain_of(calls)},
+        )
+
+    # -- prediction ---------------------------------------------------------------------------------
+    def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
+        from prefcall.strategies.pipeline import get_config
+
+        config = get_config(ctx.config)
+        pipe = ctx.memo("pipeline", lambda: self.pipeline(ctx, config))
+        catalogue = ctx.memo("catalogue", lambda: load_catalogue(ctx.args, "nlsi"))
+        applicable = item.gold["applicable"] if getattr(ctx.args, "gold_selection", False) else None
+        result = pipe.parse(item.input["dialogue"], item.input["instructions"], catalogue, config,
+                            applicable=applicable, exclude_demo_ids={item.id})
+        prediction = prediction_from_result(result)
+        # Selection is only scored when the config chose the instructions itself.
+        prediction["selected_by_model"] = bool(config.select_instructions and applicable is None)
+        return prediction
+
+    def pipeline(self, ctx: EvalContext, config: Any) -> Any:
+        """Load only what the config uses: the embedder for demonstrations, selection or tag examples."""
+        from prefcall.strategies.fcicl import DemoStore, seed_from_nlsi
+        from prefcall.strategies.pipeline import Pipeline
+        from prefcall.strategies.taps_tagger import TagExamples
+
+        needs_embedder = config.use_demos or config.select_instructions or config.tagging != "off"
+        embedder = ctx.embedder if needs_embedder else None
+        store = None
+        if config.use_demos:
+            store = DemoStore(None, embedder)
+            demos = getattr(ctx.args, "demos", None) or getattr(ctx.args, "data", None)
+            if demos:
+                seed_from_nlsi(store, demos, catalogue=getattr(ctx.args, "catalogue", None) or "nlsi")
+        examples = None
+        train = shared_data_dir() / "taps" / "tags_train.json"
+        if config.tagging != "off" and train.exists():
+            examples = TagExamples.load(train, embedder)
+        return Pipeline(ctx.engine, embedder, store, tag_examples=examples)
+
+    def predictions_from_file(self, item: EvalItem, record: dict[str, Any]) -> dict[str, Any]:
+        """Accept results.jsonl lines, {"id", "calls": [...]} or NLSI rows (api_calls strings)."""
+        prediction = record.get("prediction", record)
+        raw = prediction.get("calls", prediction.get("api_calls"))
+        if raw is None:
+            return {"status": prediction.get("status", "parse_error"), "calls": [], "error": "no calls in record"}
+        try:
+            calls = [c.model_dump() for c in calls_from_any(raw)]
+        except ParseError as exc:
+            return {"status": "parse_error", "calls": [], "raw": raw, "error": str(exc)}
+        out = {k: v for k, v in prediction.items() if k not in ("api_calls", "user_utterance")}
+        return out | {"status": prediction.get("status", "ok"), "calls": calls}
+
+    # -- scoring ----------------------------------------------------------------------------------------
+    def aliases(self, args: argparse.Namespace | None = None) -> dict[str, str]:
+        path = getattr(args, "locations", None) if args is not None else None
+        default = shared_data_dir() / "taps" / "locations.json"
+        return load_aliases(path or (default if default.exists() else None))
+
+    def score(self, item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
+        gold = calls_from_any(item.gold["api_calls"])
+        if self._aliases is None:
+            self._aliases = self.aliases()
+        aliases = self._aliases
+        if prediction.get("status", "ok") != "ok":
+            # A parse error or failure is wrong, never an empty valid answer (even when gold is empty).
+            scores = dict(ZERO_SCORES) | {"tp": 0.0, "n_pred": 0.0, "n_gold": float(len(gold))}
+        else:
+            scores = score_calls(calls_from_any(prediction.get("calls")), gold, aliases)
+        if isinstance(prediction.get("instructions_used"), list) and prediction.get("selected_by_model", True):
+            scores |= score_selection(prediction["instructions_used"], item.gold["applicable"])
+        for variant, calls in (prediction.get("variants") or {}).items():
+            scores[f"slot_f1_{variant}"] = score_calls(calls_from_any(calls), gold, aliases)["slot_f1"]
+        return scores
+
+    def aggregate(self, items: list[ScoredItem]) -> dict[str, Any]:
+        n = len(items)
+        metrics: dict[str, Any] = {}
+        for key in MEAN_KEYS:
+            values = [i.scores[key] for i in items if key in i.scores]
+            if values:
+                metrics[key] = sum(values) / len(values)
+        tp = sum(i.scores.get("tp", 0.0) for i in items)
+        n_pred = sum(i.scores.get("n_pred", 0.0) for i in items)
+        n_gold = sum(i.scores.get("n_gold", 0.0) for i in items)
+        precision = tp / n_pred if n_pred else 0.0
+        recall = tp / n_gold if n_gold else 0.0
+        metrics["slot_micro_precision"] = precision
+        metrics["slot_micro_recall"] = recall
+        metrics["slot_micro_f1"] = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        metrics["parse_error_rate"] = sum(i.status == "parse_error" for i in items) / n if n else 0.0
+        metrics["failure_rate"] = sum(i.status not in ("ok", "parse_error") for i in items) / n if n else 0.0
+        decisions = [i.prediction.get("decision") for i in items if i.prediction.get("decision")]
+        if decisions:
+            metrics["decisions"] = {d: {"share": decisions.count(d) / n} for d in sorted(set(decisions))}
+        gates = [bool(i.prediction["gate_fired"]) for i in items if "gate_fired" in i.prediction]
+        if gates:
+            metrics["gate_fired_rate"] = sum(gates) / len(gates)
+        confidence = confidence_pairs(items)
+        if len(confidence) >= 2:
+            metrics["least_confidence_pearson_f1"] = pearson(*zip(*confidence))
+        gate = gate_curve(items)
+        if gate:
+            metrics["gate_f1_by_threshold"] = {str(t): {"slot_f1": f} for t, f in gate}
+        metrics["by_type"] = breakdown(items, "example_type")
+        metrics["by_domain"] = breakdown(items, "domain")
+        return metrics
+
+    def plots(self, items: list[ScoredItem], out_dir: Path) -> list[Path]:
+        paths = []
+        for key, title in (("example_type", "by example type"), ("domain", "by domain")):
+            values = group_mean(items, lambda i, key=key: str(i.meta.get(key, "unknown")), "slot_f1")
+            if values:
+                paths.append(bar_chart(values, out_dir / f"nlsi_slot_f1_{key}.png", f"slot F1 {title}", "slot F1"))
+        confidence = confidence_pairs(items)
+        if len(confidence) >= 2:
+            xs, ys = zip(*confidence)
+            paths.append(confidence_scatter(xs, ys, out_dir / "nlsi_confidence_vs_f1.png", "nlsi:"))
+        gate = gate_curve(items)
+        if gate:
+            ts, fs = zip(*gate)
+            paths.append(threshold_curve(ts, fs, out_dir / "nlsi_gate_thresholds.png"))
+        return paths
+
+    def report_sections(self, items: list[ScoredItem], metrics: dict[str, Any]) -> list[str]:
+        errors = [i for i in items if i.status != "ok"]
+        if not errors:
+            return []
+        lines = ["## Items without a valid prediction", "", "| id | status | error |", "|---|---|---|"]
+        for item in errors[:20]:
+            error = str(item.prediction.get("error") or item.prediction.get("raw") or "")[:120].replace("|", "/")
+            lines.append(f"| {item.id} | {item.status} | {error} |")
+        return ["\n".join(lines) + "\n"]
+
+
+def domain_of(calls: list[str]) -> str:
+    names = sorted({c.split("(", 1)[0].strip() for c in calls})
+    return "+".join(names) if names else "none"
+
+
+def confidence_pairs(items: list[ScoredItem]) -> list[tuple[float, float]]:
+    return [
+        (float(i.prediction["least_confidence"]), i.scores.get("slot_f1", 0.0))
+        for i in items
+        if isinstance(i.prediction.get("least_confidence"), (int, float))
+    ]
+
+
+def gate_curve(items: list[ScoredItem]) -> list[tuple[float, float]]:
+    """(threshold, F1) pairs, only when every item has both variants and a confidence."""
+    usable = [i for i in items if "slot_f1_untagged" in i.scores and "slot_f1_tagged" in i.scores
+              and isinstance(i.prediction.get("least_confidence"), (int, float))]
+    if not usable or len(usable) != len(items):
+        return []
+    confidence = [float(i.prediction["least_confidence"]) for i in usable]
+    f1s = gate_f1_at_thresholds(confidence, [i.scores["slot_f1_untagged"] for i in usable],
+                                [i.scores["slot_f1_tagged"] for i in usable], GATE_THRESHOLDS)
+    return list(zip(GATE_THRESHOLDS, f1s))
+
+
+def breakdown(items: list[ScoredItem], key: str) -> dict[str, dict[str, float]]:
+    groups: dict[str, list[ScoredItem]] = {}
+    for item in items:
+        groups.setdefault(str(item.meta.get(key, "unknown")), []).append(item)
+    return {
+        name: {"n": len(group),
+               "exact_match": sum(i.scores.get("exact_match", 0.0) for i in group) / len(group),
+               "slot_f1": sum(i.scores.get("slot_f1", 0.0) for i in group) / len(group)}
+        for name, group in sorted(groups.items())
+    }
+
+
+def prediction_from_result(result: Any) -> dict[str, Any]:
+    """The pipeline's ParseResult as JSON: status, decision, calls, selection, gate, trace (tokens, timings).
+    Optional `variants` ({"untagged": calls, "tagged": calls}) feeds the gate-threshold analysis."""
+    data = result.model_dump() if hasattr(result, "model_dump") else dict(vars(result))
+    calls = [c if isinstance(c, dict) else c.model_dump() for c in data.get("calls") or []]
+    out: dict[str, Any] = {"status": data.get("status", "ok"), "decision": data.get("decision"), "calls": calls}
+    for key in ("instructions_used", "least_confidence", "gate_fired", "gate_threshold", "tagged", "functions",
+                "question", "notes", "demos", "raw", "errors", "variants"):
+        if data.get(key) not in (None, [], ""):
+            out[key] = data[key]
+    if out["status"] != "ok" and data.get("errors"):
+        out["error"] = "; ".join(map(str, data["errors"]))[:500]
+    trace = data.get("trace") or {}
+    if isinstance(trace, dict):
+        out["trace"] = trace
+        if isinstance(trace.get("variants"), dict):
+            out.setdefault("variants", trace["variants"])
+    return out
+
+
+TASK = NlsiTask()

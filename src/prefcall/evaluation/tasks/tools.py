@@ -1,0 +1,192 @@
+"""`prefcall eval tools`: NLT tool selection on `{id, text, tools: [{name, description}], expected: [names], context?}`.
+
+Data: a JSON list or JSON lines. `expected: []` means no tool should be used.
+Modes (--mode): generate (the paper), score (next-token YES/NO), structured (grammar-constrained JSON baseline).
+Metrics: exact-set accuracy (a parse error or a partial answer scores as wrong), micro precision/recall/F1
+over tool decisions, per-tool precision/recall, parse-error and partial rates, mean tokens in/out.
+The selection metrics here are shared by the bfcl task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from prefcall.errors import ConfigError
+from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
+from prefcall.strategies.nlt import NltResult, select_tools
+
+NLT_MODES = ("generate", "score", "structured")
+
+
+# -- plain functions (usable without the harness) ------------------------------------------
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """A JSON list, a single JSON object, or JSON lines."""
+    text = Path(path).read_text(encoding="utf-8")
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        return list(json.loads(text))
+    try:
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is neither a JSON list nor JSON lines ({exc}): fix the file") from exc
+
+
+def load_items(path: str | Path, answers_path: str | Path | None = None) -> list[EvalItem]:
+    items = []
+    for n, record in enumerate(read_records(path)):
+        if "tools" not in record or "text" not in record:
+            raise ConfigError(f"{path} record {n} lacks 'text' or 'tools': each needs id, text, tools, expected")
+        expected = list(record.get("expected") or [])
+        items.append(
+            EvalItem(
+                id=str(record.get("id", n)),
+                input={"text": record["text"], "tools": record["tools"], "context": record.get("context")},
+                gold=expected,
+                meta={"n_expected": len(expected), "n_tools": len(record["tools"])},
+            )
+        )
+    return items
+
+
+def tokens_of(result: NltResult) -> dict[str, int]:
+    usage = result.usage
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "evaluated": usage.evaluated,
+        "reused": usage.reused,
+        "completion_tokens": usage.completion_tokens,
+    }
+
+
+def selection_prediction(result: NltResult) -> dict[str, Any]:
+    return {
+        "status": result.status,
+        "mode": result.mode,
+        "selected": result.selected,
+        "missing": result.missing,
+        "unknown": result.unknown,
+        "probabilities": {d.name: d.probability for d in result.decisions if d.probability is not None},
+        "raw": result.raw_text,
+        "tokens": tokens_of(result),
+        "seconds": round(result.seconds, 4),
+    }
+
+
+def predict(item: EvalItem, engine: Any, mode: str = "generate", *, threshold: float = 0.5, calibrate: bool = False) -> dict[str, Any]:
+    result = select_tools(
+        engine, item.input["text"], item.input["tools"], mode=mode,  # type: ignore[arg-type]
+        context=item.input.get("context"), threshold=threshold, calibrate=calibrate,
+    )
+    return selection_prediction(result)
+
+
+def selection_scores(predicted: Iterable[str] | None, gold: Iterable[str], status: str = "ok") -> dict[str, float]:
+    """Exact-set match plus decision counts. Only status "ok" can be exactly right; a failed parse predicts nothing."""
+    gold_set = set(gold)
+    pred_set = set(predicted or []) if status in ("ok", "partial") else set()
+    return {
+        "exact_set": float(status == "ok" and pred_set == gold_set),
+        "tp": float(len(pred_set & gold_set)),
+        "fp": float(len(pred_set - gold_set)),
+        "fn": float(len(gold_set - pred_set)),
+    }
+
+
+def score(item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
+    return selection_scores(prediction.get("selected"), item.gold or [], str(prediction.get("status", "ok")))
+
+
+def ratio(numerator: float, denominator: float, *, empty: float) -> float:
+    """numerator/denominator, or `empty` when the denominator is 0 (the caller decides what nothing means)."""
+    return numerator / denominator if denominator else empty
+
+
+def precision_recall(tp: float, fp: float, fn: float) -> dict[str, float]:
+    """Nothing predicted and nothing expected is perfect; nothing predicted when something was expected is 0."""
+    precision = ratio(tp, tp + fp, empty=1.0 if fn == 0 else 0.0)
+    recall = ratio(tp, tp + fn, empty=1.0 if fp == 0 else 0.0)
+    f1 = ratio(2 * precision * recall, precision + recall, empty=0.0)
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def per_tool_counts(scored: list[ScoredItem]) -> dict[str, dict[str, float]]:
+    counts: dict[str, dict[str, float]] = {}
+    for item in scored:
+        gold = set(item.gold or [])
+        pred = set(item.prediction.get("selected") or []) if item.status in ("ok", "partial") else set()
+        for name in gold | pred:
+            c = counts.setdefault(name, {"tp": 0.0, "fp": 0.0, "fn": 0.0})
+            c["tp"] += name in gold and name in pred
+            c["fp"] += name in pred and name not in gold
+            c["fn"] += name in gold and name not in pred
+    return counts
+
+
+def aggregate(scored: list[ScoredItem], *, per_tool: bool = True) -> dict[str, Any]:
+    """Exact-set accuracy, micro P/R/F1, per-tool P/R, failure rates and mean tokens."""
+    n = len(scored)
+    if n == 0:
+        return {"n": 0, "exact_set_accuracy": 0.0}
+    totals = {k: sum(i.scores.get(k, 0.0) for i in scored) for k in ("tp", "fp", "fn")}
+    metrics: dict[str, Any] = {"n": n, "exact_set_accuracy": sum(i.scores.get("exact_set", 0.0) for i in scored) / n}
+    metrics.update(precision_recall(totals["tp"], totals["fp"], totals["fn"]))
+    metrics["parse_error_rate"] = sum(i.status in ("parse_error", "error", "missing") for i in scored) / n
+    metrics["partial_rate"] = sum(i.status == "partial" for i in scored) / n
+    metrics.update(mean_tokens(scored))
+    if per_tool:
+        metrics["per_tool"] = {name: precision_recall(c["tp"], c["fp"], c["fn"]) for name, c in sorted(per_tool_counts(scored).items())}
+    return metrics
+
+
+def mean_tokens(scored: list[ScoredItem]) -> dict[str, float]:
+    n = len(scored) or 1
+    out = {}
+    for key in ("prompt_tokens", "evaluated", "completion_tokens"):
+        out[f"mean_{key}"] = sum(i.tokens.get(key, 0) for i in scored) / n
+    out["mean_seconds"] = sum(float(i.prediction.get("seconds", i.latency_s) or 0.0) for i in scored) / n
+    return out
+
+
+# -- harness adapter ----------------------------------------------------------------------
+def add_nlt_options(parser: argparse.ArgumentParser | Any) -> None:
+    parser.add_argument("--threshold", type=float, default=0.5, help="score mode: select when P(YES) > this")
+    parser.add_argument("--calibrate", action="store_true", help="score mode: calibrate against a content-free 'N/A'")
+
+
+def nlt_mode(args: argparse.Namespace, default: str = "generate") -> str:
+    mode = getattr(args, "mode", None) or default
+    if mode not in NLT_MODES:
+        raise ConfigError(f"--mode {mode!r} is not an NLT mode: use one of {', '.join(NLT_MODES)}")
+    return mode
+
+
+class ToolsTask(BaseTask):
+    name = "tools"
+    description = "NLT tool selection (--mode generate|score|structured) on {id, text, tools, expected} records"
+    primary_score = "exact_set"
+
+    def add_arguments(self, parser: Any) -> None:
+        add_nlt_options(parser)
+
+    def load(self, args: argparse.Namespace) -> list[EvalItem]:
+        if not getattr(args, "data", None):
+            raise ConfigError("eval tools needs --data FILE (JSON list or lines of {id, text, tools, expected})")
+        return load_items(args.data, getattr(args, "answers", None))
+
+    def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
+        args = ctx.args
+        return predict(item, ctx.engine, nlt_mode(args), threshold=getattr(args, "threshold", 0.5),
+                       calibrate=bool(getattr(args, "calibrate", False)))
+
+    def score(self, item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
+        return score(item, prediction)
+
+    def aggregate(self, items: list[ScoredItem]) -> dict[str, Any]:
+        return aggregate(items)
+
+
+TASK = ToolsTask()

@@ -1,0 +1,472 @@
+"""Standing-instruction selection (NLSI's "selection" subtask): which of a user's instructions apply here.
+
+Steps, each a small function:
+1. `DomainModel`: per catalogue function, the words that name its domain (from the function name and
+   description), its parameter phrases and its enum values, each weighted by how few functions share it.
+2. Domains of the dialogue: lexical evidence from the user's turns plus (with an embedder) cosine
+   similarity between the dialogue and each function's "name: description" text.
+3. Domain of each instruction: the same evidence on the instruction ("If I ask for Restaurants ..."),
+   falling back to cosine similarity when no word names a domain.
+4. Conditions: "If cuisine is Cantonese then ..." applies only when its condition's value words
+   ("cantonese") occur in the dialogue or in an instruction already selected - this is also how chains
+   work ("If I ask for Travel, then also look at Hotels" adds the Hotels domain when selected).
+5. Overrides: an instruction whose value the user has just replaced (instruction: city Santa Clara;
+   user: "restaurants in Sunnyvale") does not apply. Detected for locations ("in/around/near X"),
+   enum values of the same parameter, and explicit "<parameter> is X" phrases.
+6. Ranking: domain + condition decide membership; hybrid BM25 + embedding relevance orders within it.
+
+No rule names a data set's domain: all domain vocabulary comes from the catalogue.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel
+
+from prefcall.engine.base import Embedder
+from prefcall.retrieval.hybrid import HybridIndex
+from prefcall.retrieval.text import STOP_WORDS, normalise_word, split_identifier, tokenize
+from prefcall.schemas.model import Catalogue, Turn, as_dialogue
+
+# Verbs that prefix API names (GetRestaurants, FindBus, ReserveHotel): they say nothing about the domain.
+NAME_VERBS = frozenset(
+    "get find search lookup look reserve book buy make add check play rent schedule transfer request".split()
+)
+# Words of request phrasing that a condition clause can contain without naming a value.
+GENERIC_WORDS = frozenset(
+    """ask asking look looking want wanting request requesting need needing prefer preferred preference
+    preferance go going come comes search searching seek seeking make making get getting one something
+    place like would i'm im it's you're usually always favorite favourite choice type kind sure go-to
+    check try trying find finding book booking option also then after called named about""".split()
+)
+LOCATION_WORDS = frozenset({"city", "location", "area", "where", "origin", "destination"})
+_COND_START_RE = re.compile(r"^\s*(?:if|when|whenever)\b(?P<cond>.+?)(?:,|\bthen\b)(?P<rest>.+)$", re.I | re.S)
+_COND_TAIL_RE = re.compile(r"^(?P<rest>.+?)\b(?:if|when|whenever)\b(?P<cond>.+)$", re.I | re.S)
+# A request verb before a domain word makes a clause a domain condition ("if I ask for Events").
+_REQUEST_RE = re.compile(
+    r"\b(?:ask|asking|request|requesting|look|looking|search|searching|want|need|get|getting|make|making|"
+    r"inquir\w*|seek\w*|book\w*|find\w*|go|going|comes?)\b", re.I)
+_ALSO_RE = re.compile(r"\b(?:also|too|as well)\b", re.I)
+_PLACE_RE = re.compile(r"\b(?:in|around|near)\s+(?:the\s+)?([A-Z][\w.'-]*(?:[ ,]+[A-Z][\w.'-]*)*)")
+_CONNECTORS = r"(?:is|as|=|should be|to be|must be|called|named)"
+
+
+# ---------------------------------------------------------------------------- results
+class ScoredInstruction(BaseModel):
+    index: int  # position in the instruction list given
+    text: str
+    score: float  # higher = more applicable; selected ones have score >= threshold
+    domains: list[str]  # catalogue functions the instruction is about
+    domain_match: bool
+    condition: str | None = None  # value words a conditional instruction needs
+    condition_met: bool = True
+    overridden_by: str | None = None  # what in the dialogue replaces this instruction's value
+    via: str = "direct"  # "direct" | "chain" (selected because a selected instruction satisfied it)
+    bm25: float = 0.0
+    dense: float | None = None
+
+
+class SelectionResult(BaseModel):
+    selected: list[ScoredInstruction]
+    ranking: list[ScoredInstruction]  # every instruction, best first
+    dialogue_domains: list[str]
+
+    @property
+    def selected_texts(self) -> list[str]:
+        return [s.text for s in self.selected]
+
+
+@dataclass
+class SelectionConfig:
+    threshold: float = 1.0  # domain match (1) with its condition met; overrides subtract
+    domain_margin: float = 0.08  # other functions within this cosine of the best also count as the dialogue's
+    min_instruction_cosine: float = 0.25  # weakest cosine that still assigns an instruction a domain
+    relevance_weight: float = 0.2  # share of the hybrid relevance in the ranking score
+    use_overrides: bool = True
+    use_chains: bool = True
+
+
+# ---------------------------------------------------------------------------- domain vocabulary
+@dataclass
+class DomainModel:
+    names: list[str]
+    name_words: dict[str, set[str]]
+    description_words: dict[str, set[str]]
+    param_phrases: dict[str, dict[tuple[str, ...], str]]  # function -> phrase tokens -> parameter
+    enum_values: dict[str, dict[tuple[str, ...], str]]  # function -> value tokens -> parameter
+    texts: list[str]
+    weight: dict[Any, float] = field(default_factory=dict)  # word or phrase -> 1 / number of functions having it
+
+    @classmethod
+    def build(cls, catalogue: Catalogue) -> DomainModel:
+        names, name_words, desc_words, params, enums, texts = [], {}, {}, {}, {}, []
+        for f in catalogue.functions:
+            names.append(f.name)
+            name_words[f.name] = {w for w in tokenize(f.name) if w not in NAME_VERBS}
+            desc_words[f.name] = {w for w in tokenize(f.description) if w not in GENERIC_WORDS}
+            params[f.name] = {tuple(tokenize(p, drop_stop_words=False)): p for p in f.properties}
+            enums[f.name] = {
+                tuple(tokenize(str(v), drop_stop_words=False)): p
+                for p, schema in f.properties.items()
+                for v in schema.get("enum", [])
+                if str(v).lower() not in ("true", "false")
+            }
+            texts.append(f"{split_identifier(f.name)}: {f.description}")
+        model = cls(names, name_words, desc_words, params, enums, texts)
+        counts: dict[Any, int] = {}
+        for n in names:
+            keys = name_words[n] | desc_words[n] | set(params[n]) | set(enums[n])
+            for key in keys:
+                counts[key] = counts.get(key, 0) + 1
+        model.weight = {k: 1.0 / v for k, v in counts.items()}
+        return model
+
+    @property
+    def vocabulary(self) -> set[str]:
+        words: set[str] = set()
+        for n in self.names:
+            words |= self.name_words[n] | self.description_words[n]
+            for phrase in self.param_phrases[n]:
+                words |= set(phrase)
+        return words
+
+    def named(self, tokens: Sequence[str]) -> dict[str, float]:
+        """Functions whose name (or a description word unique enough) occurs in the text."""
+        present = set(tokens)
+        scores = {}
+        for n in self.names:
+            score = 3.0 * sum(self.weight[w] for w in self.name_words[n] if w in present)
+            score += sum(self.weight[w] for w in self.description_words[n] - self.name_words[n] if w in present)
+            if score >= 1.0:
+                scores[n] = score
+        return scores
+
+    def evidence(self, tokens: Sequence[str]) -> dict[str, float]:
+        """How strongly a text names each function's domain: name words count most, then parameters and values."""
+        present = set(tokens)
+        text = " " + " ".join(tokens) + " "
+        scores: dict[str, float] = {}
+        for n in self.names:
+            score = 3.0 * sum(self.weight[w] for w in self.name_words[n] if w in present)
+            score += 0.5 * sum(self.weight[w] for w in self.description_words[n] if w in present)
+            for phrase in self.param_phrases[n]:
+                if phrase and f" {' '.join(phrase)} " in text:
+                    score += (1.0 if len(phrase) > 1 else 0.5) * self.weight[phrase]
+            for value in self.enum_values[n]:
+                if value and f" {' '.join(value)} " in text:
+                    score += 1.0 * self.weight[value]
+            if score > 0:
+                scores[n] = score
+        return scores
+
+
+def _words(text: str) -> list[str]:
+    return tokenize(text, drop_stop_words=False)
+
+
+def user_text(turns: list[Turn]) -> str:
+    return "\n".join(t.content for t in turns if t.role == "user") or "\n".join(t.content for t in turns)
+
+
+def _embed(embedder: Embedder | None, texts: list[str]) -> np.ndarray | None:
+    """One embedding call for the dialogue, the instructions and the function texts together."""
+    if embedder is None or not texts:
+        return None
+    return np.asarray(embedder.embed(texts), dtype=np.float32)
+
+
+# ---------------------------------------------------------------------------- steps
+def dialogue_domains(model: DomainModel, text: str, cosines: np.ndarray | None, config: SelectionConfig) -> list[str]:
+    """Functions the dialogue is about: those named outright, else the best lexical/embedding match."""
+    named = list(model.named(_words(text)))
+    if named:
+        return named
+    evidence = model.evidence(_words(text))
+    combined = {n: evidence.get(n, 0.0) for n in model.names}
+    if cosines is not None:
+        for i, n in enumerate(model.names):
+            combined[n] += float(cosines[i])
+    best = max(combined.values(), default=0.0)
+    if best <= 0:
+        return []
+    return [n for n, s in combined.items() if s >= best - config.domain_margin]
+
+
+def instruction_domains(model: DomainModel, text: str, cosines: np.ndarray | None, config: SelectionConfig) -> list[str]:
+    condition, _ = split_condition(text)
+    if condition and _REQUEST_RE.search(condition):
+        # "If I ask for Travel, then also look at Hotels" is a Travel instruction; Hotels is its chain target.
+        named = model.named(_words(condition))
+        if named:
+            best = max(named.values())
+            return [n for n, s in named.items() if s >= best * 0.999]
+    evidence = model.evidence(_words(text))
+    if evidence:
+        best = max(evidence.values())
+        return [n for n, s in evidence.items() if s >= best * 0.999]
+    if cosines is not None and len(cosines) and float(cosines.max()) >= config.min_instruction_cosine:
+        return [model.names[int(cosines.argmax())]]
+    return []
+
+
+def split_condition(text: str) -> tuple[str | None, str]:
+    """(condition clause, consequence) of "If X, Y" / "Y if X"; (None, text) when unconditional."""
+    match = _COND_START_RE.match(text) or _COND_TAIL_RE.match(text)
+    if not match:
+        return None, text
+    return match.group("cond"), match.group("rest")
+
+
+def condition_values(condition: str, model: DomainModel) -> list[str]:
+    """Value words of a condition: what remains after domain vocabulary and request phrasing are removed."""
+    enum_words = {w for n in model.names for v in model.enum_values[n] for w in v}
+    ignore = (model.vocabulary - enum_words) | GENERIC_WORDS | STOP_WORDS
+    values: list[str] = []
+    for clause in re.split(r"\b(?:and|with)\b|,", condition):
+        if _REQUEST_RE.search(clause) and model.named(_words(clause)):
+            continue  # "If I ask for Restaurants": a domain condition, checked by the domain step
+        values += [w for w in tokenize(clause) if w not in ignore]
+    return values
+
+
+def find_place(text: str, model: DomainModel | None = None) -> str | None:
+    """A capitalised place after in/around/near that is not a catalogue word or enum value ("in General Practitioner")."""
+    known = model.vocabulary | {w for n in model.names for v in model.enum_values[n] for w in v} if model else set()
+    for match in _PLACE_RE.finditer(text):
+        words = set(tokenize(match.group(1)))
+        if words and not words <= known:
+            return match.group(1).strip(" ,.")
+    return None
+
+
+def user_sets(phrase: tuple[str, ...], dialogue: str) -> bool:
+    """Does the dialogue state this parameter: "<param> is X", "X as the <param>", "<domain> called X"?"""
+    words = " ".join(w for w in _words(dialogue) if w != "s")  # "dentist's name" -> "dentist name"
+    pattern = r"\s+".join(phrase)
+    if re.search(rf"\b{pattern}\s+{_CONNECTORS}\s+\w", words) or re.search(rf"\bas\s+(?:the\s+)?{pattern}\b", words):
+        return True
+    # "dentist_name": "the dentist is called X" or "one named X" states a name parameter.
+    if phrase[-1] == "name":
+        return bool(re.search(r"\b(?:called|named)\s+[A-Z0-9]", dialogue))
+    return False
+
+
+def override_reason(instruction: str, domains: list[str], dialogue: str, model: DomainModel) -> str | None:
+    """Why the user's own words replace this instruction's value, or None."""
+    dialogue_words = set(_words(dialogue))
+    _, consequence = split_condition(instruction)
+    ins_words = _words(consequence)
+    # Locations: the instruction sets a city/location, the user names a different place.
+    place = find_place(dialogue, model)
+    if place and (LOCATION_WORDS & set(ins_words) or find_place(consequence, model)):
+        value_words = [w for w in tokenize(consequence) if w not in model.vocabulary | GENERIC_WORDS | LOCATION_WORDS]
+        if value_words and not any(w in dialogue_words for w in value_words):
+            return f"location {place!r}"
+    for n in domains:
+        # Enum values: the instruction picks one value of a parameter, the user another of the same one.
+        text = " " + " ".join(ins_words) + " "
+        dtext = " " + " ".join(_words(dialogue)) + " "
+        for value, param in model.enum_values[n].items():
+            if f" {' '.join(value)} " not in text:
+                continue
+            for other, other_param in model.enum_values[n].items():
+                if other_param == param and other != value and f" {' '.join(other)} " in dtext \
+                        and f" {' '.join(value)} " not in dtext:
+                    return f"{param} {' '.join(other)!r}"
+        # The user states a parameter the instruction also sets ("the dentist's name is X", "SFO as the city").
+        for phrase, param in model.param_phrases[n].items():
+            if not phrase or f" {' '.join(phrase)} " not in text:
+                continue
+            if user_sets(phrase, dialogue):
+                values = [w for w in tokenize(consequence) if w not in model.vocabulary | GENERIC_WORDS]
+                if values and not all(w in dialogue_words for w in values):
+                    return f"{param} stated by the user"
+    return None
+
+
+# ---------------------------------------------------------------------------- the selector
+def select_instructions(
+    dialogue: str | list[Turn] | list[dict[str, Any]],
+    instructions: Sequence[str],
+    catalogue: Catalogue,
+    embedder: Embedder | None = None,
+    *,
+    config: SelectionConfig | None = None,
+) -> SelectionResult:
+    """The instructions that apply to this dialogue (thresholded) and the full ranking with scores."""
+    config = config or SelectionConfig()
+    turns = as_dialogue(dialogue)
+    text = user_text(turns)
+    model = DomainModel.build(catalogue)
+    instructions = list(instructions)
+    if not instructions:
+        return SelectionResult(selected=[], ranking=[], dialogue_domains=[])
+
+    vectors = _embed(embedder, [text, *instructions, *model.texts])
+    cos = None
+    if vectors is not None:
+        cos = vectors[: len(instructions) + 1] @ vectors[len(instructions) + 1 :].T
+    active = set(dialogue_domains(model, text, cos[0] if cos is not None else None, config))
+    ins_domains = [
+        instruction_domains(model, ins, cos[i + 1] if cos is not None else None, config)
+        for i, ins in enumerate(instructions)
+    ]
+    relevance = _relevance(text, instructions, embedder, vectors)
+    if not active:
+        # Nothing in the request names a domain ("a spot to grab some grub"): the profile itself is evidence;
+        # take the domain of the instruction most similar to the request.
+        best = max(range(len(instructions)), key=lambda i: relevance[i][0])
+        if relevance[best][0] > 0:
+            active = set(ins_domains[best])
+
+    conditions = [split_condition(ins) for ins in instructions]
+    needs = [condition_values(c, model) if c else [] for c, _ in conditions]
+    overrides = [
+        override_reason(ins, ins_domains[i], text, model) if config.use_overrides else None
+        for i, ins in enumerate(instructions)
+    ]
+
+    selected: dict[int, str] = {}
+    context_words = set(tokenize(text))
+    changed = True
+    while changed:  # fixpoint: selected instructions can satisfy conditions and add domains (chains)
+        changed = False
+        for i, ins in enumerate(instructions):
+            if i in selected or overrides[i] or not (set(ins_domains[i]) & active):
+                continue
+            own_context = context_words | _selected_words(instructions, selected, exclude=i)
+            if needs[i] and not _condition_met(needs[i], own_context):
+                continue
+            met_by_dialogue = not needs[i] or _condition_met(needs[i], context_words)
+            selected[i] = "direct" if met_by_dialogue else "chain"
+            changed = True
+            if config.use_chains and _ALSO_RE.search(conditions[i][1]):
+                # "then also look at Hotels": a domain the consequence names becomes active too.
+                active |= set(model.named(_words(conditions[i][1])))
+        if not config.use_chains:
+            break
+
+    context_all = context_words | _selected_words(instructions, selected, exclude=-1)
+    ranking = []
+    for i, ins in enumerate(instructions):
+        domain_match = bool(set(ins_domains[i]) & active)
+        condition_met = not needs[i] or _condition_met(needs[i], context_all)
+        score = (1.0 if domain_match else 0.0) + config.relevance_weight * relevance[i][0]
+        if not condition_met:
+            score -= 0.5
+        if overrides[i]:
+            score -= 0.5
+        if i in selected:
+            score = max(score, config.threshold)
+        else:
+            score = min(score, config.threshold - 1e-6)
+        ranking.append(
+            ScoredInstruction(
+                index=i, text=ins, score=round(score, 6), domains=ins_domains[i], domain_match=domain_match,
+                condition=" ".join(needs[i]) or None, condition_met=condition_met, overridden_by=overrides[i],
+                via=selected.get(i, "direct"), bm25=relevance[i][1], dense=relevance[i][2],
+            )
+        )
+    ranking.sort(key=lambda s: (-s.score, s.index))
+    chosen = [s for s in ranking if s.index in selected]
+    return SelectionResult(selected=chosen, ranking=ranking, dialogue_domains=sorted(active))
+
+
+def _condition_met(values: list[str], words: set[str]) -> bool:
+    hits = sum(1 for v in values if v in words)
+    return hits >= max(1, math.ceil(len(values) / 2))
+
+
+def _selected_words(instructions: list[str], selected: dict[int, str], *, exclude: int) -> set[str]:
+    words: set[str] = set()
+    for j in selected:
+        if j != exclude:
+            words |= set(tokenize(instructions[j]))
+    return words
+
+
+def _relevance(
+    query: str, instructions: list[str], embedder: Embedder | None, vectors: np.ndarray | None
+) -> list[tuple[float, float, float | None]]:
+    """(fused 0..1, bm25, cosine) per instruction from the hybrid index, for ordering."""
+    n = len(instructions)
+    if vectors is not None:
+        index = HybridIndex(instructions, embedder, fusion="weighted", vectors=vectors[1 : n + 1])
+        found = index.search(query, k=n, query_vector=vectors[0])
+    else:
+        found = HybridIndex(instructions, None, fusion="weighted").search(query, k=n)
+    hits = {h.index: h for h in found}
+    out = []
+    for i in range(n):
+        hit = hits.get(i)
+        out.append((hit.score, hit.bm25, hit.dense) if hit else (0.0, 0.0, None))
+    return out
+
+
+# ---------------------------------------------------------------------------- evaluation
+def evaluate_selection(
+    items: Sequence[dict[str, Any]],
+    embedder: Embedder | None,
+    catalogue: Catalogue | None = None,
+    *,
+    config: SelectionConfig | None = None,
+) -> dict[str, Any]:
+    """Micro precision/recall/F1 and exact-set accuracy against NLSI `applicable_standing_instructions`."""
+    if catalogue is None:
+        from prefcall.schemas.registry import builtin_catalogue
+
+        catalogue = builtin_catalogue("nlsi")
+    tp = fp = fn = exact = 0
+    started = time.perf_counter()
+    for item in items:
+        result = select_instructions(
+            nlsi_dialogue(item["user_utterance"]), item["all_standing_instructions"], catalogue, embedder, config=config
+        )
+        predicted = set(result.selected_texts)
+        gold = set(item["applicable_standing_instructions"])
+        tp += len(predicted & gold)
+        fp += len(predicted - gold)
+        fn += len(gold - predicted)
+        exact += predicted == gold
+    n = len(items)
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {
+        "items": n,
+        "precision": round(precision, 4),
+        "recall": round(recall, 4),
+        "f1": round(f1, 4),
+        "exact_match": round(exact / n, 4) if n else 0.0,
+        "embedder": getattr(embedder, "name", None) if embedder is not None else None,
+        "seconds": round(time.perf_counter() - started, 2),
+    }
+
+
+def nlsi_dialogue(user_utterance: str) -> list[Turn]:
+    """NLSI's `user_utterance` is a transcript ("User: ...\\nAgent: ..."); split it into turns."""
+    turns = []
+    for line in user_utterance.splitlines():
+        role, _, content = line.partition(":")
+        role = role.strip().lower()
+        if role in ("user", "agent", "assistant", "system") and content:
+            turns.append(Turn(role="user" if role == "user" else "assistant", content=content.strip()))
+        elif turns:
+            turns[-1].content += "\n" + line
+        elif line.strip():
+            turns.append(Turn(role="user", content=line.strip()))
+    return turns
+
+
+def load_items(path: str, limit: int | None = None) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as handle:
+        items = json.load(handle)
+    return items[:limit] if limit else items

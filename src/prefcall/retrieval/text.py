@@ -1,0 +1,54 @@
+"""Tokenisation shared by BM25 and the rule-based matchers: lower-case words with light normalisation.
+
+Light on purpose: a real stemmer would merge words that mean different things in API slots
+("booking" vs "book" is fine, "events" vs "event" too, but "news" vs "new" is not), so we only
+split identifiers, fold plurals and drop a short list of function words.
+"""
+
+from __future__ import annotations
+
+import re
+
+_CAMEL_RE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_WORD_RE = re.compile(r"[a-z0-9]+")
+
+# Function words that carry no retrieval signal; kept short so that preference words ("not", "no") survive.
+STOP_WORDS = frozenset(
+    """a an the and or of to in on at for from by with as is are was were be been being it its this that these
+    those i me my mine we our you your he she they them their if then so do does did am can could would should
+    will shall may might must have has had there here what which who whom when where how about into up out
+    just also too very s t m ll re ve d""".split()
+)
+
+# Plural endings that must not be cut: "bus" -> "bu", "class" -> "clas", "this" -> "thi".
+_KEEP_ENDINGS = ("ss", "us", "is", "os", "as", "ys")
+# "-ies" words whose singular ends in "ie", not "y" (movies -> movie, but cities -> city).
+_IE_PLURALS = frozenset({"movies", "cookies", "calories", "ties", "lies", "pies", "zombies", "selfies", "rookies"})
+
+
+def normalise_word(word: str) -> str:
+    """Fold simple English plurals: restaurants -> restaurant, movies -> movie, buses -> bus."""
+    if len(word) <= 3 or word.isdigit():
+        return word
+    if word in _IE_PLURALS or word in ("series", "species", "news"):
+        return word[:-1] if word in _IE_PLURALS else word
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith(("sses", "shes", "ches", "xes", "uses")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith(_KEEP_ENDINGS):
+        return word[:-1]
+    return word
+
+
+def split_identifier(text: str) -> str:
+    """GetRestaurants -> Get Restaurants, departure_date -> departure date."""
+    return _CAMEL_RE.sub(" ", text).replace("_", " ")
+
+
+def tokenize(text: str, *, drop_stop_words: bool = True) -> list[str]:
+    """Lower-case, identifier-split, plural-folded word tokens."""
+    words = _WORD_RE.findall(split_identifier(text).lower())
+    if drop_stop_words:
+        words = [w for w in words if w not in STOP_WORDS]
+    return [normalise_word(w) for w in words]

@@ -1,0 +1,581 @@
+"""The MCP server: tools, resources and a prompt over `Services`. Validation here, decisions in strategies.
+
+`create_server(settings, engine=..., embedder=..., store=..., catalogues=..., demos=...)` builds an
+`MCPServer`; tests pass fakes and a temporary database, `prefcall serve` passes nothing (real models,
+loaded in the background once the server starts).
+"""
+
+import json
+import logging
+import re
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context, ElicitationResult, MCPServer, Resolve
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
+from mcp.server.mcpserver.resolve import Elicit
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field, create_model
+from pydantic import ValidationError as PydanticValidationError
+
+from prefcall import __version__
+from prefcall.config import Settings
+from prefcall.engine.base import Embedder, Engine
+from prefcall.errors import NotFoundError, PrefcallError, ValidationError
+from prefcall.schemas.model import Call, Catalogue, Function, Turn
+from prefcall.server import models as m
+from prefcall.server.auth import StaticTokenVerifier, resolve_user
+from prefcall.server.services import Services, catalogue_summary
+from prefcall.server.validation import (
+    check_text,
+    check_unicode,
+    check_unique_names,
+    dialogue_turns,
+    tool_parameters,
+)
+
+log = logging.getLogger("prefcall.server")
+
+SERVER_INSTRUCTIONS = """prefcall turns a user's request into concrete API calls, personalised with the user's standing
+instructions (e.g. "when I book flights I fly Delta"). Call parse_request with the dialogue, the user id and a
+catalogue name (list_catalogues); it answers with calls to make, a question to ask the user, or a refusal.
+Use clarify before acting when a request may be missing details, select_tools_nlt to pick tools from a list,
+and report_feedback after the user accepts or corrects a call so prefcall learns from it. Manage standing
+instructions with add_instruction / list_instructions / remove_instruction, and tag them with tag_profile."""
+
+Config = Literal["default", "ext-tag", "joint-tag", "taps", "full"]
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+ADDITIVE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
+UPDATE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
+
+# Descriptions shared by several tools.
+UserId = Annotated[
+    str | None,
+    Field(description="profile id ([A-Za-z0-9_.@-]); over HTTP defaults to the bearer token's user"),
+]
+CatalogueName = Annotated[str, Field(description="catalogue name, see list_catalogues (built-ins: nlsi, sgd)")]
+Dialogue = Annotated[
+    str | list[m.TurnIn],
+    Field(description="the user's request as a string, or the conversation as turns (user/assistant; "
+                      "assistant turns may carry the calls they made)"),
+]
+
+
+# ------------------------------------------------------------------------------- errors and logging
+def one_line(exc: PydanticValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "input"
+    return f"{where}: {first['msg']}"
+
+
+# Store messages suggest CLI commands; an MCP host should hear about the equivalent tools instead.
+_CLI_HINTS = [
+    (re.compile(r"create it with `prefcall profile create ([^`]+)`"), r"create it with create_profile(user_id='\1')"),
+    (re.compile(r"`prefcall profile list[^`]*`"), "list_instructions"),
+    (re.compile(r"see `prefcall schema list`"), "see list_catalogues"),
+    (re.compile(r"pass --replace to overwrite"), "pass replace=true to overwrite"),
+]
+
+
+def for_hosts(message: str) -> str:
+    for pattern, replacement in _CLI_HINTS:
+        message = pattern.sub(replacement, message)
+    return message
+
+
+@contextmanager
+def tool_errors() -> Iterator[None]:
+    """Every failure becomes an MCP tool error (isError) with one actionable line; the server keeps serving."""
+    try:
+        yield
+    except (ToolError, MCPError):
+        raise
+    except PrefcallError as exc:
+        raise ToolError(for_hosts(str(exc))) from exc
+    except PydanticValidationError as exc:
+        raise ToolError(f"invalid input: {one_line(exc)}") from exc
+    except Exception as exc:  # noqa: BLE001 - last resort: say what failed, keep serving
+        log.exception("unexpected failure in a tool")
+        raise ToolError(f"internal error ({type(exc).__name__}: {exc}): the server is still running; "
+                        "see its stderr log and report the bug") from exc
+
+
+@contextmanager
+def resource_errors() -> Iterator[None]:
+    try:
+        yield
+    except (ResourceError, MCPError):
+        raise
+    except NotFoundError as exc:
+        raise ResourceNotFoundError(for_hosts(str(exc))) from exc
+    except PrefcallError as exc:
+        raise ResourceError(for_hosts(str(exc))) from exc
+
+
+_PYDANTIC_HEADER = re.compile(r"\d+ validation errors? for \w+")
+
+
+def one_line_tool_error(text: str) -> str:
+    """The SDK reports argument validation as pydantic's multi-line dump; hosts get one line instead,
+    naming the most specific failing field (for a union, the branch the caller evidently meant)."""
+    header = _PYDANTIC_HEADER.search(text)
+    if not header:
+        return " ".join(text.split())
+    errors: list[tuple[str, str]] = []
+    lines = text[header.end():].splitlines()
+    for here, following in zip(lines, lines[1:]):
+        if here and not here.startswith(" ") and following.startswith("  ") and not following.startswith("    "):
+            errors.append((here.strip(), following.strip().split(" [type=")[0]))
+    if not errors:
+        return " ".join(text.split())
+    field, message = max(errors, key=lambda e: e[0].count("."))
+    field = re.sub(r"\.(str|list\[\w+\]|dict\[[^\]]+\])(?=\.|$)", "", field)
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{text[: header.start()].strip()} invalid argument {field}: {message}{more}"
+
+
+async def one_line_errors(ctx: Any, call_next: Any) -> Any:
+    """Server middleware: every tool error's text is a single line (including the SDK's own)."""
+    result = await call_next(ctx)
+    if ctx.method != "tools/call":
+        return result
+    if isinstance(result, CallToolResult) and result.is_error:
+        for block in result.content:
+            if isinstance(block, TextContent):
+                block.text = one_line_tool_error(block.text)
+    elif isinstance(result, dict) and result.get("isError"):  # the runner may hand over the serialised form
+        for block in result.get("content") or []:
+            if isinstance(block, dict) and isinstance(block.get("text"), str):
+                block["text"] = one_line_tool_error(block["text"])
+    return result
+
+
+async def tell(ctx: Context, level: str, message: str) -> None:
+    """Log to stderr and, for clients that opted in (log_level), as an MCP logging notification."""
+    log.log(logging.WARNING if level == "warning" else logging.INFO, message)
+    with warnings.catch_warnings():
+        # The logging capability is deprecated in the 2026-07-28 protocol but still what hosts display.
+        warnings.simplefilter("ignore")
+        try:
+            await ctx.log(level, message, logger_name="prefcall")  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001 - a log line must never fail a tool
+            log.debug("could not send a log notification", exc_info=True)
+
+
+def progress_for(ctx: Context):
+    """Progress notifications while the model is still loading (no-op when the client sent no token)."""
+    told = False
+
+    async def report(waited: float, message: str) -> None:
+        nonlocal told
+        if not told:
+            told = True
+            await tell(ctx, "info", message)
+        try:
+            await ctx.report_progress(waited, None, message)
+        except Exception:  # noqa: BLE001
+            log.debug("could not send progress", exc_info=True)
+
+    return report
+
+
+# ------------------------------------------------------------------------------- clarify + elicitation
+class ClarifyFirstPass(BaseModel):
+    """Clarify's first answer, computed by a resolver so MCP elicitation can ask the user before the tool body."""
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    outcome: m.ClarifyOutcome
+    user_id: str | None = None
+    turns: list[Turn]
+    catalogue: Catalogue
+    instructions: list[str] = Field(default_factory=list)
+
+
+def answer_schema(missing: list[m.MissingArgument]) -> type[BaseModel]:
+    """A flat string-only form (what elicitation allows) with one field per missing argument."""
+    fields: dict[str, Any] = {}
+    for item in missing:
+        key = re.sub(r"\W", "_", item.argument).strip("_") or "answer"
+        if key[0].isdigit():
+            key = f"arg_{key}"
+        label = item.description or item.argument.replace("_", " ")
+        fields.setdefault(key, (str, Field(description=label[:200])))
+    if not fields:
+        fields["answer"] = (str, Field(description="your answer"))
+    return create_model("ClarifyAnswer", **fields)
+
+
+def client_can_elicit(ctx: Context) -> bool:
+    capabilities = ctx.client_capabilities
+    return capabilities is not None and capabilities.elicitation is not None
+
+
+# ------------------------------------------------------------------------------- the factory
+def create_server(
+    settings: Settings | None = None,
+    *,
+    engine: Engine | None = None,
+    embedder: Embedder | None = None,
+    store: Any = None,
+    catalogues: Any = None,
+    demos: Any = None,
+    tokens: dict[str, str] | None = None,
+    services: Services | None = None,
+) -> MCPServer:
+    """Build the prefcall MCP server.
+
+    `engine`/`embedder`: injected models (tests); None loads the real ones in the background at start.
+    `store` (ProfileStore), `catalogues` (CatalogueStore), `demos` (DemoStore): objects or zero-argument
+    factories; None opens them on `settings.database_path()`. `tokens` ({token: user}) turns on bearer auth
+    (HTTP). `services` replaces all of the above (tests that control model loading)."""
+    settings = settings or Settings()
+    services = services or Services(
+        settings, engine=engine, embedder=embedder, profiles=store, catalogues=catalogues, demos=demos
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer) -> AsyncIterator[Services]:
+        # Loading starts now, in the background: the host gets tools/list at once, and a tool call that
+        # needs the model waits (with progress) instead of failing.
+        services.models.start()
+        yield services
+
+    auth_kwargs: dict[str, Any] = {}
+    if tokens is not None:
+        from mcp.server.auth.settings import AuthSettings
+
+        auth_kwargs = {
+            "token_verifier": StaticTokenVerifier(tokens),
+            "auth": AuthSettings(issuer_url="http://127.0.0.1", resource_server_url=None),
+        }
+    server = MCPServer(
+        "prefcall",
+        title="prefcall: personalised tool calls",
+        instructions=SERVER_INSTRUCTIONS,
+        version=__version__,
+        lifespan=lifespan,
+        middleware=[one_line_errors],
+        log_level="DEBUG" if settings.verbose else "WARNING",
+        **auth_kwargs,
+    )
+    server.services = services  # type: ignore[attr-defined]  # for the CLI and tests
+
+    def limit() -> int:
+        return settings.max_dialogue_chars
+
+    # -- parse_request ---------------------------------------------------------------------------
+    @server.tool(title="Parse a request into personalised calls", annotations=READ_ONLY)
+    async def parse_request(
+        dialogue: Dialogue,
+        catalogue: CatalogueName,
+        ctx: Context,
+        user_id: UserId = None,
+        config: Annotated[Config, Field(description="pipeline configuration; 'full' is the best")] = "full",
+        allow_refuse: Annotated[bool, Field(description="may answer 'refuse' when no function fits")] = True,
+        applicable: Annotated[
+            list[str] | None, Field(description="standing instructions known to apply (skips selection)")
+        ] = None,
+    ) -> m.ParseRequestResult:
+        """The calls to make for the user's request, filled from the request AND the user's standing
+        instructions; or a clarifying question (decision 'ask'); or 'refuse' when no function fits."""
+        with tool_errors():
+            user = resolve_user(user_id)
+            turns = dialogue_turns(dialogue, limit())
+            if applicable is not None:
+                check_unicode(applicable, "applicable")
+            await tell(ctx, "info", f"parse_request for {user} on {catalogue} ({config})")
+            result = await services.parse(user, turns, catalogue, config, {"allow_refuse": allow_refuse},
+                                          applicable, progress_for(ctx))
+            await tell(ctx, "info", f"decision {result.decision}: {len(result.calls)} call(s), "
+                                    f"{result.trace.evaluated} tokens evaluated, {result.trace.reused} reused")
+            return result
+
+    # -- select_tools_nlt ------------------------------------------------------------------------
+    @server.tool(title="Select tools in natural language (NLT)", annotations=READ_ONLY)
+    async def select_tools_nlt(
+        message: Annotated[str, Field(description="the user's request")],
+        ctx: Context,
+        tools: Annotated[
+            list[m.ToolIn] | None, Field(description="tools as in MCP tools/list or OpenAI format")
+        ] = None,
+        catalogue: Annotated[str | None, Field(description="or a stored catalogue name instead of tools")] = None,
+        mode: Annotated[
+            Literal["generate", "score", "structured"],
+            Field(description="generate: reasoning then YES/NO per tool (paper); score: P(YES) per tool; "
+                              "structured: JSON baseline"),
+        ] = "generate",
+        context: Annotated[str | None, Field(description="earlier conversation, if any")] = None,
+        threshold: Annotated[float, Field(ge=0.0, le=1.0, description="P(YES) needed in score mode")] = 0.5,
+        calibrate: Annotated[bool, Field(description="score mode: calibrate against a content-free request")] = False,
+    ) -> m.NltSelection:
+        """Decide YES/NO for every tool for this message; the selected set, probabilities (score mode) and
+        the selector's reasoning."""
+        with tool_errors():
+            text = check_text(message, "message", limit())
+            if context is not None:
+                context = check_text(context, "context", limit()) if context.strip() else None
+            if (tools is None) == (catalogue is None):
+                raise ValidationError("pass either tools (a tool list) or catalogue (a stored catalogue name)")
+            chosen: Catalogue | list[Function]
+            if tools is not None:
+                if not tools:
+                    raise ValidationError("tools is empty: pass at least one tool")
+                check_unicode([t.model_dump() for t in tools], "tools")
+                check_unique_names([t.name for t in tools])
+                chosen = [Function(name=t.name, description=t.description, parameters=tool_parameters(t))
+                          for t in tools]
+            else:
+                chosen = await services.catalogue(str(catalogue))
+            return await services.select_tools(text, chosen, mode=mode, context=context, threshold=threshold,
+                                               calibrate=calibrate, progress=progress_for(ctx))
+
+    # -- clarify (with MCP elicitation when the client supports it) ------------------------------
+    async def clarify_first_pass(
+        dialogue: Dialogue, catalogue: str, user_id: str | None, ctx: Context
+    ) -> ClarifyFirstPass:
+        with tool_errors():
+            turns = dialogue_turns(dialogue, limit())
+            user = resolve_user(user_id) if user_id or ctx_has_token() else None
+            instructions = [i.text for i in await services.instructions(user)] if user else []
+            found = await services.catalogue(catalogue)
+            outcome = await services.clarify(turns, found, instructions, progress_for(ctx))
+            return ClarifyFirstPass(outcome=outcome, user_id=user, turns=turns, catalogue=found,
+                                    instructions=instructions)
+
+    async def ask_the_user(
+        first: Annotated[ClarifyFirstPass, Resolve(clarify_first_pass)], elicit: bool, ctx: Context
+    ) -> Any:
+        # Only a real question, and only to clients that declared elicitation; others get it as data.
+        if not elicit or first.outcome.decision != "question" or not client_can_elicit(ctx):
+            return None
+        return Elicit(first.outcome.question or "Could you give more details?",
+                      answer_schema(first.outcome.missing_arguments))
+
+    @server.tool(title="Ask, continue or admit a limitation (QwN)", annotations=READ_ONLY)
+    async def clarify(
+        dialogue: Dialogue,
+        catalogue: CatalogueName,
+        ctx: Context,
+        first: Annotated[ClarifyFirstPass, Resolve(clarify_first_pass)],
+        answer: Annotated[ElicitationResult[Any], Resolve(ask_the_user)],
+        user_id: UserId = None,
+        elicit: Annotated[bool, Field(description="ask the user through MCP elicitation when possible")] = True,
+    ) -> m.ClarifyOutcome:
+        """Before calling: 'question' (with the question and the missing arguments), 'continue', or
+        'limitation' (no tool fits). With elicit and a client that supports elicitation, the user is asked
+        directly and the answer folded back in (the result then reflects the completed dialogue)."""
+        with tool_errors():
+            outcome = first.outcome
+            data = getattr(answer, "data", None)
+            if answer.action != "accept":
+                return outcome.model_copy(update={"elicited": True, "elicitation_action": answer.action})
+            if data is None:
+                return outcome
+            reply = {k: v for k, v in data.model_dump().items() if str(v).strip()}
+            check_unicode(reply, "elicited answer")
+            text = "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in reply.items())
+            turns = [*first.turns, Turn(role="assistant", content=outcome.question or ""),
+                     Turn(role="user", content=text)]
+            await tell(ctx, "info", "the user answered the clarifying question; re-running clarify")
+            again = await services.clarify(turns, first.catalogue, first.instructions, progress_for(ctx))
+            calls: list[m.CallOut] = []
+            if again.decision == "continue" and first.user_id:
+                parsed = await services.parse(first.user_id, turns, first.catalogue.name, "full",
+                                              {"allow_refuse": True}, None, progress_for(ctx))
+                calls = parsed.calls
+            return again.model_copy(update={"elicited": True, "elicitation_action": "accept", "answer": reply,
+                                            "calls": calls})
+
+    def ctx_has_token() -> bool:
+        from prefcall.server.auth import current_user
+
+        return current_user() is not None
+
+    # -- tag_profile -----------------------------------------------------------------------------
+    @server.tool(title="Tag standing instructions (TAPS)", annotations=UPDATE)
+    async def tag_profile(
+        catalogue: CatalogueName,
+        ctx: Context,
+        user_id: UserId = None,
+        force: Annotated[bool, Field(description="re-tag instructions that already have fresh tags")] = False,
+    ) -> m.TagProfileResult:
+        """Tag every untagged or stale standing instruction with TAPS structured tags and store them."""
+        with tool_errors():
+            user = resolve_user(user_id)
+            result = await services.tag_profile(user, catalogue, force=force, progress=progress_for(ctx))
+            await tell(ctx, "info", f"tagged {result.tagged}, skipped {result.skipped}, invalid {result.invalid}")
+            return result
+
+    # -- profile management ----------------------------------------------------------------------
+    @server.tool(title="Create a profile", annotations=UPDATE)
+    async def create_profile(user_id: UserId = None) -> m.InstructionChange:
+        """Create an empty profile (no-op when it exists)."""
+        with tool_errors():
+            user = resolve_user(user_id)
+            check_unicode(user, "user_id")
+            created = await services.create_profile(user)
+            count = len(await services.instructions(user))
+            return m.InstructionChange(user_id=user, action="created" if created else "exists", instructions=count)
+
+    @server.tool(title="Add a standing instruction", annotations=ADDITIVE)
+    async def add_instruction(
+        text: Annotated[str, Field(description="e.g. 'When I book flights, I fly Delta.'")],
+        user_id: UserId = None,
+        create: Annotated[bool, Field(description="create the profile when it does not exist")] = True,
+    ) -> m.InstructionChange:
+        """Add a standing instruction to the user's profile."""
+        with tool_errors():
+            user = resolve_user(user_id)
+            clean = check_text(text, "text", 2_000)
+            added, count = await services.add_instruction(user, clean, create=create)
+            return m.InstructionChange(user_id=user, action="added", instruction=added, instructions=count)
+
+    @server.tool(title="Remove a standing instruction", annotations=DESTRUCTIVE)
+    async def remove_instruction(
+        instruction_id: Annotated[int, Field(description="the id shown by list_instructions")],
+        user_id: UserId = None,
+    ) -> m.InstructionChange:
+        """Remove one standing instruction from the user's profile."""
+        with tool_errors():
+            user = resolve_user(user_id)
+            removed, count = await services.remove_instruction(user, instruction_id)
+            return m.InstructionChange(user_id=user, action="removed", instruction=removed, instructions=count)
+
+    @server.tool(title="List standing instructions", annotations=READ_ONLY)
+    async def list_instructions(user_id: UserId = None) -> m.ProfileOut:
+        """The user's standing instructions with their TAPS tags."""
+        with tool_errors():
+            user = resolve_user(user_id)
+            return m.ProfileOut(user_id=user, instructions=await services.instructions(user))
+
+    # -- catalogues ------------------------------------------------------------------------------
+    @server.tool(title="List catalogues", annotations=READ_ONLY)
+    async def list_catalogues() -> m.CatalogueList:
+        """Every catalogue (API schema set) prefcall knows, with its function names."""
+        with tool_errors():
+            return m.CatalogueList(catalogues=[catalogue_summary(c) for c in await services.catalogues()])
+
+    @server.tool(title="Import a catalogue", annotations=DESTRUCTIVE)
+    async def import_catalogue(
+        name: Annotated[str, Field(min_length=1, max_length=100, description="name to store it under")],
+        tools: Annotated[
+            list[dict[str, Any]],
+            Field(description="a tool list: MCP tools/list entries (inputSchema) or OpenAI tools/functions"),
+        ],
+        description: Annotated[str | None, Field(description="what the catalogue is for")] = None,
+        replace: Annotated[bool, Field(description="overwrite a catalogue with this name")] = False,
+    ) -> m.ImportResult:
+        """Store a host's tool list as a catalogue usable by parse_request, clarify and select_tools_nlt."""
+        with tool_errors():
+            check_unicode([name, description, tools], "tools")
+            if not tools:
+                raise ValidationError("tools is empty: pass at least one tool")
+            check_unique_names([_tool_name(t) for t in tools])
+            catalogue, replaced = await services.import_catalogue(tools, name, description, replace)
+            return m.ImportResult(name=catalogue.name, functions=catalogue.names, replaced=replaced)
+
+    # -- feedback --------------------------------------------------------------------------------
+    @server.tool(title="Report whether a call was accepted", annotations=ADDITIVE)
+    async def report_feedback(
+        dialogue: Dialogue,
+        catalogue: CatalogueName,
+        calls: Annotated[
+            list[m.CallIn], Field(description="the accepted calls, or the user's corrected calls")
+        ],
+        ctx: Context,
+        user_id: UserId = None,
+        outcome: Annotated[
+            Literal["accepted", "corrected", "rejected"],
+            Field(description="accepted / corrected (calls are the corrected ones) are stored as a "
+                              "demonstration; rejected stores nothing"),
+        ] = "accepted",
+        instructions_used: Annotated[
+            list[str] | None, Field(description="the standing instructions that applied (from parse_request)")
+        ] = None,
+    ) -> m.FeedbackResult:
+        """Tell prefcall the host accepted (or corrected) calls; they become a few-shot demonstration for
+        similar future requests."""
+        with tool_errors():
+            user = resolve_user(user_id)
+            turns = dialogue_turns(dialogue, limit())
+            check_unicode([c.model_dump() for c in calls], "calls")
+            check_unicode(instructions_used or [], "instructions_used")
+            found = await services.catalogue(catalogue)
+            chosen = [Call(name=c.name, arguments=c.arguments) for c in calls]
+            unknown = [c.name for c in chosen if found.function(c.name) is None]
+            if unknown:
+                raise ValidationError(f"calls name functions not in catalogue {found.name!r}: "
+                                      f"{', '.join(unknown)}: use names from list_catalogues")
+            if outcome == "rejected":
+                return m.FeedbackResult(stored=False, calls=[])
+            if not chosen:
+                raise ValidationError("calls is empty: pass the accepted or corrected calls")
+            instructions = instructions_used
+            if instructions is None:
+                instructions = [i.text for i in await services.instructions(user)]
+            await services.ready(progress_for(ctx))
+            demo = await services.store_demonstration(turns, instructions, found.name, chosen)
+            await tell(ctx, "info", f"stored demonstration {getattr(demo, 'id', '?')} for {found.name}")
+            return m.FeedbackResult(stored=True, demonstration_id=getattr(demo, "id", None),
+                                    calls=[m.CallOut(name=c.name, arguments=c.arguments) for c in chosen],
+                                    corrected=outcome == "corrected")
+
+    # -- resources -------------------------------------------------------------------------------
+    @server.resource("profiles://{user_id}", name="profile", title="A user's standing instructions",
+                     mime_type="application/json")
+    async def profile_resource(user_id: str) -> str:
+        """The profile: standing instructions with their TAPS tags."""
+        with resource_errors():
+            user = resolve_user(user_id)
+            profile = m.ProfileOut(user_id=user, instructions=await services.instructions(user))
+            return profile.model_dump_json(indent=1)
+
+    @server.resource("schemas://catalogues", name="catalogues", title="Catalogues", mime_type="application/json")
+    async def catalogues_resource() -> str:
+        """Every catalogue with its function names."""
+        with resource_errors():
+            listing = m.CatalogueList(catalogues=[catalogue_summary(c) for c in await services.catalogues()])
+            return listing.model_dump_json(indent=1)
+
+    @server.resource("schemas://{catalogue}", name="catalogue", title="A catalogue's JSON",
+                     mime_type="application/json")
+    async def catalogue_resource(catalogue: str) -> str:
+        """The catalogue's functions as JSON Schema (prefcall's export form)."""
+        with resource_errors():
+            found = await services.catalogue(catalogue)
+            return json.dumps({"name": found.name, "description": found.description,
+                               "functions": [f.model_dump() for f in found.functions]}, indent=1, ensure_ascii=False)
+
+    # -- prompt ----------------------------------------------------------------------------------
+    @server.prompt(name="use_prefcall", title="Use prefcall in this conversation")
+    def use_prefcall(user_id: str = "", catalogue: str = "") -> str:
+        """How to use prefcall's tools for personalised calls in this conversation."""
+        who = f"the user id '{user_id}'" if user_id else "the user's id"
+        which = f"the catalogue '{catalogue}'" if catalogue else "a catalogue from list_catalogues"
+        return (
+            "You can turn my requests into concrete API calls personalised with my standing instructions.\n"
+            f"For each request: call parse_request with {who}, {which} and the dialogue so far "
+            "(a list of user/assistant turns; include earlier calls on assistant turns).\n"
+            "- decision 'call': show me the calls (name and arguments) and, when I confirm, make them; then call "
+            "report_feedback with outcome 'accepted' (or 'corrected' with my corrected calls).\n"
+            "- decision 'ask': ask me the question exactly, then call parse_request again with my answer added.\n"
+            "- decision 'refuse': tell me no available tool fits.\n"
+            "When I state a lasting preference ('I always ...', 'when I ... I prefer ...'), offer to save it "
+            "with add_instruction, and run tag_profile afterwards. Never invent argument values I did not give."
+        )
+
+    return server
+
+
+def _tool_name(tool: dict[str, Any]) -> str:
+    inner = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    name = inner.get("name") if isinstance(inner, dict) else None
+    if not isinstance(name, str) or not name.strip():
+        raise ValidationError("every tool needs a non-empty 'name'")
+    return name

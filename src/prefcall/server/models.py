@@ -1,0 +1,193 @@
+"""Typed inputs and results of the MCP tools. Their JSON Schemas are what hosts see as input/output schemas.
+
+The server maps each strategy's own result onto these models, so the wire contract stays stable while
+strategies evolve (a new strategy field does not silently change what every host receives).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class CallIn(BaseModel):
+    """A concrete call, as hosts send it (report_feedback, earlier assistant calls)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200, description="function name in the catalogue")
+    arguments: dict[str, Any] = Field(default_factory=dict, description="argument name -> value")
+
+
+class TurnIn(BaseModel):
+    """One dialogue turn; an assistant turn may carry the calls it made (kept in context, FnCTOD-style)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["user", "assistant"]
+    content: str = ""
+    calls: list[CallIn] = Field(default_factory=list)
+
+
+class ToolIn(BaseModel):
+    """A tool description in MCP tools/list style (`inputSchema`) or OpenAI style (`parameters`)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    name: str = Field(min_length=1, max_length=200)
+    description: str = ""
+    parameters: dict[str, Any] | None = Field(default=None, description="JSON Schema of the arguments")
+    input_schema: dict[str, Any] | None = Field(default=None, alias="inputSchema")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unwrap_openai(cls, data: Any) -> Any:
+        # OpenAI tools arrive as {"type": "function", "function": {...}}.
+        if isinstance(data, dict) and isinstance(data.get("function"), dict) and "name" not in data:
+            return data["function"]
+        return data
+
+
+# ---------------------------------------------------------------------------- results
+class CallOut(BaseModel):
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class Trace(BaseModel):
+    """Where the time and tokens went: the KV-prefix reuse shows in `reused`."""
+
+    timings: dict[str, float] = Field(default_factory=dict, description="seconds per step")
+    prompt_tokens: int = 0
+    evaluated: int = Field(default=0, description="prompt tokens the model actually evaluated")
+    reused: int = Field(default=0, description="prompt tokens taken from the KV cache")
+    completion_tokens: int = 0
+    model_calls: int = 0
+    seconds: float = 0.0
+
+
+class MissingArgument(BaseModel):
+    function: str | None = None
+    argument: str
+    description: str = ""
+
+
+class ParseRequestResult(BaseModel):
+    """The calls to make for this request, or the question to ask, or a refusal."""
+
+    user_id: str
+    catalogue: str
+    config: str
+    status: Literal["ok", "parse_error"]
+    decision: Literal["call", "ask", "refuse"]
+    calls: list[CallOut] = Field(default_factory=list)
+    question: str | None = Field(default=None, description="the clarifying question when decision is 'ask'")
+    missing: list[MissingArgument] = Field(default_factory=list)
+    instructions_used: list[str] = Field(default_factory=list, description="standing instructions applied")
+    confidence: float | None = Field(default=None, description="1 - least confidence of the final generation")
+    least_confidence: float | None = None
+    tagged: bool = Field(default=False, description="whether structured (TAPS) tagging was used")
+    gate_fired: bool = False
+    functions: list[str] = Field(default_factory=list, description="functions stage 1 selected")
+    demonstrations: list[str] = Field(default_factory=list, description="ids of the few-shot demonstrations shown")
+    notes: list[str] = Field(default_factory=list, description="post-check repairs and drops")
+    trace: Trace = Field(default_factory=Trace)
+    errors: list[str] = Field(default_factory=list)
+    raw: list[str] = Field(default_factory=list, description="raw model outputs, for debugging parse errors")
+
+
+class ToolDecisionOut(BaseModel):
+    name: str
+    selected: bool
+    probability: float | None = Field(default=None, description="P(YES); score mode only")
+
+
+class NltSelection(BaseModel):
+    mode: Literal["generate", "score", "structured"]
+    status: Literal["ok", "partial", "parse_error"]
+    decisions: list[ToolDecisionOut] = Field(default_factory=list)
+    selected: list[str] = Field(default_factory=list)
+    reasoning: str | None = Field(default=None, description="the selector's reasoning text, when generated")
+    missing: list[str] = Field(default_factory=list, description="tools the model gave no decision for")
+    unknown: list[str] = Field(default_factory=list)
+    raw_text: str | None = None
+    trace: Trace = Field(default_factory=Trace)
+
+
+class ClarifyOutcome(BaseModel):
+    decision: Literal["question", "continue", "limitation"]
+    question: str | None = None
+    missing_arguments: list[MissingArgument] = Field(default_factory=list)
+    model_said: str | None = None
+    status: str = "ok"
+    elicited: bool = Field(default=False, description="the user was asked through MCP elicitation")
+    elicitation_action: Literal["accept", "decline", "cancel"] | None = None
+    answer: dict[str, Any] | None = Field(default=None, description="what the user answered, when elicited")
+    calls: list[CallOut] = Field(default_factory=list, description="calls parsed after an elicited answer")
+    trace: Trace = Field(default_factory=Trace)
+
+
+class InstructionOut(BaseModel):
+    id: int | str
+    position: int | None = None
+    text: str
+    tags: str | None = Field(default=None, description="TAPS structured tags, e.g. [IN:GET_EVENTS ...]")
+    tags_model: str | None = None
+    tagged_at: str | None = None
+    stale: bool = False
+
+
+class ProfileOut(BaseModel):
+    user_id: str
+    instructions: list[InstructionOut] = Field(default_factory=list)
+
+
+class InstructionChange(BaseModel):
+    user_id: str
+    action: Literal["added", "removed", "created", "exists"]
+    instruction: InstructionOut | None = None
+    instructions: int = Field(description="how many standing instructions the profile holds now")
+
+
+class TagOutcome(BaseModel):
+    instruction_id: int | str
+    text: str
+    status: Literal["ok", "invalid", "skipped"]
+    tags: str | None = None
+    errors: list[str] = Field(default_factory=list)
+
+
+class TagProfileResult(BaseModel):
+    user_id: str
+    catalogue: str
+    model: str
+    tagged: int
+    skipped: int
+    invalid: int
+    instructions: list[TagOutcome] = Field(default_factory=list)
+    trace: Trace = Field(default_factory=Trace)
+
+
+class CatalogueSummary(BaseModel):
+    name: str
+    description: str = ""
+    builtin: bool = False
+    functions: list[str] = Field(default_factory=list)
+
+
+class CatalogueList(BaseModel):
+    catalogues: list[CatalogueSummary] = Field(default_factory=list)
+
+
+class ImportResult(BaseModel):
+    name: str
+    functions: list[str]
+    replaced: bool
+
+
+class FeedbackResult(BaseModel):
+    stored: bool
+    demonstration_id: int | str | None = None
+    calls: list[CallOut] = Field(default_factory=list, description="the calls stored as the demonstration")
+    corrected: bool = False

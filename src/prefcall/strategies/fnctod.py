@@ -1,0 +1,245 @@
+"""FnCTOD function calling: stage 1 picks functions from concise descriptions, stage 2 fills arguments
+with only the chosen function's full spec. Both stages are grammar-constrained JSON, so function names,
+argument names and enum values cannot be invented. A one-stage variant (every spec in one prompt) is
+kept for the comparison benchmark.
+
+Prompt layout: the stable part (instructions for the model + catalogue listing or one function's spec)
+is the system message, FIRST; demonstrations, standing instructions and the dialogue come last, so the
+engine's KV prefix cache reuses the stable part across requests.
+Multi-turn: earlier calls stay in the transcript (`render_dialogue` prints "Assistant called: ..."), as in
+FnCTOD, so the same code does dialogue state tracking.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from prefcall.engine.base import ChatMessage, Engine, Generation
+from prefcall.schemas import render as schema_render
+from prefcall.schemas.model import Call, Catalogue, Function
+from prefcall.strategies.fcicl import Demonstration
+
+MAX_CALLS = 3  # NLSI requests need up to 2-3 calls (chains across domains, one call per preferred value)
+SELECTION_MAX_TOKENS = 48
+ARGUMENTS_MAX_TOKENS = 160
+
+SELECTION_SYSTEM = (
+    "You are an assistant that decides which API functions to call for a user's request.\n"
+    "The user's standing instructions may ask for extra functions (for example 'also check hotels').\n"
+    "Answer with a JSON list of function names.\n\nFunctions:\n{listing}"
+)
+ARGUMENTS_SYSTEM = (
+    "You are an assistant that fills in the arguments of the API function {name}.\n"
+    "Use values from the dialogue and from the user's standing instructions that apply; when they "
+    "conflict, the dialogue wins. Leave out arguments that nobody mentioned. If the user prefers several "
+    "values, give one call per value.\n"
+    "Answer with a JSON list of argument objects, one per call.\n\n{spec}"
+)
+ONE_STAGE_SYSTEM = (
+    "You are an assistant that turns a user's request into API calls.\n"
+    "Use values from the dialogue and from the user's standing instructions that apply; when they "
+    "conflict, the dialogue wins. Leave out arguments that nobody mentioned.\n"
+    'Answer with a JSON list of calls like {{"name": ..., "arguments": {{...}}}}.\n\nFunctions:\n{specs}'
+)
+JOINT_NOTE = (
+    "\nFirst write each standing instruction that applies in tagged form, e.g. "
+    "[IN:GET_EVENTS I like [SL:CITY Boston ] ] (keep every word; IN: the API, SL: its argument), then the calls."
+)
+
+
+class CallingContext(BaseModel):
+    """What both stages see besides the catalogue."""
+
+    dialogue: str  # rendered transcript
+    instructions: list[str] = Field(default_factory=list)  # plain or tagged standing instructions
+    demos: list[Demonstration] = Field(default_factory=list)
+
+
+class StageOutput(BaseModel):
+    """One model call's parsed result; `error` set (and `raw` kept) when the output could not be parsed."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    stage: str
+    value: Any = None
+    raw: str = ""
+    error: str | None = None
+    generation: Generation | None = None
+    seconds: float = 0.0
+
+
+class CallingResult(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    functions: list[str] = Field(default_factory=list)
+    calls: list[Call] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)  # joint mode only
+    stages: list[StageOutput] = Field(default_factory=list)
+
+    @property
+    def errors(self) -> list[str]:
+        return [f"{s.stage}: {s.error}" for s in self.stages if s.error]
+
+    @property
+    def call_generations(self) -> list[Generation]:
+        """Generations that produced arguments/calls: what the uncertainty gate measures."""
+        return [s.generation for s in self.stages if s.generation is not None and s.stage != "select"]
+
+
+# -- rendering -----------------------------------------------------------------------------------
+def render_listing(catalogue: Catalogue) -> str:
+    return schema_render.render_listing(catalogue)
+
+
+def render_spec(function: Function) -> str:
+    return schema_render.render_function_spec(function)
+
+
+def render_instructions(instructions: Sequence[str]) -> str:
+    return "\n".join(f"- {i}" for i in instructions) if instructions else "(none)"
+
+
+def _demo_block(demo: Demonstration, answer: str) -> str:
+    return (f"Standing instructions:\n{render_instructions(demo.instructions)}\nDialogue:\n{demo.dialogue}\n"
+            f"{answer}")
+
+
+def _request_block(ctx: CallingContext, question: str) -> str:
+    return f"Standing instructions:\n{render_instructions(ctx.instructions)}\nDialogue:\n{ctx.dialogue}\n{question}"
+
+
+def _with_demos(ctx: CallingContext, answer_for: Any, question: str) -> str:
+    parts = [f"Example {i + 1}:\n{_demo_block(d, answer_for(d))}" for i, d in enumerate(ctx.demos)]
+    parts.append(("Now the request:\n" if ctx.demos else "") + _request_block(ctx, question))
+    return "\n\n".join(parts)
+
+
+# -- schemas -------------------------------------------------------------------------------------
+def selection_schema(catalogue: Catalogue, max_calls: int = MAX_CALLS, allow_none: bool = False) -> dict[str, Any]:
+    return {"type": "array", "items": {"type": "string", "enum": catalogue.names},
+            "minItems": 0 if allow_none else 1, "maxItems": max_calls}
+
+
+def arguments_object_schema(function: Function) -> dict[str, Any]:
+    # Required arguments are NOT enforced: a value nobody gave must stay missing (and be asked for), not invented.
+    return schema_render.arguments_schema(function, enforce_required=False)
+
+
+def arguments_schema(function: Function, max_calls: int = MAX_CALLS, joint: bool = False) -> dict[str, Any]:
+    calls = {"type": "array", "items": arguments_object_schema(function), "minItems": 1, "maxItems": max_calls}
+    return _joint(calls) if joint else calls
+
+
+def one_stage_schema(catalogue: Catalogue, max_calls: int = MAX_CALLS, joint: bool = False) -> dict[str, Any]:
+    calls = schema_render.calls_schema(catalogue, enforce_required=False, min_items=1, max_items=max_calls)
+    return _joint(calls) if joint else calls
+
+
+def _joint(calls: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}, "maxItems": 4},
+                                             "calls": calls},
+            "required": ["tags", "calls"], "additionalProperties": False}
+
+
+# -- stages --------------------------------------------------------------------------------------
+def _run(engine: Engine, stage: str, system: str, user: str, schema: dict[str, Any], max_tokens: int) -> StageOutput:
+    prompt = engine.format_chat([ChatMessage("system", system), ChatMessage("user", user)])
+    started = time.perf_counter()
+    generation = engine.generate(prompt, max_tokens=max_tokens, json_schema=schema, top_logprobs=2)
+    seconds = generation.seconds or (time.perf_counter() - started)
+    try:
+        value = json.loads(generation.text)
+    except json.JSONDecodeError as exc:
+        why = "output cut at max_tokens" if generation.finish_reason == "length" else f"invalid JSON ({exc.msg})"
+        return StageOutput(stage=stage, raw=generation.text, error=why, generation=generation, seconds=seconds)
+    return StageOutput(stage=stage, value=value, raw=generation.text, generation=generation, seconds=seconds)
+
+
+def select_functions(engine: Engine, catalogue: Catalogue, ctx: CallingContext, *, max_calls: int = MAX_CALLS,
+                     allow_none: bool = False) -> StageOutput:
+    """Stage 1: a JSON list of function names (enum), from the concise listing only."""
+    system = SELECTION_SYSTEM.format(listing=render_listing(catalogue))
+    user = _with_demos(ctx, lambda d: f"Functions: {json.dumps(d.functions)}", "Functions:")
+    out = _run(engine, "select", system, user, selection_schema(catalogue, max_calls, allow_none), SELECTION_MAX_TOKENS)
+    if out.error is None:
+        names = [n for n in out.value if isinstance(n, str)] if isinstance(out.value, list) else []
+        out.value = [n for n in dict.fromkeys(names) if catalogue.function(n) is not None]
+    return out
+
+
+def typed_arguments(arguments: dict[str, Any], function: Function | None) -> dict[str, Any]:
+    """A demonstration's values in the spec's types ("True" -> true), matching what the grammar lets the model write."""
+    from prefcall.strategies.postcheck import coerce_value
+
+    if function is None:
+        return dict(arguments)
+    out = {}
+    for name, value in arguments.items():
+        fixed, problem = coerce_value(value, function.properties.get(name, {}))
+        out[name] = value if problem else fixed
+    return out
+
+
+def _calls_for(demo: Demonstration, function: Function) -> str:
+    name = function.name
+    same = [typed_arguments(c.arguments, function) for c in demo.calls if c.name == name]
+    if same:
+        return f"Calls for {name}: {json.dumps(same)}"
+    return "Calls: " + "; ".join(f"{c.name} {json.dumps(c.arguments)}" for c in demo.calls)
+
+
+def generate_arguments(engine: Engine, function: Function, ctx: CallingContext, *, max_calls: int = MAX_CALLS,
+                       joint: bool = False) -> StageOutput:
+    """Stage 2: argument objects for one function, with only its spec in the prompt."""
+    system = ARGUMENTS_SYSTEM.format(name=function.name, spec=render_spec(function)) + (JOINT_NOTE if joint else "")
+    user = _with_demos(ctx, lambda d: _calls_for(d, function), f"Calls for {function.name}:")
+    out = _run(engine, f"arguments:{function.name}", system, user, arguments_schema(function, max_calls, joint),
+               ARGUMENTS_MAX_TOKENS + (96 if joint else 0))
+    if out.error is None:
+        tags, items = (out.value.get("tags", []), out.value.get("calls", [])) if joint else ([], out.value)
+        out.value = {"tags": tags, "calls": [Call(name=function.name, arguments=a) for a in items if isinstance(a, dict)]}
+    return out
+
+
+def two_stage(engine: Engine, catalogue: Catalogue, ctx: CallingContext, *, max_calls: int = MAX_CALLS,
+              allow_none: bool = False, joint: bool = False, functions: Sequence[str] | None = None) -> CallingResult:
+    """FnCTOD: select functions (unless given), then one argument generation per selected function."""
+    result = CallingResult()
+    if functions is None:
+        selection = select_functions(engine, catalogue, ctx, max_calls=max_calls, allow_none=allow_none)
+        result.stages.append(selection)
+        functions = selection.value or []
+    result.functions = list(functions)
+    for name in result.functions:
+        stage = generate_arguments(engine, catalogue.function(name), ctx, max_calls=max_calls, joint=joint)
+        result.stages.append(stage)
+        if stage.error is None:
+            result.calls += stage.value["calls"]
+            result.tags += stage.value["tags"]
+    return result
+
+
+def one_stage(engine: Engine, catalogue: Catalogue, ctx: CallingContext, *, max_calls: int = MAX_CALLS,
+              joint: bool = False) -> CallingResult:
+    """Baseline: every function's spec in one prompt, calls generated in one pass."""
+    specs = "\n".join(render_spec(f) for f in catalogue.functions)
+    system = ONE_STAGE_SYSTEM.format(specs=specs) + (JOINT_NOTE if joint else "")
+    def answer(d: Demonstration) -> str:
+        typed = [{"name": c.name, "arguments": typed_arguments(c.arguments, catalogue.function(c.name))} for c in d.calls]
+        return "Calls: " + json.dumps(typed)
+
+    user = _with_demos(ctx, answer, "Calls:")
+    out = _run(engine, "one-stage", system, user, one_stage_schema(catalogue, max_calls, joint),
+               ARGUMENTS_MAX_TOKENS * 2 + (96 if joint else 0))
+    result = CallingResult(stages=[out])
+    if out.error is None:
+        tags, items = (out.value.get("tags", []), out.value.get("calls", [])) if joint else ([], out.value)
+        result.calls = [Call(name=i["name"], arguments=i.get("arguments") or {}) for i in items]
+        result.tags = tags
+        result.functions = list(dict.fromkeys(c.name for c in result.calls))
+    return result

@@ -1,0 +1,394 @@
+"""parse_request: dialogue + standing instructions + catalogue -> calls, a question, or a refusal.
+
+Steps (each switchable per request through PipelineConfig, for ablations):
+1. instruction selection (profiles' select_instructions, or the caller's `applicable`);
+2. FC-ICL demonstrations (hybrid retrieval + reranker);
+3. FnCTOD calling (two-stage, or one-stage for comparison);
+4. TAPS tagging: off / always (ext-tag) / joint (tags and calls in one pass) / gated (uncertainty gate);
+5. post-checks against the catalogue (repair/drop, ask for missing required arguments).
+
+Named configurations mirror TAPS's table plus ours: default, ext-tag, joint-tag, taps, full.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ValidationError as PydanticValidationError
+
+from prefcall.engine.base import Embedder, Engine, Generation
+from prefcall.errors import ValidationError
+from prefcall.retrieval.text import split_identifier, tokenize
+from prefcall.schemas.model import Call, Catalogue, Turn, as_dialogue, render_dialogue
+from prefcall.strategies import fnctod
+from prefcall.strategies.fcicl import DemoQuery, DemoStore, HeuristicReranker, Reranker, ScoredDemo
+from prefcall.strategies.postcheck import MissingArgument, post_check
+from prefcall.strategies.taps_gate import MEASURES, default_threshold, uncertainty
+from prefcall.strategies.taps_tagger import TagExamples, TagResult, check_tagging, tag_instruction
+from prefcall.strategies.taps_tags import TaggedInstruction
+
+Tagging = Literal["off", "always", "joint", "gated"]
+
+
+class PipelineConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    select_instructions: bool = False  # ignored when the caller passes `applicable`
+    use_demos: bool = False
+    n_demos: int = Field(default=3, ge=0, le=10)
+    demo_candidates: int = Field(default=20, ge=1)
+    two_stage: bool = True
+    tagging: Tagging = "off"
+    gate_threshold: float | None = None  # None: calibrated value for the model, else DEFAULT_GATE_THRESHOLD
+    gate_measure: str = "least_confidence"
+    post_check: bool = False
+    merge_tag_slots: bool = False  # ours: fill arguments the calls left out from valid tags' slots
+    allow_refuse: bool = False  # stage 1 may return no function (MCP hosts); NLSI always needs a call
+    max_calls: int = Field(default=2, ge=1, le=8)  # NLSI gold has at most 2 calls; greedy decoding fills maxItems with repeats
+    tag_shots: int = Field(default=4, ge=0, le=10)
+    record_variants: bool = False  # gated: also run the tagged pass when the gate holds, for threshold analysis
+
+
+CONFIGS: dict[str, PipelineConfig] = {
+    "default": PipelineConfig(name="default"),
+    "ext-tag": PipelineConfig(name="ext-tag", tagging="always"),
+    "joint-tag": PipelineConfig(name="joint-tag", tagging="joint"),
+    "taps": PipelineConfig(name="taps", tagging="gated"),
+    "full": PipelineConfig(name="full", select_instructions=True, use_demos=True, n_demos=3, two_stage=True,
+                           tagging="gated", post_check=True, merge_tag_slots=True),
+}
+
+
+def get_config(name: str, **overrides: Any) -> PipelineConfig:
+    """A named configuration with field overrides; unknown names or fields raise ValidationError."""
+    if name not in CONFIGS:
+        raise ValidationError(f"unknown pipeline config {name!r}: use one of {', '.join(CONFIGS)}")
+    if overrides.get("gate_measure", "least_confidence") not in MEASURES:
+        raise ValidationError(f"gate_measure must be one of {', '.join(MEASURES)}")
+    try:
+        return CONFIGS[name].model_validate({**CONFIGS[name].model_dump(), **overrides})
+    except PydanticValidationError as exc:
+        raise ValidationError(f"bad override for config {name!r}: {exc.errors()[0]['msg']} "
+                              f"({'.'.join(map(str, exc.errors()[0]['loc']))})") from exc
+
+
+class Trace(BaseModel):
+    timings: dict[str, float] = Field(default_factory=dict)
+    prompt_tokens: int = 0
+    evaluated: int = 0
+    reused: int = 0
+    completion_tokens: int = 0
+    model_calls: int = 0
+
+
+class ParseResult(BaseModel):
+    status: Literal["ok", "parse_error"] = "ok"
+    decision: Literal["call", "ask", "refuse"] = "call"
+    calls: list[Call] = Field(default_factory=list)
+    question: str | None = None
+    missing: list[MissingArgument] = Field(default_factory=list)
+    instructions_used: list[str] = Field(default_factory=list)
+    confidence: float = 0.0  # exp(mean token logprob) of the final calls' generations
+    least_confidence: float | None = None  # of the first (untagged) pass: what the gate compares
+    uncertainty: dict[str, float] = Field(default_factory=dict)  # every measure, first pass
+    tagged: bool = False  # the final calls were generated from tagged instructions
+    gate_fired: bool = False
+    gate_threshold: float | None = None
+    functions: list[str] = Field(default_factory=list)  # stage 1's selection (final pass)
+    tags: list[TagResult] = Field(default_factory=list)  # for the caller to cache (ProfileStore.set_tags)
+    demos: list[str] = Field(default_factory=list)  # ids of the demonstrations shown
+    notes: list[str] = Field(default_factory=list)  # post-check repairs and drops
+    config: str = ""
+    trace: Trace = Field(default_factory=Trace)
+    raw: list[str] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+    variants: dict[str, list[Call]] = Field(default_factory=dict)  # gated: {"untagged": [...], "tagged": [...]}
+
+
+class _Meter:
+    """Accumulates token usage and model calls of everything one parse does."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+
+    def generation(self, g: Generation) -> None:
+        t = self.trace
+        t.prompt_tokens += g.usage.prompt_tokens
+        t.evaluated += g.usage.evaluated
+        t.reused += g.usage.reused
+        t.completion_tokens += g.completion_tokens
+        t.model_calls += 1
+
+    def tag(self, r: TagResult) -> None:
+        t = self.trace
+        t.prompt_tokens += r.prompt_tokens
+        t.evaluated += r.evaluated
+        t.reused += r.reused
+        t.completion_tokens += r.completion_tokens
+        t.model_calls += 1
+
+    def time(self, step: str, started: float) -> None:
+        self.trace.timings[step] = self.trace.timings.get(step, 0.0) + time.perf_counter() - started
+
+
+_SPEAKER_RE = re.compile(r"^(User|Agent|Assistant|System):", re.M)
+
+
+def transcript(dialogue: list[Turn] | str) -> str:
+    """Turns rendered FnCTOD-style; a string already written as 'User: ...' lines is kept as is."""
+    if isinstance(dialogue, str) and _SPEAKER_RE.match(dialogue.strip()):
+        return dialogue.strip()
+    return render_dialogue(as_dialogue(dialogue))
+
+
+def _as_tagged(items: Iterable[str | TaggedInstruction]) -> list[TaggedInstruction]:
+    return [i if isinstance(i, TaggedInstruction) else TaggedInstruction(instruction=str(i)) for i in items]
+
+
+def lexical_selection(text: str, instructions: Sequence[str], catalogue: Catalogue) -> list[str]:
+    """Fallback selection (until profiles' select_instructions is installed): keep instructions about a
+    domain the dialogue mentions, plus instructions that name no domain at all (they may chain)."""
+    domains = {f.name: set(tokenize(split_identifier(f.name))) - {"get"} for f in catalogue.functions}
+
+    def mentioned(words: set[str]) -> set[str]:
+        return {name for name, dom in domains.items() if dom & words}
+
+    in_dialogue = mentioned(set(tokenize(text)))
+    kept = []
+    for instruction in instructions:
+        about = mentioned(set(tokenize(instruction)))
+        if not about or about & in_dialogue or not in_dialogue:
+            kept.append(instruction)
+    return kept
+
+
+class Pipeline:
+    """Composes the strategies; thread-safe as long as the engine is (the tag cache is locked)."""
+
+    def __init__(self, engine: Engine, embedder: Embedder | None = None, demos: DemoStore | None = None, *,
+                 tag_examples: TagExamples | None = None, reranker: Reranker | None = None,
+                 data_dir: Any = None, tag_cache_size: int = 4096) -> None:
+        self.engine = engine
+        self.embedder = embedder
+        self.demos = demos
+        self.tag_examples = tag_examples
+        self.reranker = reranker or HeuristicReranker()
+        self.data_dir = data_dir  # where calibration.json lives; None: Settings().data_dir
+        self._tag_cache: OrderedDict[tuple[str, str], TagResult] = OrderedDict()
+        self._tag_cache_size = tag_cache_size
+        self._lock = threading.Lock()
+
+    # -- public ------------------------------------------------------------------------
+    def parse(self, dialogue: list[Turn] | str, instructions: Sequence[str] | Sequence[TaggedInstruction],
+              catalogue: Catalogue, config: PipelineConfig, *, applicable: list[str] | None = None,
+              exclude_demo_ids: set[str] | frozenset[str] = frozenset()) -> ParseResult:
+        result = ParseResult(config=config.name)
+        meter = _Meter(result.trace)
+        started = time.perf_counter()
+        text = transcript(dialogue)
+        chosen = self._select(text, _as_tagged(instructions), catalogue, config, applicable, meter)
+        result.instructions_used = [i.instruction for i in chosen]
+        pool = self._demo_pool(text, result.instructions_used, catalogue, config, exclude_demo_ids, meter)
+
+        if config.tagging == "always":
+            tagged = self._tag_all(chosen, catalogue, config, meter, result)
+            calling = self._call(text, tagged, catalogue, config, pool, meter, result, "generate_tagged")
+            result.tagged = any(t.status == "ok" for t in result.tags)
+        else:
+            plain = [i.instruction for i in chosen]
+            calling = self._call(text, plain, catalogue, config, pool, meter, result, "generate",
+                                 joint=config.tagging == "joint")
+            result.tagged = config.tagging == "joint"
+            first = uncertainty(calling.call_generations)
+            result.uncertainty = first
+            result.least_confidence = first["least_confidence"]
+            if config.tagging == "gated":
+                calling = self._gate(text, chosen, catalogue, config, pool, meter, result, calling)
+        if config.tagging == "joint":
+            result.tags = [check_tagging(_untag(t), t, catalogue) for t in calling.tags]
+        if config.tagging == "always":
+            result.uncertainty = uncertainty(calling.call_generations)
+            result.least_confidence = result.uncertainty["least_confidence"]
+
+        self._finish(result, calling, catalogue, config, meter)
+        meter.time("total", started)
+        return result
+
+    # -- steps -------------------------------------------------------------------------
+    def _select(self, text: str, instructions: list[TaggedInstruction], catalogue: Catalogue, config: PipelineConfig,
+                applicable: list[str] | None, meter: _Meter) -> list[TaggedInstruction]:
+        started = time.perf_counter()
+        try:
+            if applicable is not None:
+                known = {i.instruction: i for i in instructions}
+                return [known.get(a) or TaggedInstruction(instruction=a) for a in applicable]
+            if not config.select_instructions:
+                return instructions
+            keep = set(self._selector(text, [i.instruction for i in instructions], catalogue))
+            return [i for i in instructions if i.instruction in keep]
+        finally:
+            meter.time("select_instructions", started)
+
+    def _selector(self, text: str, instructions: list[str], catalogue: Catalogue) -> list[str]:
+        try:
+            from prefcall.profiles.selection import select_instructions  # the profiles engineer's selector
+        except ImportError:
+            return lexical_selection(text, instructions, catalogue)
+        return select_instructions(text, instructions, catalogue, self.embedder).selected_texts
+
+    def _demo_pool(self, text: str, instructions: list[str], catalogue: Catalogue, config: PipelineConfig,
+                   exclude: Iterable[str], meter: _Meter) -> list[ScoredDemo]:
+        if not (config.use_demos and config.n_demos and self.demos is not None):
+            return []
+        started = time.perf_counter()
+        query = DemoQuery(dialogue=text, instructions=instructions)
+        pool = self.demos.candidates(query, catalogue.name, config.demo_candidates, exclude)
+        meter.time("demos", started)
+        return pool
+
+    def _rerank(self, pool: list[ScoredDemo], text: str, instructions: list[str], functions: list[str],
+                n: int) -> list:
+        query = DemoQuery(dialogue=text, instructions=instructions, functions=functions)
+        return [s.demo for s in self.reranker.rerank(query, pool, n)]
+
+    def _call(self, text: str, instructions: list[str], catalogue: Catalogue, config: PipelineConfig,
+              pool: list[ScoredDemo], meter: _Meter, result: ParseResult, step: str, *, joint: bool = False):
+        started = time.perf_counter()
+        demos = self._rerank(pool, text, instructions, [], config.n_demos) if pool else []
+        ctx = fnctod.CallingContext(dialogue=text, instructions=instructions, demos=demos)
+        if config.two_stage:
+            selection = fnctod.select_functions(self.engine, catalogue, ctx, max_calls=config.max_calls,
+                                                allow_none=config.allow_refuse)
+            functions = selection.value or []
+            if pool and functions:
+                # Rerank again now that stage 1 predicted the functions: demos of the same API teach its arguments.
+                ctx = ctx.model_copy(update={"demos": self._rerank(pool, text, instructions, functions, config.n_demos)})
+            calling = fnctod.two_stage(self.engine, catalogue, ctx, max_calls=config.max_calls, joint=joint,
+                                       functions=functions)
+            calling.stages.insert(0, selection)
+        else:
+            calling = fnctod.one_stage(self.engine, catalogue, ctx, max_calls=config.max_calls, joint=joint)
+        for stage in calling.stages:
+            if stage.generation is not None:
+                meter.generation(stage.generation)
+        result.demos = [d.id for d in ctx.demos]
+        meter.time(step, started)
+        return calling
+
+    def _gate(self, text, chosen, catalogue, config, pool, meter, result, calling):
+        threshold = config.gate_threshold
+        if threshold is None:
+            threshold = default_threshold(self.engine.info.model_name, self._data_dir(), config.gate_measure)
+        result.gate_threshold = threshold
+        fired = result.uncertainty.get(config.gate_measure, 1.0) > threshold
+        result.gate_fired = fired
+        if not (fired or config.record_variants):
+            return calling
+        tagged = self._tag_all(chosen, catalogue, config, meter, result)
+        if tagged == [i.instruction for i in chosen]:
+            # Nothing could be tagged validly: regenerating would repeat the same prompt.
+            result.variants = {"untagged": calling.calls, "tagged": calling.calls} if config.record_variants else {}
+            return calling
+        regenerated = self._call(text, tagged, catalogue, config, pool, meter, result,
+                                 "regenerate_tagged" if fired else "variant_tagged")
+        if config.record_variants:
+            result.variants = {"untagged": calling.calls, "tagged": regenerated.calls}
+        if not fired:
+            return calling
+        result.raw += [s.raw for s in calling.stages]
+        result.tagged = True
+        return regenerated
+
+    def _data_dir(self):
+        if self.data_dir is not None:
+            return self.data_dir
+        from prefcall.config import Settings
+
+        return Settings().data_dir
+
+    def _tag_all(self, chosen: list[TaggedInstruction], catalogue: Catalogue, config: PipelineConfig,
+                 meter: _Meter, result: ParseResult) -> list[str]:
+        """Tagged form of each instruction (pre-tagged, cached or freshly tagged); invalid ones stay plain."""
+        started = time.perf_counter()
+        out = []
+        for item in chosen:
+            tag = self._tag_one(item, catalogue, config, meter)
+            result.tags.append(tag)
+            if tag.status == "ok":
+                out.append(tag.tagged)
+            else:
+                result.errors.append(f"tagging {item.instruction!r} invalid: {'; '.join(tag.reasons)}")
+                out.append(item.instruction)
+        meter.time("tagging", started)
+        return out
+
+    def _tag_one(self, item: TaggedInstruction, catalogue: Catalogue, config: PipelineConfig, meter: _Meter) -> TagResult:
+        if item.tagged:
+            return check_tagging(item.instruction, item.tagged, catalogue)  # pre-tagged: validate, never trust
+        key = (item.instruction, catalogue.name)
+        with self._lock:
+            if key in self._tag_cache:
+                self._tag_cache.move_to_end(key)
+                return self._tag_cache[key]
+        tag = tag_instruction(self.engine, item.instruction, catalogue, self.tag_examples, k=config.tag_shots)
+        meter.tag(tag)
+        with self._lock:
+            self._tag_cache[key] = tag
+            while len(self._tag_cache) > self._tag_cache_size:
+                self._tag_cache.popitem(last=False)
+        return tag
+
+    def _finish(self, result: ParseResult, calling, catalogue: Catalogue, config: PipelineConfig, meter: _Meter) -> None:
+        started = time.perf_counter()
+        result.functions = calling.functions
+        result.raw += [s.raw for s in calling.stages]
+        result.errors += calling.errors
+        generations = calling.call_generations
+        result.confidence = 1.0 - uncertainty(generations)["least_confidence"] if generations else 0.0
+        calls = list(calling.calls)
+        if config.merge_tag_slots:
+            calls = merge_tag_slots(calls, result.tags)
+        if calling.errors:
+            result.status = "parse_error"
+        if config.post_check:
+            checked = post_check(calls, catalogue)
+            result.calls, result.missing, result.question = checked.calls, checked.missing, checked.question
+            result.notes = [f"{n.action} {n.call}: {n.reason}" for n in checked.notes]
+            result.decision = checked.decision
+        else:
+            result.calls = _dedupe(calls)
+            result.decision = "call" if result.calls else "refuse"
+        meter.time("post_check", started)
+
+
+def _untag(tagged: str) -> str:
+    return " ".join(re.sub(r"\[(IN|SL):[A-Za-z0-9_]+|\]", " ", tagged).split())
+
+
+def _dedupe(calls: list[Call]) -> list[Call]:
+    seen, out = set(), []
+    for call in calls:
+        if call.key() not in seen:
+            seen.add(call.key())
+            out.append(call)
+    return out
+
+
+def merge_tag_slots(calls: list[Call], tags: list[TagResult]) -> list[Call]:
+    """Fill arguments a call left out from valid tags of the same function (never overwrite: the dialogue wins)."""
+    fills = [f for t in tags if t.status == "ok" for f in t.triples if f.slot is not None]
+    merged = []
+    for call in calls:
+        arguments = dict(call.arguments)
+        for fill in fills:
+            if fill.function == call.name and fill.slot not in arguments:
+                arguments[fill.slot] = fill.value
+        merged.append(Call(name=call.name, arguments=arguments))
+    return merged

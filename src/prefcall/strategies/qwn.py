@@ -1,0 +1,441 @@
+"""QwN (Query-when-Need): before calling, decide to ask a question, continue, or admit the toolset cannot help.
+
+Faithful part (the paper's decision prompt): the model answers `Question: ...` when key details are
+missing, unclear or look wrong, `Continue` when the request is clear and doable, and
+"Due to the limitation of toolset, I cannot solve the question" when no tool fits; questions already
+asked are listed so it does not repeat them.
+
+Beyond the paper, deterministic evidence from the catalogue:
+- relevance: is any function relevant? (NLT scoring mode, or embedding similarity when an embedder is given)
+- a draft call (the caller's, or a grammar-constrained draft): which REQUIRED arguments neither the dialogue
+  nor the profile instructions supply (absent, empty, or a value that appears nowhere in the text), and
+  values outside their enum.
+
+Combination rule (policy="combined", the default), first match wins:
+1. relevance was checked and no function clears the threshold -> "limitation" (whatever the model said);
+2. the draft misses required arguments or has invalid enum values not already asked about -> "question"
+   naming them in plain words (whatever the model said);
+3. everything missing was already asked -> "continue" (never repeat a question);
+4. the evidence is complete and clean (draft parsed, nothing missing) -> "continue";
+5. no usable evidence (draft failed) -> the model's own decision; a repeated model question -> "continue".
+policy="model" is the paper alone (no evidence); policy="evidence" ignores the model's text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from prefcall.engine.base import ChatMessage, Embedder, Engine
+from prefcall.schemas.model import Call, Catalogue, Function, Turn, as_dialogue, render_dialogue
+from prefcall.strategies.nlt import NltUsage, select_tools
+from prefcall.strategies.qwn_draft import DraftResult, _support_block, draft_call
+
+Decision = Literal["question", "continue", "limitation"]
+Policy = Literal["combined", "model", "evidence"]
+
+LIMITATION_TEXT = "Due to the limitation of toolset, I cannot solve the question"
+
+
+class MissingArgument(BaseModel):
+    function: str
+    argument: str
+    description: str = ""
+    reason: Literal["absent", "not_stated", "invalid"] = "absent"
+
+
+class ClarifyResult(BaseModel):
+    decision: Decision
+    question: str | None = None
+    missing_arguments: list[MissingArgument] = Field(default_factory=list)
+    model_said: str | None = None  # the model's raw decision text (None when the model was not asked)
+    model_decision: Decision | None = None  # what that text parsed to
+    evidence: list[str] = Field(default_factory=list)
+    relevant: list[str] | None = None  # functions that cleared the relevance check (None: not checked)
+    draft: Call | None = None
+    status: Literal["ok", "parse_error"] = "ok"
+    usage: NltUsage = Field(default_factory=NltUsage)
+    seconds: float = 0.0
+
+
+# -- the paper's decision prompt ------------------------------------------------------------
+def _tool_line(function: Function) -> str:
+    params = []
+    for name, spec in function.properties.items():
+        mark = " (required)" if name in function.required else ""
+        desc = str(spec.get("description") or "").strip()
+        params.append(f"{name}{mark}" + (f": {desc}" if desc else ""))
+    listing = "; ".join(params) if params else "no parameters"
+    return f"- {function.name}: {function.description.strip()} Parameters: {listing}"
+
+
+def qwn_prompt(
+    engine: Engine,
+    turns: list[Turn],
+    catalogue: Catalogue,
+    instructions: Sequence[str],
+    asked: Sequence[str],
+    context: str | None,
+) -> str:
+    rules = (
+        "Before calling a tool, decide whether you can call it now.\n"
+        "- If key details the tool needs are missing, unclear or look wrong, answer 'Question: ' followed by "
+        "one question to the user about them.\n"
+        "- If the request is clear and a tool can do it, answer 'Continue'.\n"
+        f"- If no tool can solve the request, answer '{LIMITATION_TEXT}'.\n"
+        "Answer with one line only."
+    )
+    system = "You are an assistant that uses tools to help the user.\nTools:\n"
+    system += "\n".join(_tool_line(f) for f in catalogue.functions) + "\n\n" + rules
+    support = _support_block(instructions, context)
+    if support:
+        system += "\n\n" + support
+    if asked:
+        system += "\n\nQuestions you already asked (do not ask them again):\n" + "\n".join(f"- {q}" for q in asked)
+    return engine.format_chat([ChatMessage("system", system), ChatMessage("user", render_dialogue(turns))])
+
+
+_QUESTION_RE = re.compile(r"question\s*[:：]\s*(?P<q>.*)", re.IGNORECASE | re.DOTALL)
+
+
+def parse_decision(text: str) -> tuple[Decision | None, str | None]:
+    """(decision, question) from the model's text; (None, None) when it says none of the three."""
+    stripped = text.strip()
+    lowered = stripped.lower()
+    if "limitation" in lowered or "cannot solve" in lowered:
+        return "limitation", None
+    match = _QUESTION_RE.search(stripped)
+    if match and match.group("q").strip():
+        return "question", match.group("q").strip().splitlines()[0].strip()
+    if re.match(r"^\W*continue\b", lowered):
+        return "continue", None
+    first_line = stripped.splitlines()[0].strip() if stripped else ""
+    if first_line.endswith("?"):
+        return "question", first_line  # a bare question is still a question
+    return None, None
+
+
+# -- deterministic evidence -----------------------------------------------------------------
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def _word_known(word: str, vocabulary: set[str]) -> bool:
+    if word in vocabulary:
+        return True
+    # Inflections ("darker" for "dark", "flights" for "flight") count as stated.
+    return len(word) >= 4 and any(len(v) >= 4 and (v.startswith(word) or word.startswith(v)) for v in vocabulary)
+
+
+def is_grounded(value: Any, schema: dict[str, Any], text: str) -> bool:
+    """Does the dialogue/profile text state this value? Booleans cannot be quoted, so they count as stated."""
+    if value is None or value == "" or value == [] or value == {}:
+        return False
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, (int, float)):
+        number = int(value) if float(value).is_integer() else value
+        return re.search(rf"(?<![\d.]){re.escape(str(number))}(?![\d])", text) is not None
+    if isinstance(value, str):
+        return _string_grounded(value, text)
+    if isinstance(value, list):
+        item_schema = schema.get("items") or {}
+        return any(is_grounded(v, item_schema, text) for v in value)
+    if isinstance(value, dict):
+        return _object_grounded(value, schema, text)
+    return True
+
+
+def _string_grounded(value: str, text: str) -> bool:
+    norm_value, norm_text = " ".join(_words(value)), " ".join(_words(text))
+    if not norm_value:
+        return False
+    if norm_value in norm_text:
+        return True
+    content = [w for w in norm_value.split() if len(w) >= 3] or norm_value.split()
+    vocabulary = set(norm_text.split())
+    known = sum(_word_known(w, vocabulary) for w in content)
+    return known / len(content) >= 0.6
+
+
+def _object_grounded(value: dict[str, Any], schema: dict[str, Any], text: str) -> bool:
+    properties = schema.get("properties") or {}
+    required = [r for r in schema.get("required") or [] if r in properties]
+    if required:
+        return all(r in value and is_grounded(value[r], properties.get(r) or {}, text) for r in required)
+    return any(is_grounded(v, properties.get(k) or {}, text) for k, v in value.items())
+
+
+def enum_violations(value: Any, schema: dict[str, Any], path: str) -> list[str]:
+    """Paths whose value lies outside its enum (nested objects and arrays included)."""
+    bad: list[str] = []
+    if "enum" in schema and value is not None and value not in schema["enum"]:
+        bad.append(path)
+    if isinstance(value, dict):
+        for key, sub in (schema.get("properties") or {}).items():
+            if key in value:
+                bad.extend(enum_violations(value[key], sub or {}, f"{path}.{key}"))
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for item in value:
+            bad.extend(enum_violations(item, schema["items"], path))
+    return bad
+
+
+def missing_arguments(function: Function, call: Call, support_text: str) -> list[MissingArgument]:
+    """Required arguments the text does not supply, and arguments with values outside their enum."""
+    out: list[MissingArgument] = []
+    for name in function.required:
+        spec = function.properties.get(name) or {}
+        description = str(spec.get("description") or "")
+        if name not in call.arguments or call.arguments[name] in (None, "", [], {}):
+            out.append(MissingArgument(function=function.name, argument=name, description=description, reason="absent"))
+        elif not is_grounded(call.arguments[name], spec, support_text):
+            out.append(MissingArgument(function=function.name, argument=name, description=description, reason="not_stated"))
+    listed = {m.argument for m in out}
+    for name, value in call.arguments.items():
+        spec = function.properties.get(name) or {}
+        if name not in listed and enum_violations(value, spec, name):
+            out.append(MissingArgument(function=function.name, argument=name, description=str(spec.get("description") or ""), reason="invalid"))
+    return out
+
+
+# -- the question ---------------------------------------------------------------------------
+def humanise(argument: str) -> str:
+    """departure_date -> departure date; propertyID -> property ID."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", argument.replace("_", " ").replace(".", " ").replace("-", " "))
+    return " ".join(w if w.isupper() and len(w) > 1 else w.lower() for w in spaced.split())
+
+
+def question_for(missing: Sequence[MissingArgument]) -> str:
+    """One question naming every missing argument in plain words, with its description when there is one."""
+    if len(missing) == 1:
+        m = missing[0]
+        verb = "What" if m.reason != "invalid" else "Which valid"
+        question = f"{verb} {humanise(m.argument)} would you like?"
+        return question + (f" ({m.description.strip().rstrip('.')}.)" if m.description.strip() else "")
+    parts = []
+    for m in missing:
+        hint = f" ({m.description.strip().rstrip('.')})" if m.description.strip() else ""
+        parts.append(f"the {humanise(m.argument)}{hint}")
+    listing = ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f"To go on I need a few details: {listing}. Could you tell me them?"
+
+
+def _already_asked(argument: str, asked: Sequence[str]) -> bool:
+    human = humanise(argument).lower()
+    return any(argument.lower() in q.lower() or human in q.lower() for q in asked)
+
+
+def _is_repeat(question: str, asked: Sequence[str]) -> bool:
+    key = " ".join(_words(question))
+    return any(key == " ".join(_words(q)) for q in asked)
+
+
+# -- relevance ------------------------------------------------------------------------------
+def relevant_functions(
+    engine: Engine,
+    request: str,
+    catalogue: Catalogue,
+    usage: NltUsage,
+    *,
+    embedder: Embedder | None = None,
+    threshold: float | None = None,
+    calibrate: bool = True,
+    context: str | None = None,
+) -> tuple[list[str], dict[str, float]]:
+    """Functions whose relevance clears the threshold: cosine similarity with an embedder, else NLT P(YES)."""
+    if embedder is not None:
+        texts = [request] + [f"{humanise(f.name)}: {f.description}" for f in catalogue.functions]
+        vectors = np.asarray(embedder.embed(texts))
+        scores = {f.name: float(vectors[0] @ vectors[i + 1]) for i, f in enumerate(catalogue.functions)}
+        cut = 0.3 if threshold is None else threshold
+    else:
+        result = select_tools(engine, request, catalogue, mode="score", calibrate=calibrate, context=context,
+                              threshold=0.5 if threshold is None else threshold)
+        usage.calls += result.usage.calls
+        usage.prompt_tokens += result.usage.prompt_tokens
+        usage.evaluated += result.usage.evaluated
+        usage.reused += result.usage.reused
+        scores = {d.name: float(d.probability or 0.0) for d in result.decisions}
+        cut = result.threshold or 0.5
+    return [n for n, s in scores.items() if s >= cut], scores
+
+
+# -- clarify --------------------------------------------------------------------------------
+class _Evidence(BaseModel):
+    relevant: list[str] | None = None
+    draft: Call | None = None
+    draft_ok: bool = False
+    missing: list[MissingArgument] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+def _gather_evidence(
+    engine: Engine,
+    turns: list[Turn],
+    catalogue: Catalogue,
+    instructions: Sequence[str],
+    draft_calls: list[Call] | None,
+    embedder: Embedder | None,
+    context: str | None,
+    check_relevance: bool,
+    relevance_threshold: float | None,
+    usage: NltUsage,
+) -> _Evidence:
+    evidence = _Evidence()
+    user_text = "\n".join(t.content for t in turns if t.role == "user")
+    support_text = "\n".join([render_dialogue(turns), *instructions, context or ""])
+    if check_relevance and draft_calls is None:
+        relevant, scores = relevant_functions(
+            engine, user_text, catalogue, usage, embedder=embedder, threshold=relevance_threshold, context=context
+        )
+        evidence.relevant = relevant
+        best = max(scores.items(), key=lambda kv: kv[1])
+        evidence.notes.append(f"relevance: best {best[0]} {best[1]:.2f}; cleared: {', '.join(relevant) or 'none'}")
+        if not relevant:
+            return evidence
+        ranked = sorted(relevant, key=lambda n: -scores[n])
+    else:
+        ranked = None
+    if draft_calls is None:
+        draft = _draft(engine, turns, catalogue, instructions, context, ranked, usage)
+        if draft.call is None:
+            evidence.notes.append(f"draft call failed to parse: {str(draft.raw_text)[:80]!r}")
+            return evidence
+        draft_calls = [draft.call]
+    evidence.draft = draft_calls[0] if draft_calls else None
+    evidence.draft_ok = True
+    for call in draft_calls:
+        function = catalogue.function(call.name)
+        if function is None:
+            evidence.notes.append(f"draft calls {call.name!r}, which is not in the catalogue")
+            continue
+        evidence.missing.extend(missing_arguments(function, call, support_text))
+    for m in evidence.missing:
+        evidence.notes.append(f"{m.function}.{m.argument}: {m.reason}")
+    return evidence
+
+
+def _draft(
+    engine: Engine,
+    turns: list[Turn],
+    catalogue: Catalogue,
+    instructions: Sequence[str],
+    context: str | None,
+    ranked: list[str] | None,
+    usage: NltUsage,
+) -> DraftResult:
+    # The most relevant function is used directly: one grammar step fewer than choosing again.
+    function_name = ranked[0] if ranked else None
+    draft = draft_call(
+        engine, turns, catalogue, function_name=function_name, instructions=instructions, context=context,
+        keep_required=False,
+    )
+    usage.calls += draft.usage.calls
+    usage.prompt_tokens += draft.usage.prompt_tokens
+    usage.evaluated += draft.usage.evaluated
+    usage.reused += draft.usage.reused
+    usage.completion_tokens += draft.usage.completion_tokens
+    return draft
+
+
+def _ask_model(
+    engine: Engine,
+    turns: list[Turn],
+    catalogue: Catalogue,
+    instructions: Sequence[str],
+    asked: Sequence[str],
+    context: str | None,
+    usage: NltUsage,
+) -> tuple[str, Decision | None, str | None]:
+    prompt = qwn_prompt(engine, turns, catalogue, instructions, asked, context)
+    # The paper's answer is one line; stopping there saves tokens when a small model rambles on.
+    generation = engine.generate(prompt, max_tokens=48, stop=("\n",))
+    usage.add(generation.usage, generation.completion_tokens)
+    decision, question = parse_decision(generation.text)
+    return generation.text, decision, question
+
+
+def _combine(
+    model_decision: Decision | None,
+    model_question: str | None,
+    evidence: _Evidence,
+    asked: Sequence[str],
+    policy: Policy,
+) -> tuple[Decision | None, str | None, list[MissingArgument], list[str]]:
+    notes: list[str] = []
+    if policy != "model":
+        if evidence.relevant is not None and not evidence.relevant:
+            return "limitation", None, [], ["rule 1: no function is relevant -> limitation"]
+        open_missing = [m for m in evidence.missing if not _already_asked(m.argument, asked)]
+        if open_missing:
+            notes.append("rule 2: required arguments not supplied -> question")
+            return "question", question_for(open_missing), open_missing, notes
+        if evidence.missing:
+            return "continue", None, [], ["rule 3: every missing argument was already asked -> continue"]
+        if evidence.draft_ok:
+            return "continue", None, [], ["rule 4: draft complete -> continue"]
+        if policy == "evidence":
+            return None, None, [], ["no usable evidence"]
+    if model_decision == "question" and model_question and _is_repeat(model_question, asked):
+        return "continue", None, [], ["the model repeated an earlier question -> continue"]
+    notes.append("rule 5: the model's decision" if policy != "model" else "policy model: the model's decision")
+    return model_decision, model_question, [], notes
+
+
+def clarify(
+    engine: Engine,
+    dialogue: list[Turn] | str,
+    catalogue: Catalogue,
+    *,
+    instructions: Sequence[str] = (),
+    asked: Sequence[str] = (),
+    draft_calls: list[Call] | None = None,
+    embedder: Embedder | None = None,
+    context: str | None = None,
+    policy: Policy = "combined",
+    check_relevance: bool = True,
+    relevance_threshold: float | None = None,
+) -> ClarifyResult:
+    """Ask, continue or admit a limitation; see the module docstring for how model and evidence combine."""
+    started = time.perf_counter()
+    turns = as_dialogue(dialogue)
+    asked = list(asked) + [t.content for t in turns if t.role == "assistant" and t.content.strip().endswith("?")]
+    usage = NltUsage()
+    model_said, model_decision, model_question = None, None, None
+    if policy != "evidence":
+        model_said, model_decision, model_question = _ask_model(
+            engine, turns, catalogue, instructions, asked, context, usage
+        )
+    evidence = _Evidence()
+    if policy != "model":
+        evidence = _gather_evidence(
+            engine, turns, catalogue, instructions, draft_calls, embedder, context, check_relevance,
+            relevance_threshold, usage,
+        )
+    decision, question, missing, notes = _combine(model_decision, model_question, evidence, asked, policy)
+    status: Literal["ok", "parse_error"] = "ok" if decision is not None else "parse_error"
+    return ClarifyResult(
+        decision=decision or "continue",  # only with status="parse_error"; scorers must count it wrong
+        question=question,
+        missing_arguments=missing,
+        model_said=model_said,
+        model_decision=model_decision,
+        evidence=evidence.notes + notes,
+        relevant=evidence.relevant,
+        draft=evidence.draft,
+        status=status,
+        usage=usage,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def summary(result: ClarifyResult) -> dict[str, Any]:
+    """A compact JSON-able view for logs and evaluation records."""
+    return json.loads(result.model_dump_json(include={"decision", "question", "missing_arguments", "status", "evidence"}))

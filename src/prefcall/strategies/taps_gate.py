@@ -1,0 +1,185 @@
+"""TAPS uncertainty gate: measure how unsure the model was of its calls; above a threshold, regenerate with tags.
+
+Measures (higher = less certain, all in [0, 1]):
+- least_confidence (TAPS): 1 - exp(mean token logprob) over every generated token of the calls.
+- margin_at_t: 1 - mean over tokens of (p_top1 - p_top2), from Generation.tokens[i].top (top_logprobs=2).
+- sequence_margin: 1 - (P(sequence) - P(best one-token deviation)), i.e. how close the runner-up
+  sequence that differs in the single most contested token comes to the greedy sequence.
+The threshold is calibrated per model (`prefcall calibrate`) and stored in DATA_DIR/calibration.json.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from prefcall.engine.base import Generation
+from prefcall.errors import StoreError, ValidationError
+
+Measure = Literal["least_confidence", "margin_at_t", "sequence_margin"]
+MEASURES: tuple[str, ...] = ("least_confidence", "margin_at_t", "sequence_margin")
+# Used until `prefcall calibrate` has stored a value for the model. Grammar-constrained JSON makes most
+# tokens near-certain (braces, quotes, enum completions), so mean-token uncertainty is small; 0.15 is a
+# conservative guess that fires on roughly the least certain fifth of SmolLM2-135M's NLSI outputs.
+DEFAULT_GATE_THRESHOLD = 0.15
+CALIBRATION_FILE = "calibration.json"
+
+
+def _tokens(generations: Sequence[Generation]):
+    return [t for g in generations for t in g.tokens]
+
+
+def least_confidence(generations: Sequence[Generation]) -> float:
+    tokens = _tokens(generations)
+    if not tokens:
+        return 1.0
+    return 1.0 - math.exp(sum(t.logprob for t in tokens) / len(tokens))
+
+
+def _token_margin(token) -> float:
+    p1 = math.exp(token.logprob)
+    if len(token.top) >= 2:
+        top = sorted((math.exp(lp) for _, lp in token.top), reverse=True)
+        # Under a grammar the chosen token may not be the unconstrained top-1; use the best rival.
+        rival = top[1] if abs(top[0] - p1) < 1e-9 else top[0]
+        return max(0.0, p1 - rival)
+    if len(token.top) == 1:
+        rival = math.exp(token.top[0][1])
+        return max(0.0, p1 - (0.0 if abs(rival - p1) < 1e-9 else rival))
+    return p1  # no runner-up known: the margin is at most p1
+
+
+def margin_at_t(generations: Sequence[Generation]) -> float:
+    tokens = _tokens(generations)
+    if not tokens:
+        return 1.0
+    return 1.0 - sum(_token_margin(t) for t in tokens) / len(tokens)
+
+
+def sequence_margin(generations: Sequence[Generation]) -> float:
+    tokens = _tokens(generations)
+    if not tokens:
+        return 1.0
+    log_p = sum(t.logprob for t in tokens)
+    # Best single-token deviation keeps every other token: P(seq) * p_rival / p_chosen at the tightest token.
+    ratios = [1.0 - _token_margin(t) / math.exp(t.logprob) for t in tokens if t.logprob > -50]
+    worst = max(ratios, default=0.0)
+    return 1.0 - math.exp(log_p) * (1.0 - worst)
+
+
+def uncertainty(generations: Sequence[Generation]) -> dict[str, float]:
+    return {
+        "least_confidence": least_confidence(generations),
+        "margin_at_t": margin_at_t(generations),
+        "sequence_margin": sequence_margin(generations),
+    }
+
+
+class GateDecision(BaseModel):
+    measure: str
+    value: float
+    threshold: float
+    fired: bool
+
+
+def gate(generations: Sequence[Generation], threshold: float, measure: str = "least_confidence") -> GateDecision:
+    """Fire (regenerate with tags) when the measure is strictly above the threshold."""
+    if measure not in MEASURES:
+        raise ValidationError(f"unknown uncertainty measure {measure!r}: use one of {', '.join(MEASURES)}")
+    value = uncertainty(generations)[measure]
+    return GateDecision(measure=measure, value=value, threshold=threshold, fired=value > threshold)
+
+
+# -- calibration ------------------------------------------------------------------------------
+class CalibrationItem(BaseModel):
+    """One dev item's outcome both ways: slot counts of the untagged and of the tagged output."""
+
+    id: str
+    uncertainty: dict[str, float]
+    untagged: tuple[int, int, int]  # true positives, false positives, false negatives
+    tagged: tuple[int, int, int]
+
+
+class SweepPoint(BaseModel):
+    threshold: float
+    f1: float
+    fire_rate: float
+
+
+class CalibrationResult(BaseModel):
+    model: str
+    measure: str
+    threshold: float
+    f1: float
+    fire_rate: float
+    n_items: int
+    f1_never: float  # never tag (threshold = 1)
+    f1_always: float  # always tag (threshold below every value)
+    sweep: list[SweepPoint] = Field(default_factory=list)
+
+
+def _f1(tp: int, fp: int, fn: int) -> float:
+    return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+
+
+def f1_at(items: Sequence[CalibrationItem], threshold: float, measure: str) -> tuple[float, float]:
+    """Micro slot F1 when items above the threshold take their tagged output; and the fire rate."""
+    tp = fp = fn = fired = 0
+    for item in items:
+        use_tagged = item.uncertainty.get(measure, 1.0) > threshold
+        fired += use_tagged
+        a, b, c = item.tagged if use_tagged else item.untagged
+        tp, fp, fn = tp + a, fp + b, fn + c
+    return _f1(tp, fp, fn), fired / max(1, len(items))
+
+
+def sweep_thresholds(items: Sequence[CalibrationItem], model: str, measure: str = "least_confidence") -> CalibrationResult:
+    """Try every distinct uncertainty value as a threshold; keep the best F1 (ties: fewer regenerations)."""
+    if not items:
+        raise ValidationError("calibration needs at least one dev item: raise --limit")
+    values = sorted({round(i.uncertainty.get(measure, 1.0), 6) for i in items})
+    candidates = [-1e-9] + values + [1.0]
+    sweep = [SweepPoint(threshold=t, f1=f, fire_rate=r) for t in candidates for f, r in [f1_at(items, t, measure)]]
+    best = max(sweep, key=lambda p: (round(p.f1, 9), -p.fire_rate))
+    return CalibrationResult(
+        model=model, measure=measure, threshold=max(0.0, best.threshold), f1=best.f1, fire_rate=best.fire_rate,
+        n_items=len(items), f1_never=f1_at(items, 1.0, measure)[0], f1_always=f1_at(items, -1e-9, measure)[0],
+        sweep=sweep,
+    )
+
+
+def calibration_path(data_dir: Path) -> Path:
+    return Path(data_dir) / CALIBRATION_FILE
+
+
+def load_calibration(data_dir: Path) -> dict[str, dict]:
+    path = calibration_path(data_dir)
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise StoreError(f"cannot read {path}: {exc}: delete it and run `prefcall calibrate` again") from exc
+
+
+def save_calibration(data_dir: Path, result: CalibrationResult) -> Path:
+    stored = load_calibration(data_dir)
+    entry = result.model_dump(exclude={"sweep"})
+    stored.setdefault(result.model, {})[result.measure] = entry
+    path = calibration_path(data_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(stored, indent=2), encoding="utf-8")
+    return path
+
+
+def default_threshold(model_name: str, data_dir: Path | None, measure: str = "least_confidence") -> float:
+    """The calibrated threshold for this model, else DEFAULT_GATE_THRESHOLD."""
+    if data_dir is None:
+        return DEFAULT_GATE_THRESHOLD
+    entry = load_calibration(data_dir).get(model_name, {}).get(measure)
+    return float(entry["threshold"]) if entry else DEFAULT_GATE_THRESHOLD

@@ -1,0 +1,156 @@
+"""The TAPS tagger: a standing instruction -> its structured tag form, with few-shot examples retrieved
+(hybrid BM25 + embedding) from a tagged set such as taps/tags_train.json.
+
+The output is validated (`taps_tags.validate_tags`); an invalid tagging comes back as
+status="invalid" with its reasons and is never used for generation.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from prefcall.engine.base import ChatMessage, Embedder, Engine
+from prefcall.errors import ParseError, StoreError
+from prefcall.retrieval.hybrid import HybridIndex
+from prefcall.schemas.model import Catalogue
+from prefcall.strategies.taps_tags import (
+    SlotFill,
+    intent_label,
+    parse_tags,
+    serialize_tags,
+    slot_label,
+    tags_to_triples,
+    validate_tags,
+)
+
+TAGGER_SYSTEM = (
+    "You tag a user's standing instruction for API calls. Copy the instruction word for word and add brackets:\n"
+    "[IN:<API> ... ] around the part about an API, [SL:<ARGUMENT> value ] around each value.\n"
+    "Use only these APIs and arguments:\n{labels}"
+)
+
+
+class TagExample(BaseModel):
+    instruction: str
+    tagged: str
+
+
+# Hand-written fallback so the tagger works without a tagged set (e.g. a server with no data files).
+BUILTIN_EXAMPLES = [
+    TagExample(instruction="When I look for restaurants, I like Thai food in Oakland.",
+               tagged="[IN:GET_RESTAURANTS When I look for restaurants, I like [SL:CUISINE Thai ] food in [SL:CITY Oakland ]. ]"),
+    TagExample(instruction="My preferred airline is United Airlines when I book flights.",
+               tagged="[IN:GET_FLIGHTS My preferred airline is [SL:AIRLINES United Airlines ] when I book flights. ]"),
+    TagExample(instruction="If I ask for Events, also check Hotels.",
+               tagged="[IN:GET_EVENTS If I ask for Events, also check [IN:GET_HOTELS Hotels ]. ]"),
+]
+
+
+class TagExamples:
+    """Tagged instructions with a hybrid index for nearest-neighbour few-shot selection."""
+
+    def __init__(self, examples: list[TagExample], embedder: Embedder | None = None) -> None:
+        self.examples = examples
+        self._embedder = embedder
+        self._index: HybridIndex | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(cls, path: Path | str, embedder: Embedder | None = None) -> TagExamples:
+        try:
+            rows = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise StoreError(f"cannot read tagged examples {path}: {exc}: pass taps/tags_train.json") from exc
+        return cls([TagExample(instruction=r["instruction"], tagged=r["tagged"]) for r in rows], embedder)
+
+    @classmethod
+    def builtin(cls) -> TagExamples:
+        return cls(list(BUILTIN_EXAMPLES))
+
+    def nearest(self, instruction: str, k: int) -> list[TagExample]:
+        with self._lock:
+            if self._index is None:
+                self._index = HybridIndex([e.instruction for e in self.examples], self._embedder)
+        hits = self._index.search(instruction, k)
+        chosen = [self.examples[h.index] for h in hits if self.examples[h.index].instruction != instruction]
+        # Closest last: small models copy the most recent example most.
+        return list(reversed(chosen[:k]))
+
+
+class TagResult(BaseModel):
+    instruction: str
+    status: Literal["ok", "invalid"]
+    tagged: str | None = None  # canonical serialisation when ok
+    raw: str = ""
+    reasons: list[str] = Field(default_factory=list)
+    triples: list[SlotFill] = Field(default_factory=list)
+    least_confidence: float | None = None
+    prompt_tokens: int = 0
+    evaluated: int = 0
+    reused: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+
+
+def render_labels(catalogue: Catalogue) -> str:
+    return "\n".join(
+        f"IN:{intent_label(f.name)}: " + ", ".join(f"SL:{slot_label(a)}" for a in f.properties) for f in catalogue.functions
+    )
+
+
+def tagger_prompt(engine: Engine, instruction: str, catalogue: Catalogue, shots: list[TagExample]) -> str:
+    messages = [ChatMessage("system", TAGGER_SYSTEM.format(labels=render_labels(catalogue)))]
+    for shot in shots:
+        messages += [ChatMessage("user", shot.instruction), ChatMessage("assistant", shot.tagged)]
+    messages.append(ChatMessage("user", instruction))
+    return engine.format_chat(messages)
+
+
+def check_tagging(instruction: str, tagged: str, catalogue: Catalogue) -> TagResult:
+    """Validate a tag string (from a model, a cache or a file) for this instruction and catalogue."""
+    reasons = validate_tags(tagged, instruction, catalogue)
+    if reasons:
+        return TagResult(instruction=instruction, status="invalid", raw=tagged, reasons=reasons)
+    tree = parse_tags(tagged)
+    return TagResult(instruction=instruction, status="ok", tagged=serialize_tags(tree), raw=tagged,
+                     triples=tags_to_triples(tree, catalogue))
+
+
+def tag_instruction(engine: Engine, instruction: str, catalogue: Catalogue, examples: TagExamples | None = None,
+                    *, k: int = 4) -> TagResult:
+    """Tag one instruction with k retrieved examples; invalid output -> status="invalid" with reasons."""
+    shots = (examples or TagExamples.builtin()).nearest(instruction, k)
+    prompt = tagger_prompt(engine, instruction, catalogue, shots)
+    started = time.perf_counter()
+    budget = engine.count_tokens(instruction) * 2 + 48  # the words plus brackets and labels
+    generation = engine.generate(prompt, max_tokens=budget, stop=("\n",))
+    raw = generation.text.strip()
+    try:
+        result = check_tagging(instruction, raw, catalogue)
+    except ParseError as exc:  # validate_tags reports parse problems itself; this is belt and braces
+        result = TagResult(instruction=instruction, status="invalid", raw=raw, reasons=[str(exc)])
+    return result.model_copy(update={
+        "least_confidence": generation.least_confidence, "prompt_tokens": generation.usage.prompt_tokens,
+        "evaluated": generation.usage.evaluated, "reused": generation.usage.reused,
+        "completion_tokens": generation.completion_tokens, "seconds": generation.seconds or time.perf_counter() - started,
+    })
+
+
+def span_f1(gold: list[str], predicted: list[str | None]) -> dict[str, float]:
+    """Micro F1 over (intent, slot, span) triples; an invalid/absent prediction contributes no triples."""
+    from prefcall.strategies.taps_tags import span_triples
+
+    tp = fp = fn = 0
+    for g, p in zip(gold, predicted):
+        gs, ps = span_triples(g), span_triples(p) if p else set()
+        tp, fp, fn = tp + len(gs & ps), fp + len(ps - gs), fn + len(gs - ps)
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}

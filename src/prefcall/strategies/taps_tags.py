@@ -1,0 +1,287 @@
+"""TAPS structured tags: parse, validate, serialise, and turn into (function, slot, value) triples.
+
+Format (TAPS, grill-lab/taps): the instruction's own words, with intents and slots bracketed in place:
+    [IN:GET_EVENTS If I'm looking for Events, I'd like them to be in [SL:CITY New York ] . ]
+Intents may nest (`[IN:GET_TRAVEL [IN:GET_EVENTS I prefer [SL:CATEGORY pop ] music ] when ... ]`: a slot
+belongs to its innermost intent) and several may sit side by side. Closing brackets may touch words
+("Barber Shop]", "]."), so the parser scans characters, not whitespace-split words.
+
+Mapping to a catalogue: IN:GET_RENTAL_CARS <-> GetRentalCars (compared with case and underscores folded,
+so the gold's IN:GET_RENTALCARS also maps), SL:PICKUP_LOCATION <-> pickup_location (same folding).
+An invalid tagging is reported with reasons, never silently used.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from prefcall.errors import ParseError
+from prefcall.schemas.model import Call, Catalogue, Function
+
+_OPEN_RE = re.compile(r"\[(IN|SL):([A-Za-z0-9_]+)")
+_TRAILING_PUNCT = " .,;:!?\"'"
+
+
+class TagNode(BaseModel):
+    """An intent (IN) or slot (SL) bracket; children are plain-text pieces or nested nodes, in order."""
+
+    kind: Literal["IN", "SL"]
+    label: str
+    children: list[TagNode | str] = Field(default_factory=list)
+
+    def text(self) -> str:
+        """The words inside the bracket, whitespace-normalised."""
+        return " ".join(_plain(self.children).split())
+
+
+class TagTree(BaseModel):
+    """A whole tagged instruction: top-level text pieces and nodes, in order."""
+
+    children: list[TagNode | str] = Field(default_factory=list)
+
+    def text(self) -> str:
+        return " ".join(_plain(self.children).split())
+
+    def intents(self) -> list[TagNode]:
+        return [n for n in self.walk() if n.kind == "IN"]
+
+    def walk(self) -> list[TagNode]:
+        out: list[TagNode] = []
+        _walk(self.children, out)
+        return out
+
+
+class SlotFill(BaseModel):
+    """One (function, slot, value) triple read from a tagged instruction."""
+
+    function: str
+    slot: str | None  # None: the intent names a function but fills no slot ("also check Hotels")
+    value: Any = None
+    span: str = ""
+
+
+class TaggedInstruction(BaseModel):
+    """An instruction with its (cached) tags; the pipeline accepts these in place of plain strings."""
+
+    instruction: str
+    tagged: str | None = None
+    status: Literal["ok", "invalid", "untagged"] = "untagged"
+
+
+def _plain(children: list[TagNode | str]) -> str:
+    return " ".join(c if isinstance(c, str) else _plain(c.children) for c in children)
+
+
+def _walk(children: list[TagNode | str], out: list[TagNode]) -> None:
+    for child in children:
+        if isinstance(child, TagNode):
+            out.append(child)
+            _walk(child.children, out)
+
+
+# -- parsing ------------------------------------------------------------------------------
+def parse_tags(tagged: str) -> TagTree:
+    """Parse a tag string; unbalanced brackets or a bare '[' raise ParseError."""
+    root: list[TagNode | str] = []
+    stack: list[TagNode] = []
+    buffer: list[str] = []
+    position = 0
+
+    def flush() -> None:
+        if "".join(buffer).strip():
+            target = stack[-1].children if stack else root
+            target.append(" ".join("".join(buffer).split()))
+        buffer.clear()
+
+    while position < len(tagged):
+        char = tagged[position]
+        if char == "[":
+            match = _OPEN_RE.match(tagged, position)
+            if match is None:
+                raise ParseError(f"'[' at character {position} does not open [IN:..] or [SL:..]: fix the tag string")
+            flush()
+            node = TagNode(kind=match.group(1), label=match.group(2).upper())
+            (stack[-1].children if stack else root).append(node)
+            stack.append(node)
+            position = match.end()
+            continue
+        if char == "]":
+            if not stack:
+                raise ParseError(f"unbalanced brackets: ']' at character {position} closes nothing")
+            flush()
+            stack.pop()
+            position += 1
+            continue
+        buffer.append(char)
+        position += 1
+    if stack:
+        raise ParseError(f"unbalanced brackets: {len(stack)} bracket(s) left open ({stack[-1].kind}:{stack[-1].label})")
+    flush()
+    return TagTree(children=root)
+
+
+def serialize_tags(tree: TagTree) -> str:
+    """Canonical tag string: `[IN:X words [SL:Y span ] words ]`, single spaces."""
+    return " ".join(_serialize(c) for c in tree.children)
+
+
+def _serialize(item: TagNode | str) -> str:
+    if isinstance(item, str):
+        return item
+    inner = " ".join(_serialize(c) for c in item.children)
+    return f"[{item.kind}:{item.label} {inner} ]"
+
+
+# -- catalogue mapping ----------------------------------------------------------------------
+def _fold(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def intent_label(function_name: str) -> str:
+    """GetRentalCars -> GET_RENTAL_CARS."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", function_name).upper()
+
+
+def slot_label(argument: str) -> str:
+    """pickup_location -> PICKUP_LOCATION."""
+    return argument.upper()
+
+
+def function_for_intent(label: str, catalogue: Catalogue) -> Function | None:
+    folded = _fold(label)
+    return next((f for f in catalogue.functions if _fold(f.name) == folded), None)
+
+
+def argument_for_slot(label: str, function: Function) -> str | None:
+    folded = _fold(label)
+    return next((name for name in function.properties if _fold(name) == folded), None)
+
+
+# -- validation -----------------------------------------------------------------------------
+def validate_tags(tagged: str, instruction: str, catalogue: Catalogue) -> list[str]:
+    """Reasons the tagging is unusable; empty when valid."""
+    try:
+        tree = parse_tags(tagged)
+    except ParseError as exc:
+        return [str(exc)]
+    reasons = _token_reasons(tree, instruction)
+    if not tree.intents():
+        reasons.append("no intent: wrap the instruction in [IN:<API> ... ]")
+    reasons += _structure_reasons(tree.children, None, catalogue)
+    return reasons
+
+
+def _token_reasons(tree: TagTree, instruction: str) -> list[str]:
+    # Compare with all whitespace removed: tags may add or drop spaces around brackets, never characters.
+    want, got = "".join(instruction.split()), "".join(tree.text().split())
+    if want == got:
+        return []
+    cut = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), min(len(want), len(got)))
+    if len(got) < len(want) and want.startswith(got[:cut]):
+        return [f"token dropped or changed near {want[max(0, cut - 10):cut + 10]!r}: keep every word of the instruction"]
+    return [f"text differs from the instruction near {got[max(0, cut - 10):cut + 10]!r}: keep every word, add none"]
+
+
+def _structure_reasons(children: list[TagNode | str], intent: Function | None, catalogue: Catalogue) -> list[str]:
+    reasons: list[str] = []
+    for child in children:
+        if isinstance(child, str):
+            continue
+        if child.kind == "IN":
+            function = function_for_intent(child.label, catalogue)
+            if function is None:
+                reasons.append(f"unknown API IN:{child.label}: use one of the catalogue's intents")
+            reasons += _structure_reasons(child.children, function, catalogue)
+            continue
+        if intent is None:
+            reasons.append(f"slot SL:{child.label} outside any intent: put slots inside [IN:..]")
+        elif argument_for_slot(child.label, intent) is None:
+            reasons.append(f"unknown slot SL:{child.label} for {intent.name}")
+        if any(isinstance(c, TagNode) for c in child.children):
+            reasons.append(f"slot SL:{child.label} contains a bracket: slots hold plain text")
+        if not child.text().strip(_TRAILING_PUNCT):
+            reasons.append(f"slot SL:{child.label} is empty")
+    return reasons
+
+
+# -- conversion -----------------------------------------------------------------------------
+def tags_to_triples(tree: TagTree, catalogue: Catalogue) -> list[SlotFill]:
+    """(function, slot, value) per slot, in order; intents without slots give one (function, None) entry."""
+    out: list[SlotFill] = []
+    _collect(tree.children, None, catalogue, out)
+    return out
+
+
+def _collect(children: list[TagNode | str], intent: Function | None, catalogue: Catalogue, out: list[SlotFill]) -> None:
+    for child in children:
+        if isinstance(child, str):
+            continue
+        if child.kind == "IN":
+            function = function_for_intent(child.label, catalogue)
+            before = len(out)
+            _collect(child.children, function, catalogue, out)
+            own = [f for f in out[before:] if function is not None and f.function == function.name]
+            if function is not None and not own:
+                out.insert(before, SlotFill(function=function.name, slot=None))
+            continue
+        if intent is None:
+            continue
+        argument = argument_for_slot(child.label, intent)
+        if argument is not None:
+            span = child.text().strip(_TRAILING_PUNCT)
+            out.append(SlotFill(function=intent.name, slot=argument, value=slot_value(span, intent.properties[argument]), span=span))
+
+
+def slot_value(span: str, spec: dict[str, Any]) -> Any:
+    """A span as the argument's value: booleans become True, enum spans snap to the enum's spelling."""
+    if spec.get("type") == "boolean":
+        return True  # a tagged boolean slot is an affirmative mention ("serves alcohol", "good for kids")
+    for option in spec.get("enum") or []:
+        if str(option).lower() == span.lower():
+            return option
+    for option in spec.get("enum") or []:
+        if str(option).lower() in span.lower() or span.lower() in str(option).lower():
+            return option
+    return span
+
+
+def tags_to_calls(tree: TagTree, catalogue: Catalogue) -> list[Call]:
+    """One call per intent with its slots; a slot given two values in one intent gives one call per value."""
+    calls: list[Call] = []
+    by_function: dict[str, list[SlotFill]] = {}
+    for fill in tags_to_triples(tree, catalogue):
+        by_function.setdefault(fill.function, []).append(fill)
+    for function, fills in by_function.items():
+        values: dict[str, list[Any]] = {}
+        for fill in fills:
+            if fill.slot is not None and fill.value not in values.setdefault(fill.slot, []):
+                values[fill.slot].append(fill.value)
+        count = max((len(v) for v in values.values()), default=1)
+        # Repeated slots vary per call; single-valued slots are shared by all of them.
+        calls += [Call(name=function, arguments={s: v[min(i, len(v) - 1)] for s, v in values.items()}) for i in range(count)]
+    return calls
+
+
+def span_triples(tagged: str) -> set[tuple[str, str, str]]:
+    """(intent label, slot label, normalised span) triples for span-level scoring; empty when unparsable."""
+    try:
+        tree = parse_tags(tagged)
+    except ParseError:
+        return set()
+    out: set[tuple[str, str, str]] = set()
+    _spans(tree.children, "", out)
+    return out
+
+
+def _spans(children: list[TagNode | str], intent: str, out: set[tuple[str, str, str]]) -> None:
+    for child in children:
+        if isinstance(child, str):
+            continue
+        if child.kind == "IN":
+            out.add((_fold(child.label), "", ""))
+            _spans(child.children, _fold(child.label), out)
+        else:
+            out.add((intent, _fold(child.label), child.text().strip(_TRAILING_PUNCT).lower()))

@@ -1,0 +1,232 @@
+"""prefcall bench: statistics helpers, the JSON last-line contract, --quick/--only plumbing, every model
+section's plumbing against a fake engine that takes time in proportion to tokens (milliseconds in total)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from prefcall.bench import stats
+from prefcall.bench.context import FALLBACK_ITEMS, BenchContext, WorkItem
+from prefcall.bench.report import render_markdown, render_table, write_outputs
+from prefcall.bench.retrieval import random_unit_vectors, synthesize_demonstrations
+from prefcall.bench.runner import SECTIONS, Section, parse_only, run_bench, run_section
+from prefcall.cli import build_parser, main
+from prefcall.engine.base import Generation
+from prefcall.engine.fake import FakeEmbedder, FakeEngine
+from prefcall.errors import ValidationError
+
+PROMPT_SECONDS_PER_TOKEN = 2e-5
+GEN_SECONDS_PER_TOKEN = 1e-4
+
+
+# -- statistics ---------------------------------------------------------------------------------------
+def test_percentiles_interpolate_like_numpy() -> None:
+    values = [5.0, 1.0, 4.0, 2.0, 3.0, 10.0, 7.0]
+    for q in (0, 25, 50, 90, 95, 100):
+        assert math.isclose(stats.percentile(values, q), float(np.percentile(values, q)))
+    assert stats.percentile([3.0], 95) == 3.0
+
+
+def test_percentile_rejects_nothing_and_out_of_range() -> None:
+    with pytest.raises(ValueError):
+        stats.percentile([], 50)
+    with pytest.raises(ValueError):
+        stats.percentile([1.0], 101)
+
+
+def test_summarize_scales_and_reports_p50_p95() -> None:
+    s = stats.summarize([0.010, 0.020, 0.030, 0.040], scale=1000)
+    assert s["n"] == 4 and s["p50"] == 25.0 and s["min"] == 10.0 and s["max"] == 40.0
+    assert math.isclose(s["p95"], 38.5)
+    assert stats.summarize([]) == {"n": 0}
+
+
+def test_ratio_is_none_without_a_positive_denominator() -> None:
+    assert stats.ratio(6, 2) == 3.0
+    assert stats.ratio(1, 0) is None and stats.ratio(None, 2) is None and stats.ratio(1, None) is None
+
+
+def test_overhead_ratio_divides_latency_by_raw_time_for_the_same_tokens() -> None:
+    # 100 tokens at 200 tok/s + 10 tokens at 20 tok/s = 0.5 + 0.5 = 1 s of raw llama.cpp time.
+    assert stats.raw_seconds(100, 10, 200.0, 20.0) == pytest.approx(1.0)
+    assert stats.overhead_ratio(1.5, 100, 10, 200.0, 20.0) == 1.5
+    with pytest.raises(ValueError):
+        stats.raw_seconds(1, 1, 0.0, 1.0)
+
+
+def test_targets_say_met_and_by_how_much() -> None:
+    missed = stats.target("latency", 75.0, 50.0, unit="ms")
+    assert missed["met"] is False and missed["factor_of_limit"] == 1.5
+    met = stats.target("speed-up", 6.0, 5.0, higher_is_better=True)
+    assert met["met"] is True
+    assert stats.target("x", None, 1.0)["met"] is None
+
+
+def test_rss_of_this_process_is_plausible() -> None:
+    rss = stats.rss_bytes()
+    assert rss is None or 10 * 2**20 < rss < 64 * 2**30
+
+
+# -- a fake engine that costs time per token, so ratios are meaningful ---------------------------------
+def fake_json(schema: dict[str, Any]) -> Any:
+    """The smallest JSON value valid for the schemas the strategies use."""
+    if "enum" in schema:
+        return schema["enum"][0]
+    if "const" in schema:
+        return schema["const"]
+    if "anyOf" in schema:
+        return fake_json(schema["anyOf"][0])
+    kind = schema.get("type")
+    if kind == "object":
+        return {k: fake_json(schema["properties"][k]) for k in schema.get("required", [])}
+    if kind == "array":
+        item = schema.get("items", {})
+        return [fake_json(item)] if schema.get("minItems") or "enum" in item or "anyOf" in item else []
+    return {"string": "x", "integer": 1, "number": 1.0, "boolean": True}.get(kind, "x")
+
+
+class TimedFakeEngine(FakeEngine):
+    """FakeEngine whose calls take time in proportion to evaluated and generated tokens."""
+
+    def generate(self, prompt: str, *, max_tokens: int = 256, stop=(), json_schema=None, top_logprobs: int = 0) -> Generation:
+        text = json.dumps(fake_json(json_schema)) if json_schema else (
+            "Thinking: the user wants a flight.\nGetFlights - YES\nGetHotels - NO\nAssessment finished.")
+        self.reply(text)
+        started = time.perf_counter()
+        g = super().generate(prompt, max_tokens=max_tokens, stop=stop, json_schema=json_schema, top_logprobs=top_logprobs)
+        time.sleep(g.usage.evaluated * PROMPT_SECONDS_PER_TOKEN + g.completion_tokens * GEN_SECONDS_PER_TOKEN)
+        g.seconds = time.perf_counter() - started
+        return g
+
+    def score_candidates(self, prompt, candidates):
+        scores = super().score_candidates(prompt, candidates)
+        time.sleep(scores.usage.evaluated * PROMPT_SECONDS_PER_TOKEN)
+        return scores
+
+
+def fake_context(**overrides: Any) -> BenchContext:
+    lines: list[str] = []
+    options: dict[str, Any] = dict(quick=True, reps=1, engine_factory=lambda s: TimedFakeEngine(),
+                                   embedder_factory=lambda s: FakeEmbedder(), items=list(FALLBACK_ITEMS),
+                                   log=lines.append)
+    options.update(overrides)
+    return BenchContext(**options)
+
+
+def test_limit_section_measures_raw_throughput_and_overheads_with_a_fake() -> None:
+    ctx = fake_context()
+    section = run_section(SECTIONS["limit"], ctx)
+    assert section["status"] == "ok", section.get("reason")
+    raw = section["figures"]["raw"]
+    # The fake costs 2e-5 s per prompt token: never faster than 50k tok/s (slower by the Python around it).
+    assert 0 < raw["prompt_tps"] < 55_000 and 0 < raw["gen_tps"] < 11_000
+    for name in ("parse_request", "select_tools_nlt", "clarify"):
+        strategy = section["figures"]["strategies"][name]
+        assert strategy["overhead_ratio_p50"] is not None and strategy["overhead_ratio_p50"] > 0.5
+        assert strategy["runs"][0]["evaluated"] > 0
+
+
+def test_model_sections_run_end_to_end_against_a_fake() -> None:
+    report = run_bench(fake_context(), ["prefix", "nlt", "fnctod", "taps"])
+    for name, section in report["sections"].items():
+        assert section["status"] == "ok", (name, section.get("reason"))
+    prefix = report["sections"]["prefix"]["figures"]["runs"][0]
+    # The fake engine reuses the shared prefix: the warm request evaluates fewer tokens than the cold one.
+    assert prefix["warm"]["evaluated"] < prefix["cold"]["evaluated"]
+    nlt = report["sections"]["nlt"]["figures"]["modes"]
+    assert set(nlt) == {"generate", "score", "structured"}
+    assert nlt["score"]["tokens_out"]["p50"] == 0  # scoring generates nothing
+    fnctod = report["sections"]["fnctod"]["figures"]["cold"]
+    assert fnctod["one_stage"]["model_calls"] == 1 and fnctod["two_stage"]["model_calls"] >= 1
+    taps = report["sections"]["taps"]["figures"]
+    assert all(taps["fired_flags"]) and not any(r["gate_fired"] for r in taps["runs"]["not_fired"])
+    names = {t["name"] for t in report["targets"]}
+    assert any(n.startswith("prefix:") for n in names) and any(n.startswith("nlt:") for n in names)
+
+
+def test_a_failing_section_is_reported_and_the_next_still_runs() -> None:
+    def boom(ctx: BenchContext) -> dict[str, Any]:
+        raise RuntimeError("engine fell over")
+
+    ctx = fake_context()
+    assert run_section(Section("boom", "Boom", boom, ()), ctx)["status"] == "error"
+    skipped = run_section(Section("later", "Later", boom, ("prefcall.no_such_module",)), ctx)
+    assert skipped["status"] == "skipped" and skipped["reason"].startswith("skipped: module prefcall.no_such_module")
+
+
+# -- sections, --only and --quick ---------------------------------------------------------------------
+def test_only_keeps_the_bench_order_and_rejects_unknown_names() -> None:
+    assert parse_only("retrieval,limit") == ["limit", "retrieval"]
+    assert parse_only(None) == list(SECTIONS)
+    with pytest.raises(ValidationError, match="use some of"):
+        parse_only("limit,warp-speed")
+
+
+def test_synthesised_demonstrations_recombine_templates_deterministically() -> None:
+    texts = synthesize_demonstrations(50, ["find a flight", "book a hotel"], ["I fly Delta", "I like 4 stars"], seed=3)
+    assert len(texts) == 50 and texts == synthesize_demonstrations(50, ["find a flight", "book a hotel"],
+                                                                   ["I fly Delta", "I like 4 stars"], seed=3)
+    assert all(len(t.split("\n")) == 3 for t in texts)
+    vectors = random_unit_vectors(10, 384)
+    assert vectors.shape == (10, 384) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def bench_args(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["bench", *argv])
+
+
+def test_quick_retrieval_prints_a_table_and_ends_stdout_with_one_json_object(capsys, tmp_path) -> None:
+    from prefcall.bench.cli import run_bench_command
+
+    args = bench_args("--quick", "--only", "retrieval", "--out", str(tmp_path / "out"))
+    code = run_bench_command(args, context_overrides={"embedder_factory": lambda s: FakeEmbedder(),
+                                                      "items": list(FALLBACK_ITEMS), "log": lambda line: None})
+    captured = capsys.readouterr()
+    assert code == 0
+    last = captured.out.strip().splitlines()[-1]
+    report = json.loads(last)
+    assert report["meta"]["quick"] is True and report["meta"]["reps"] == 1
+    assert list(report["sections"]) == ["retrieval"]
+    sizes = report["sections"]["retrieval"]["figures"]["sizes"]
+    assert list(sizes) == ["1000"]  # --quick: 1k only
+    assert sizes["1000"]["latency_ms"]["fused"]["p95"] >= sizes["1000"]["latency_ms"]["fused"]["p50"] > 0
+    assert "retrieval" in captured.err and "target" in captured.err  # the table went to stderr
+    written = {p.name for p in (tmp_path / "out").iterdir()}
+    assert {"bench.json", "bench.md", "retrieval.png"} <= written
+    assert json.loads((tmp_path / "out" / "bench.json").read_text())["sections"].keys() == report["sections"].keys()
+
+
+def test_unknown_section_is_a_one_line_error_from_the_cli(capsys) -> None:
+    assert main(["bench", "--only", "nope"]) == 2
+    assert "unknown bench section" in capsys.readouterr().err
+
+
+def test_markdown_and_table_show_skipped_sections_and_missed_targets() -> None:
+    report = {"meta": {"commit": "abc", "load_average_start": [1.0, 1.0, 1.0]},
+              "sections": {"server": {"status": "skipped", "reason": "skipped: module prefcall.server.app is missing"},
+                           "prefix": {"status": "ok", "headline": [["latency ratio x", 2.5]]}},
+              "targets": [stats.target("prefix: cold/warm latency", 2.5, 3.0, higher_is_better=True, unit="x")]}
+    table = render_table(report)
+    assert "skipped: module prefcall.server.app is missing" in table and "MISSED" in table
+    markdown = render_markdown(report, "prefcall bench")
+    assert "| prefix | latency ratio x | 2.5 |" in markdown and "| NO |" in markdown
+
+
+def test_plots_are_written_for_the_sections_present(tmp_path) -> None:
+    report = run_bench(fake_context(), ["nlt", "fnctod"])
+    written = {p.name for p in write_outputs(report, tmp_path)}
+    assert {"bench.json", "bench.md", "comparisons.png"} <= written
+
+
+def test_same_function_pairs_pick_two_different_requests_for_one_function() -> None:
+    items = [WorkItem("User: a", [], [], "GetFlights"), WorkItem("User: b", [], [], "GetHotels"),
+             WorkItem("User: c", [], [], "GetFlights")]
+    ctx = fake_context(items=items)
+    assert ctx.same_function_pairs() == [(items[0], items[2])]

@@ -1,0 +1,28 @@
+"""`prefcall bench --quick --only limit` end to end with the embedded GGUF model (the one real-model bench test)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.model
+def test_quick_limit_section_runs_with_the_embedded_model(tmp_path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "prefcall.cli", "bench", "--quick", "--only", "limit", "--threads", "2",
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=1800,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    limit = report["sections"]["limit"]
+    assert limit["status"] == "ok", limit.get("reason")
+    raw = limit["figures"]["raw"]
+    assert raw["prompt_tps"] > 0 and raw["gen_tps"] and raw["gen_tps"] > 0
+    for name, strategy in limit["figures"]["strategies"].items():
+        # Every strategy pays at least what raw llama.cpp needs for its tokens, give or take measurement noise.
+        assert strategy.get("status") == "skipped" or strategy["overhead_ratio_p50"] > 0.3, name
+    assert (tmp_path / "bench.json").is_file() and (tmp_path / "bench.md").is_file()

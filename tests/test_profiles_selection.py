@@ -1,0 +1,104 @@
+"""Standing-instruction selection: domains, conditions, chains, overrides, ranking, evaluation."""
+
+from __future__ import annotations
+
+import pytest
+
+from prefcall.engine.fake import FakeEmbedder
+from prefcall.profiles.selection import (
+    SelectionConfig,
+    evaluate_selection,
+    nlsi_dialogue,
+    select_instructions,
+    split_condition,
+)
+from prefcall.schemas.registry import builtin_catalogue
+
+NLSI = builtin_catalogue("nlsi")
+PROFILE = [
+    "If I ask for Restaurants, my preferred cuisine is Cantonese.",  # 0
+    "If cuisine is Cantonese then look for restaurant name as Chef Zhao Kitchen",  # 1 (chain via 0)
+    "If I ask for Flights, I fly Delta Airlines",  # 2
+    "If I ask for Doctor, my preferred type is Dermatologist",  # 3
+    "If cuisine is Sushi then look for price range as moderate",  # 4 (condition never met)
+    "If I ask for Travel, then also look at Hotels",  # 5
+    "If I ask for Hotels, my preferred hotel name is Novotel",  # 6
+]
+
+
+@pytest.mark.parametrize("embedder", [None, FakeEmbedder()])
+def test_domain_and_chained_condition(embedder):
+    result = select_instructions("User: Find me restaurants in Mountain View.", PROFILE, NLSI, embedder)
+    assert set(result.selected_texts) == {PROFILE[0], PROFILE[1]}
+    assert "GetRestaurants" in result.dialogue_domains
+    by_index = {s.index: s for s in result.ranking}
+    assert by_index[1].via == "chain" and by_index[0].via == "direct"
+    assert by_index[4].condition == "sushi" and not by_index[4].condition_met
+    assert [s.index for s in result.ranking[:2]] == sorted(s.index for s in result.selected) or len(result.ranking) == 7
+    assert min(s.score for s in result.selected) > max(s.score for s in result.ranking if s.index not in {0, 1})
+
+
+def test_condition_met_by_the_dialogue_itself():
+    result = select_instructions("I want some sushi at a restaurant", PROFILE, NLSI)
+    by_index = {s.index: s for s in result.ranking}
+    assert PROFILE[4] in result.selected_texts and by_index[4].via == "direct"
+    no_sushi = select_instructions("I want a restaurant", PROFILE, NLSI)
+    assert PROFILE[4] not in no_sushi.selected_texts
+
+
+def test_chains_pull_in_another_domain():
+    result = select_instructions("Show me travel attractions in Paris", PROFILE, NLSI)
+    assert PROFILE[5] in result.selected_texts and PROFILE[6] in result.selected_texts
+    assert {"GetTravel", "GetHotels"} <= set(result.dialogue_domains)
+    off = select_instructions("Show me travel attractions in Paris", PROFILE, NLSI, config=SelectionConfig(use_chains=False))
+    assert PROFILE[6] not in off.selected_texts
+
+
+def test_enum_override_drops_the_replaced_preference():
+    result = select_instructions("I need a doctor, a Gynecologist please", PROFILE, NLSI)
+    ranked = {s.index: s for s in result.ranking}
+    assert PROFILE[3] not in result.selected_texts and ranked[3].overridden_by
+    kept = select_instructions("I need a doctor", PROFILE, NLSI)
+    assert PROFILE[3] in kept.selected_texts
+
+
+def test_location_override():
+    profile = ["If I ask for Restaurants, my preferred city is Santa Clara", "If I ask for Restaurants, I like Thai food"]
+    result = select_instructions("Do you know of any restaurants in Sunnyvale?", profile, NLSI)
+    assert result.selected_texts == [profile[1]]
+    same = select_instructions("Any restaurants in Santa Clara?", profile, NLSI)
+    assert set(same.selected_texts) == set(profile)
+
+
+def test_stated_name_overrides_name_preference():
+    profile = ["If I ask for Dentist, my preferred dentist name is A-1 Dental Care"]
+    result = select_instructions("Find a dentist, make sure the dentist is called Greenview Dental Care", profile, NLSI)
+    assert result.selected == [] and result.ranking[0].overridden_by
+
+
+def test_unrelated_dialogue_selects_nothing_and_empty_profile():
+    assert select_instructions("What is the weather like?", PROFILE[:3], NLSI).selected == []
+    assert select_instructions("anything", [], NLSI).ranking == []
+
+
+def test_split_condition_forms():
+    assert split_condition("If cuisine is Sushi then look for X")[0].strip() == "cuisine is Sushi"
+    assert split_condition("Look for a moderate price if the cuisine is Thai")[0].strip() == "the cuisine is Thai"
+    assert split_condition("Request Restaurants in Oakland.") == (None, "Request Restaurants in Oakland.")
+
+
+def test_nlsi_dialogue_splits_turns():
+    turns = nlsi_dialogue("User: I need a car.\nAgent: From when?\nUser: Tuesday")
+    assert [t.role for t in turns] == ["user", "assistant", "user"]
+
+
+def test_evaluate_selection_metrics():
+    items = [
+        {"user_utterance": "User: Find me restaurants in Oakland.", "all_standing_instructions": PROFILE,
+         "applicable_standing_instructions": [PROFILE[0], PROFILE[1]]},
+        {"user_utterance": "User: Book me a flight to Boston.", "all_standing_instructions": PROFILE,
+         "applicable_standing_instructions": [PROFILE[2], PROFILE[3]]},
+    ]
+    metrics = evaluate_selection(items, FakeEmbedder(), NLSI)
+    assert metrics["items"] == 2
+    assert metrics["precision"] == 1.0 and metrics["recall"] == 0.75 and metrics["exact_match"] == 0.5

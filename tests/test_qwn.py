@@ -1,0 +1,242 @@
+"""QwN clarify: the paper's prompt, each decision branch, evidence overriding the model, no repeated questions."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from prefcall.engine.fake import FakeEmbedder, FakeEngine
+from prefcall.schemas.model import Call, Catalogue, Function, Turn
+from prefcall.strategies.qwn import (
+    LIMITATION_TEXT,
+    MissingArgument,
+    clarify,
+    enum_violations,
+    humanise,
+    is_grounded,
+    parse_decision,
+    question_for,
+)
+from prefcall.strategies.qwn_draft import grammar_schema
+
+FLIGHTS = Function(
+    name="book_flight",
+    description="Books a flight between two cities.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "origin": {"type": "string", "description": "City the flight leaves from."},
+            "destination": {"type": "string", "description": "City the flight goes to."},
+            "departure_date": {"type": "string"},
+            "cabin": {"type": "string", "enum": ["economy", "business"]},
+        },
+        "required": ["origin", "destination", "departure_date"],
+    },
+)
+CATALOGUE = Catalogue(name="travel", functions=[FLIGHTS])
+
+
+def _relevant(p_yes: float):
+    def scorer(prompt: str, candidate: str) -> float:
+        return math.log(p_yes if candidate == " YES" else 1 - p_yes) if "N/A" not in prompt else math.log(0.5)
+
+    return scorer
+
+
+# -- parsing and wording ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Question: What date do you want to fly?", ("question", "What date do you want to fly?")),
+        ("question:When?\nmore", ("question", "When?")),
+        ("Continue", ("continue", None)),
+        ("continue.", ("continue", None)),
+        (LIMITATION_TEXT, ("limitation", None)),
+        ("Sorry, I cannot solve this problem.", ("limitation", None)),
+        ("Which city?", ("question", "Which city?")),
+        ("banana", (None, None)),
+        ("", (None, None)),
+    ],
+)
+def test_parse_decision(text: str, expected: tuple) -> None:
+    assert parse_decision(text) == expected
+
+
+def test_humanise_and_question_wording() -> None:
+    assert humanise("departure_date") == "departure date"
+    assert humanise("propertyID") == "property ID"
+    assert question_for([MissingArgument(function="f", argument="departure_date")]) == (
+        "What departure date would you like?"
+    )
+    assert question_for([MissingArgument(function="f", argument="origin", description="City the flight leaves from.")]) == (
+        "What origin would you like? (City the flight leaves from.)"
+    )
+    two = question_for([MissingArgument(function="f", argument="origin"), MissingArgument(function="f", argument="startDate")])
+    assert "the origin and the start date" in two
+
+
+def test_grounding_of_values() -> None:
+    text = "Book a flight from Boston to New York on 2024-05-01 for 2 people, darker theme please"
+    assert is_grounded("Boston", {}, text)
+    assert is_grounded("new york", {}, text)
+    assert is_grounded("2024-05-01", {}, text)
+    assert is_grounded(2, {}, text) and is_grounded(2.0, {}, text)
+    assert not is_grounded(3, {}, text)
+    assert is_grounded("Dark", {}, text)  # inflection
+    assert not is_grounded("Chicago", {}, text)
+    assert is_grounded(True, {}, text)
+    assert not is_grounded("", {}, text) and not is_grounded(None, {}, text) and not is_grounded([], {}, text)
+    schema = {"type": "object", "properties": {"a": {}, "b": {}}, "required": ["a", "b"]}
+    assert is_grounded({"a": "Boston", "b": "New York"}, schema, text)
+    assert not is_grounded({"a": "Boston", "b": "Paris"}, schema, text)
+    assert enum_violations({"x": ["a", "z"]}, {"properties": {"x": {"items": {"enum": ["a"]}}}}, "v") == ["v.x"]
+
+
+def test_grammar_schema_maps_bfcl_types_and_drops_required_on_request() -> None:
+    schema = {"type": "dict", "properties": {"x": {"type": "float", "default": 1}, "y": {"type": "tuple", "items": {"type": "any"}}}, "required": ["x"]}
+    out = grammar_schema(schema, keep_required=False)
+    assert out == {
+        "type": "object",
+        "properties": {"x": {"type": "number"}, "y": {"type": "array", "maxItems": 8, "items": {}}},
+        "additionalProperties": False,
+    }
+    assert grammar_schema(schema)["required"] == ["x"]
+
+
+# -- the prompt ---------------------------------------------------------------------------------
+def test_prompt_has_the_three_answers_tools_profile_and_asked_questions() -> None:
+    engine = FakeEngine().reply("Continue")
+    clarify(engine, "Fly me to Paris", CATALOGUE, instructions=["I always fly from Boston"],
+            asked=["What date?"], policy="model")
+    prompt = engine.prompts[0]
+    assert "'Question: '" in prompt and "'Continue'" in prompt and LIMITATION_TEXT in prompt
+    assert "book_flight" in prompt and "departure_date (required)" in prompt
+    assert "I always fly from Boston" in prompt
+    assert "do not ask them again" in prompt and "- What date?" in prompt
+    assert prompt.rstrip().endswith("User: Fly me to Paris\n<|assistant|>".rstrip())
+
+
+# -- branches -----------------------------------------------------------------------------------
+def test_model_policy_is_the_paper_alone() -> None:
+    for reply, decision in [("Question: Which date?", "question"), ("Continue", "continue"), (LIMITATION_TEXT, "limitation")]:
+        result = clarify(FakeEngine().reply(reply), "Fly me to Paris", CATALOGUE, policy="model")
+        assert result.decision == decision and result.status == "ok"
+        assert result.model_said == reply
+    bad = clarify(FakeEngine().reply("banana"), "Fly me to Paris", CATALOGUE, policy="model")
+    assert bad.status == "parse_error"
+
+
+def test_missing_required_arguments_override_a_model_continue() -> None:
+    engine = FakeEngine(scorer=_relevant(0.9))
+    engine.reply("Continue", when="Before calling a tool")
+    engine.reply(json.dumps({"origin": "Boston", "destination": "Paris"}), when="fill in the arguments")
+    result = clarify(engine, "Fly me from Boston to Paris", CATALOGUE)
+    assert result.decision == "question"
+    assert result.model_decision == "continue"
+    assert [m.argument for m in result.missing_arguments] == ["departure_date"]
+    assert result.question == "What departure date would you like?"
+    assert result.relevant == ["book_flight"]
+    assert any("rule 2" in e for e in result.evidence)
+
+
+def test_hallucinated_values_count_as_missing() -> None:
+    engine = FakeEngine(scorer=_relevant(0.9))
+    engine.reply("Continue", when="Before calling a tool")
+    engine.reply(json.dumps({"origin": "Boston", "destination": "Paris", "departure_date": "2024-01-01"}),
+                 when="fill in the arguments")
+    result = clarify(engine, "Fly me from Boston to Paris", CATALOGUE)
+    assert result.decision == "question"
+    assert result.missing_arguments[0].reason == "not_stated"
+
+
+def test_complete_draft_means_continue_even_if_the_model_asks() -> None:
+    engine = FakeEngine(scorer=_relevant(0.9))
+    engine.reply("Question: Are you sure?", when="Before calling a tool")
+    engine.reply(json.dumps({"origin": "Boston", "destination": "Paris", "departure_date": "May 3"}),
+                 when="fill in the arguments")
+    result = clarify(engine, "Fly me from Boston to Paris on May 3", CATALOGUE)
+    assert result.decision == "continue" and result.question is None
+    assert result.draft == Call(name="book_flight", arguments={"origin": "Boston", "destination": "Paris", "departure_date": "May 3"})
+
+
+def test_profile_instructions_supply_arguments() -> None:
+    engine = FakeEngine(scorer=_relevant(0.9))
+    engine.reply("Continue", when="Before calling a tool")
+    engine.reply(json.dumps({"origin": "Boston", "destination": "Paris", "departure_date": "May 3"}),
+                 when="fill in the arguments")
+    result = clarify(engine, "Fly me to Paris on May 3", CATALOGUE, instructions=["I always fly from Boston"])
+    assert result.decision == "continue"
+
+
+def test_no_relevant_function_means_limitation_even_if_the_model_continues() -> None:
+    engine = FakeEngine(scorer=_relevant(0.1)).reply("Continue")
+    result = clarify(engine, "What is the capital of Peru?", CATALOGUE)
+    assert result.decision == "limitation"
+    assert result.relevant == []
+    assert not any(c["kind"] == "generate" and "fill in the arguments" in c["prompt"] for c in engine.calls)
+
+
+def test_embedder_relevance_instead_of_nlt_scoring() -> None:
+    engine = FakeEngine().reply("Continue", when="Before calling a tool")
+    engine.reply(json.dumps({}), when="fill in the arguments")
+    result = clarify(engine, "Bake a chocolate cake", CATALOGUE, embedder=FakeEmbedder())
+    assert result.decision == "limitation"
+    assert not any(c["kind"] == "score" for c in engine.calls)
+
+
+def test_caller_draft_calls_and_enum_errors() -> None:
+    engine = FakeEngine().reply("Continue")
+    draft = Call(name="book_flight", arguments={"origin": "Boston", "destination": "Paris", "departure_date": "May 3", "cabin": "first"})
+    result = clarify(engine, "Boston to Paris May 3 in first class", CATALOGUE, draft_calls=[draft])
+    assert result.decision == "question"
+    assert result.missing_arguments[0].argument == "cabin" and result.missing_arguments[0].reason == "invalid"
+    assert len(engine.calls) == 1  # only the decision prompt: the caller's draft replaces ours
+
+
+def test_no_repeated_question_once_asked() -> None:
+    engine = FakeEngine().reply("Question: What departure date would you like?")
+    draft = Call(name="book_flight", arguments={"origin": "Boston", "destination": "Paris"})
+    dialogue = [
+        Turn(role="user", content="Fly me from Boston to Paris"),
+        Turn(role="assistant", content="What departure date would you like?"),
+        Turn(role="user", content="Sorry, I cannot help with that."),
+    ]
+    result = clarify(engine, dialogue, CATALOGUE, draft_calls=[draft])
+    assert result.decision == "continue"
+    assert any("rule 3" in e for e in result.evidence)
+    # The paper-only policy also refuses to repeat the model's own earlier question.
+    model_only = clarify(FakeEngine().reply("Question: What departure date would you like?"), dialogue, CATALOGUE,
+                         policy="model")
+    assert model_only.decision == "continue"
+
+
+def test_failed_draft_falls_back_to_the_model() -> None:
+    engine = FakeEngine(scorer=_relevant(0.9))
+    engine.reply("Question: When do you want to fly?", when="Before calling a tool")
+    engine.reply("[1]", when="fill in the arguments")  # valid JSON, but not an arguments object
+    result = clarify(engine, "Fly me to Paris", CATALOGUE)
+    assert result.decision == "question" and result.question == "When do you want to fly?"
+    assert any("draft call failed" in e for e in result.evidence)
+
+
+def test_evidence_policy_without_evidence_is_a_parse_error() -> None:
+    engine = FakeEngine(scorer=_relevant(0.9)).reply("[1]", when="fill in the arguments")
+    result = clarify(engine, "Fly me to Paris", CATALOGUE, policy="evidence")
+    assert result.status == "parse_error" and result.model_said is None
+
+
+def test_usage_sums_every_model_call() -> None:
+    engine = FakeEngine(scorer=_relevant(0.9))
+    engine.reply("Continue", when="Before calling a tool")
+    engine.reply(json.dumps({"origin": "Boston"}), when="fill in the arguments")
+    result = clarify(engine, "Fly me from Boston", CATALOGUE)
+    assert result.usage.calls == len(engine.calls) == 1 + 2 + 1  # decision, score + content-free, draft
+    assert result.usage.completion_tokens > 0
+
+
+def test_grammar_schema_caps_free_strings_but_not_enums() -> None:
+    out = grammar_schema({"type": "object", "properties": {"s": {"type": "string"}, "e": {"type": "string", "enum": ["a"]}}})
+    assert out["properties"]["s"]["maxLength"] == 80
+    assert "maxLength" not in out["properties"]["e"]

@@ -1,0 +1,158 @@
+"""Shared helpers for the server tests: a schema-aware fake engine, a small catalogue, a server factory.
+
+The fake answers grammar-constrained requests with the smallest JSON valid for the schema unless a rule
+matches, so server tests do not depend on each strategy's exact prompts; rules (prompt substring ->
+text or function of the prompt) give the targeted answers a test needs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prefcall.config import Settings
+from prefcall.engine.base import Generation, TokenLogprob
+from prefcall.engine.fake import FakeEmbedder, FakeEngine, fake_tokenize
+
+Reply = str | Callable[[str], str]
+
+TRAVEL_TOOLS = [
+    {
+        "name": "GetFlights",
+        "description": "Find flights between two cities.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "origin_city": {"type": "string", "description": "departure city"},
+                "destination_city": {"type": "string", "description": "arrival city"},
+                "airlines": {"type": "string", "description": "preferred airline"},
+            },
+            "required": ["destination_city"],
+        },
+    },
+    {
+        "name": "GetHotels",
+        "description": "Find hotels in a city.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"location": {"type": "string"}, "star_rating": {"type": "string"}},
+            "required": ["location"],
+        },
+    },
+]
+
+
+def minimal_instance(schema: dict[str, Any]) -> Any:
+    """The smallest value valid for a (grammar-style) JSON Schema."""
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf"):
+        if schema.get(key):
+            return minimal_instance(schema[key][0])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = kind[0]
+    if kind == "object" or "properties" in schema:
+        props = schema.get("properties", {})
+        return {k: minimal_instance(props.get(k, {})) for k in schema.get("required", [])}
+    if kind == "array":
+        return [minimal_instance(schema.get("items", {})) for _ in range(schema.get("minItems", 0))]
+    return {"string": "x", "integer": 0, "number": 0, "boolean": False, "null": None}.get(kind, "x")
+
+
+class RuleEngine(FakeEngine):
+    """FakeEngine whose replies come from (substring, reply) rules, else the schema's minimal instance."""
+
+    def __init__(self, rules: list[tuple[str, Reply]] | None = None, default: str = "Continue") -> None:
+        super().__init__()
+        self.rules = list(rules or [])
+        self.default_text = default
+
+    def generate(self, prompt: str, *, max_tokens: int = 256, stop=(), json_schema=None, top_logprobs: int = 0):
+        with self._lock:
+            self.prompts.append(prompt)
+            self.calls.append({"kind": "generate", "prompt": prompt, "json_schema": json_schema})
+            text = None
+            for needle, reply in self.rules:
+                if needle in prompt:
+                    text = reply(prompt) if callable(reply) else reply
+                    break
+            if text is None:
+                text = json.dumps(minimal_instance(json_schema)) if json_schema is not None else self.default_text
+            if json_schema is not None:
+                json.loads(text)
+            for s in stop:
+                if s and s in text:
+                    text = text[: text.index(s)]
+            pieces = fake_tokenize(text)[:max_tokens] or [""]
+            tokens = [TokenLogprob(p, -0.05) for p in pieces]
+            return Generation(text="".join(pieces), tokens=tokens, usage=self._usage(prompt), finish_reason="stop")
+
+
+def airline_from_instructions(prompt: str) -> str:
+    """Arguments reply that copies the airline named in the user's standing instructions (per-user answers)."""
+    found = re.search(r"I always fly (\w+)", prompt)
+    arguments = {"destination_city": "Boston"}
+    if found:
+        arguments["airlines"] = found.group(1)
+    return json.dumps([arguments])
+
+
+def travel_engine() -> RuleEngine:
+    return RuleEngine([
+        ("decides which API functions to call", '["GetFlights"]'),
+        ("fills in the arguments of the API function GetFlights", airline_from_instructions),
+        ("fills in the arguments of the API function GetHotels", '[{"location": "Boston"}]'),
+    ])
+
+
+def server_settings(tmp_path: Path, **overrides: Any) -> Settings:
+    return Settings(data_dir=tmp_path / "data", db_path=tmp_path / "prefcall.db", **overrides)
+
+
+def make_server(tmp_path: Path, engine: FakeEngine | None = None, **kwargs: Any):
+    from prefcall.server.app import create_server
+
+    return create_server(server_settings(tmp_path), engine=engine or travel_engine(), embedder=FakeEmbedder(),
+                         **kwargs)
+
+
+def test_minimal_instance_is_valid_for_common_schemas() -> None:
+    import jsonschema
+
+    schemas = [
+        {"type": "array", "items": {"type": "string", "enum": ["A", "B"]}, "minItems": 1, "maxItems": 3},
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+        {"anyOf": [{"type": "object", "properties": {"name": {"const": "F"}}, "required": ["name"]}]},
+    ]
+    for schema in schemas:
+        jsonschema.validate(minimal_instance(schema), schema)
+
+
+@pytest.fixture
+def travel_server(tmp_path: Path):
+    return make_server(tmp_path)
+
+
+def serve_fake_stdio(db_path: str) -> None:
+    """`python tests/test_server_support.py DB`: prefcall over stdio with the rule engine (subprocess tests)."""
+    import anyio
+
+    from prefcall.server.app import create_server
+
+    settings = Settings(data_dir=Path(db_path).parent / "data", db_path=Path(db_path))
+    server = create_server(settings, engine=travel_engine(), embedder=FakeEmbedder())
+    anyio.run(server.run_stdio_async)
+
+
+if __name__ == "__main__":
+    import sys
+
+    serve_fake_stdio(sys.argv[1])

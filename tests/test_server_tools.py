@@ -1,0 +1,408 @@
+"""In-memory MCP client tests of every tool, resource and prompt (FakeEngine/FakeEmbedder, tmp DB)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import jsonschema
+import pytest
+from mcp import Client
+from mcp_types import ElicitResult
+from test_server_support import TRAVEL_TOOLS, RuleEngine, make_server, server_settings, travel_engine
+
+from prefcall.engine.fake import FakeEmbedder
+from prefcall.errors import ModelNotFoundError
+from prefcall.server.app import create_server
+from prefcall.server.services import Services
+
+ALL_TOOLS = {
+    "parse_request", "select_tools_nlt", "clarify", "tag_profile", "create_profile", "add_instruction",
+    "remove_instruction", "list_instructions", "list_catalogues", "import_catalogue", "report_feedback",
+}  # fmt: skip
+DELTA = "When I book flights, I always fly Delta."
+
+
+def run(fn, *args):
+    return anyio.run(fn, *args)
+
+
+class Session:
+    """A connected client plus the tools' output schemas, validating every structured result."""
+
+    def __init__(self, client: Client, schemas: dict[str, dict[str, Any]]) -> None:
+        self.client = client
+        self.schemas = schemas
+
+    async def ok(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        result = await self.client.call_tool(tool, arguments)
+        assert not result.is_error, result.content[0].text
+        jsonschema.validate(result.structured_content, self.schemas[tool])
+        return result.structured_content
+
+    async def error(self, tool: str, arguments: dict[str, Any]) -> str:
+        result = await self.client.call_tool(tool, arguments)
+        assert result.is_error, f"{tool} should have failed: {result.structured_content}"
+        text = result.content[0].text
+        assert "\n" not in text.strip(), f"error message is not one line: {text!r}"
+        return text
+
+
+async def connect(server, **kwargs) -> tuple[Client, Session]:
+    client = Client(server, **kwargs)
+    await client.__aenter__()
+    tools = await client.list_tools()
+    return client, Session(client, {t.name: t.output_schema for t in tools.tools})
+
+
+async def seeded(session: Session, user: str = "alice", instruction: str = DELTA) -> None:
+    await session.ok("import_catalogue", {"name": "travel", "tools": TRAVEL_TOOLS, "replace": True})
+    await session.ok("add_instruction", {"user_id": user, "text": instruction})
+
+
+def with_session(server, body, **client_kwargs):
+    async def main():
+        client, session = await connect(server, **client_kwargs)
+        try:
+            return await body(session)
+        finally:
+            await client.__aexit__(None, None, None)
+
+    return run(main)
+
+
+# ------------------------------------------------------------------------------- listing
+def test_every_tool_is_listed_with_schemas_and_annotations(tmp_path: Path) -> None:
+    async def body(session: Session):
+        tools = {t.name: t for t in (await session.client.list_tools()).tools}
+        assert ALL_TOOLS <= set(tools)
+        for tool in tools.values():
+            assert tool.input_schema["type"] == "object"
+            assert tool.output_schema and tool.output_schema.get("type") == "object", tool.name
+            assert tool.description and tool.annotations is not None
+            assert tool.annotations.open_world_hint is False
+        for name in ("parse_request", "select_tools_nlt", "clarify", "list_instructions", "list_catalogues"):
+            assert tools[name].annotations.read_only_hint is True
+        for name in ("remove_instruction", "import_catalogue"):
+            assert tools[name].annotations.destructive_hint is True
+        for name in ("add_instruction", "report_feedback", "tag_profile", "create_profile"):
+            assert tools[name].annotations.read_only_hint is False
+            assert tools[name].annotations.destructive_hint is False
+        assert tools["add_instruction"].annotations.idempotent_hint is False
+        assert "dialogue" in tools["parse_request"].input_schema["required"]
+
+    with_session(make_server(tmp_path), body)
+
+
+# ------------------------------------------------------------------------------- the tools
+def test_parse_request_fills_calls_from_the_users_instructions(tmp_path: Path) -> None:
+    async def body(session: Session):
+        await seeded(session)
+        result = await session.ok("parse_request", {"user_id": "alice", "dialogue": "Find me a flight to Boston",
+                                                    "catalogue": "travel", "config": "default"})
+        assert result["decision"] == "call" and result["status"] == "ok"
+        assert result["calls"] == [{"name": "GetFlights",
+                                    "arguments": {"destination_city": "Boston", "airlines": "Delta"}}]
+        assert DELTA in result["instructions_used"]
+        assert result["trace"]["model_calls"] >= 2 and result["trace"]["prompt_tokens"] > 0
+        assert 0.0 <= result["confidence"] <= 1.0
+
+    with_session(make_server(tmp_path), body)
+
+
+def test_parse_request_accepts_turns_with_earlier_calls_and_the_full_config(tmp_path: Path) -> None:
+    engine = travel_engine()
+
+    async def body(session: Session):
+        await seeded(session)
+        dialogue = [
+            {"role": "user", "content": "Find me a flight to Boston"},
+            {"role": "assistant", "content": "Here are flights.",
+             "calls": [{"name": "GetFlights", "arguments": {"destination_city": "Boston"}}]},
+            {"role": "user", "content": "And a hotel there"},
+        ]
+        result = await session.ok("parse_request", {"user_id": "alice", "dialogue": dialogue,
+                                                    "catalogue": "travel", "config": "full"})
+        assert result["config"] == "full" and result["decision"] in ("call", "ask", "refuse")
+        prompt = "\n".join(engine.prompts)
+        assert "And a hotel there" in prompt and "GetFlights" in prompt  # earlier turns and calls reach the model
+
+    with_session(make_server(tmp_path, engine=engine), body)
+
+
+def test_select_tools_nlt_with_a_tool_list_and_with_a_catalogue(tmp_path: Path) -> None:
+    engine = RuleEngine([("Message:", "Thinking: flights are asked for.\nGetFlights - YES\nGetHotels - NO\n"
+                                      "Assessment finished.")])
+
+    async def body(session: Session):
+        await session.ok("import_catalogue", {"name": "travel", "tools": TRAVEL_TOOLS})
+        openai_tools = [{"type": "function", "function": {"name": t["name"], "description": t["description"],
+                                                          "parameters": t["inputSchema"]}} for t in TRAVEL_TOOLS]
+        for source in ({"tools": TRAVEL_TOOLS}, {"tools": openai_tools}, {"catalogue": "travel"}):
+            result = await session.ok("select_tools_nlt", {"message": "A flight to Boston please", **source})
+            assert result["mode"] == "generate"
+            assert {d["name"] for d in result["decisions"]} <= {"GetFlights", "GetHotels"}
+        scored = await session.ok("select_tools_nlt", {"message": "A flight", "tools": TRAVEL_TOOLS, "mode": "score"})
+        assert [d["name"] for d in scored["decisions"]] == ["GetFlights", "GetHotels"]
+        assert all(0.0 <= d["probability"] <= 1.0 for d in scored["decisions"])
+
+    with_session(make_server(tmp_path, engine=engine), body)
+
+
+def test_select_tools_nlt_reports_reasoning_when_the_model_writes_it(tmp_path: Path) -> None:
+    from prefcall.strategies.nlt import nlt_system_prompt
+
+    marker = nlt_system_prompt([])[:30]
+    engine = RuleEngine([(marker, "Thinking: the user wants a flight.\nGetFlights - YES\nGetHotels - NO\n"
+                                  "Assessment finished.")])
+
+    async def body(session: Session):
+        result = await session.ok("select_tools_nlt", {"message": "A flight to Boston", "tools": TRAVEL_TOOLS})
+        assert result["status"] == "ok", result
+        assert result["selected"] == ["GetFlights"]
+        assert "flight" in (result["reasoning"] or "")
+
+    with_session(make_server(tmp_path, engine=engine), body)
+
+
+def test_clarify_returns_the_question_as_data_without_elicitation(tmp_path: Path) -> None:
+    async def body(session: Session):
+        await seeded(session)
+        result = await session.ok("clarify", {"user_id": "alice", "dialogue": "Find me a hotel",
+                                              "catalogue": "travel"})
+        assert result["decision"] in ("question", "continue", "limitation")
+        assert result["elicited"] is False
+        if result["decision"] == "question":
+            assert result["question"] and result["missing_arguments"]
+
+    with_session(make_server(tmp_path), body)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_clarify_asks_the_user_through_elicitation_and_folds_the_answer_in(tmp_path: Path, mode: str) -> None:
+    asked: list[Any] = []
+
+    async def answer(context, params):
+        asked.append(params)
+        fields = params.requested_schema["properties"]
+        return ElicitResult(action="accept", content={name: "Paris" for name in fields})
+
+    async def body(session: Session):
+        await seeded(session)
+        result = await session.ok("clarify", {"user_id": "alice", "dialogue": "Find me a hotel",
+                                              "catalogue": "travel"})
+        if not asked:
+            pytest.fail(f"no elicitation happened; clarify said {result}")
+        assert asked[0].message == result["question"] or asked[0].message
+        assert result["elicited"] is True and result["elicitation_action"] == "accept"
+        assert set(result["answer"].values()) == {"Paris"}
+
+    with_session(make_server(tmp_path), body, elicitation_callback=answer, mode=mode)
+
+
+def test_clarify_reports_a_declined_elicitation(tmp_path: Path) -> None:
+    async def decline(context, params):
+        return ElicitResult(action="decline")
+
+    async def body(session: Session):
+        await seeded(session)
+        result = await session.ok("clarify", {"user_id": "alice", "dialogue": "Find me a hotel",
+                                              "catalogue": "travel"})
+        if result["decision"] == "question":
+            assert result["elicited"] is True and result["elicitation_action"] == "decline"
+            assert result["question"]
+
+    with_session(make_server(tmp_path), body, elicitation_callback=decline)
+
+
+def test_tag_profile_stores_valid_tags_and_skips_fresh_ones(tmp_path: Path) -> None:
+    tagged = "[IN:GET_FLIGHTS When I book flights, I always fly [SL:AIRLINES Delta ]. ]"
+    engine = RuleEngine([("IN:GET_FLIGHTS: ", tagged)])
+
+    async def body(session: Session):
+        await seeded(session)
+        result = await session.ok("tag_profile", {"user_id": "alice", "catalogue": "travel"})
+        assert result["tagged"] == 1, result
+        profile = await session.ok("list_instructions", {"user_id": "alice"})
+        assert profile["instructions"][0]["tags"] and "SL:AIRLINES" in profile["instructions"][0]["tags"]
+        again = await session.ok("tag_profile", {"user_id": "alice", "catalogue": "travel"})
+        assert again["skipped"] == 1 and again["tagged"] == 0
+
+    with_session(make_server(tmp_path, engine=engine), body)
+
+
+def test_profile_tools_add_list_remove(tmp_path: Path) -> None:
+    async def body(session: Session):
+        created = await session.ok("create_profile", {"user_id": "carol"})
+        assert created["action"] == "created"
+        assert (await session.ok("create_profile", {"user_id": "carol"}))["action"] == "exists"
+        first = await session.ok("add_instruction", {"user_id": "carol", "text": "I like Thai food."})
+        await session.ok("add_instruction", {"user_id": "carol", "text": "I fly United."})
+        listed = await session.ok("list_instructions", {"user_id": "carol"})
+        assert [i["text"] for i in listed["instructions"]] == ["I like Thai food.", "I fly United."]
+        removed = await session.ok("remove_instruction", {"user_id": "carol",
+                                                          "instruction_id": first["instruction"]["id"]})
+        assert removed["instructions"] == 1
+        assert "no instruction" in await session.error(
+            "remove_instruction", {"user_id": "carol", "instruction_id": 999})
+
+    with_session(make_server(tmp_path), body)
+
+
+def test_catalogue_tools_import_list_and_refuse_overwrites(tmp_path: Path) -> None:
+    async def body(session: Session):
+        imported = await session.ok("import_catalogue", {"name": "travel", "tools": TRAVEL_TOOLS})
+        assert imported == {"name": "travel", "functions": ["GetFlights", "GetHotels"], "replaced": False}
+        listed = await session.ok("list_catalogues", {})
+        names = {c["name"]: c for c in listed["catalogues"]}
+        assert {"nlsi", "sgd", "travel"} <= set(names) and names["nlsi"]["builtin"] is True
+        assert "replace=true" in await session.error("import_catalogue", {"name": "travel", "tools": TRAVEL_TOOLS})
+        again = await session.ok("import_catalogue", {"name": "travel", "tools": TRAVEL_TOOLS[:1], "replace": True})
+        assert again["replaced"] is True and again["functions"] == ["GetFlights"]
+        assert "built-in" in await session.error("import_catalogue", {"name": "nlsi", "tools": TRAVEL_TOOLS})
+
+    with_session(make_server(tmp_path), body)
+
+
+def test_report_feedback_stores_a_demonstration(tmp_path: Path) -> None:
+    from prefcall.strategies.fcicl import DemoStore
+
+    async def body(session: Session):
+        await seeded(session)
+        call = {"name": "GetFlights", "arguments": {"destination_city": "Boston", "airlines": "Delta"}}
+        stored = await session.ok("report_feedback", {"user_id": "alice", "dialogue": "A flight to Boston",
+                                                      "catalogue": "travel", "calls": [call]})
+        assert stored["stored"] is True and stored["demonstration_id"]
+        corrected = await session.ok("report_feedback", {"user_id": "alice", "dialogue": "A flight to Boston",
+                                                         "catalogue": "travel", "calls": [call],
+                                                         "outcome": "corrected"})
+        assert corrected["corrected"] is True
+        rejected = await session.ok("report_feedback", {"user_id": "alice", "dialogue": "A flight",
+                                                        "catalogue": "travel", "calls": [call],
+                                                        "outcome": "rejected"})
+        assert rejected["stored"] is False
+        assert "not in catalogue" in await session.error(
+            "report_feedback", {"user_id": "alice", "dialogue": "x", "catalogue": "travel",
+                                "calls": [{"name": "BookTrain", "arguments": {}}]})
+        return stored["demonstration_id"]
+
+    demo_id = with_session(make_server(tmp_path), body)
+    demos = DemoStore(tmp_path / "prefcall.db").all("travel")
+    assert demo_id in {d.id for d in demos}
+    assert any(d.calls[0].arguments.get("airlines") == "Delta" and DELTA in d.instructions for d in demos)
+
+
+# ------------------------------------------------------------------------------- resources and prompt
+def test_resources_and_prompt(tmp_path: Path) -> None:
+    async def body(session: Session):
+        await seeded(session)
+        client = session.client
+        templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
+        assert {"profiles://{user_id}", "schemas://{catalogue}"} <= templates
+        assert "schemas://catalogues" in {str(r.uri) for r in (await client.list_resources()).resources}
+        profile = json.loads((await client.read_resource("profiles://alice")).contents[0].text)
+        assert profile["user_id"] == "alice" and profile["instructions"][0]["text"] == DELTA
+        listing = json.loads((await client.read_resource("schemas://catalogues")).contents[0].text)
+        assert "travel" in {c["name"] for c in listing["catalogues"]}
+        catalogue = json.loads((await client.read_resource("schemas://travel")).contents[0].text)
+        assert [f["name"] for f in catalogue["functions"]] == ["GetFlights", "GetHotels"]
+        with pytest.raises(Exception, match="unknown catalogue"):
+            await client.read_resource("schemas://nowhere")
+        with pytest.raises(Exception, match="unknown user"):
+            await client.read_resource("profiles://nobody")
+        prompts = {p.name: p for p in (await client.list_prompts()).prompts}
+        assert "use_prefcall" in prompts
+        prompt = await client.get_prompt("use_prefcall", {"user_id": "alice", "catalogue": "travel"})
+        text = prompt.messages[0].content.text
+        assert "parse_request" in text and "alice" in text and "report_feedback" in text
+
+    with_session(make_server(tmp_path), body)
+
+
+# ------------------------------------------------------------------------------- model loading, logging
+def test_a_tool_call_waits_for_the_model_and_reports_progress(tmp_path: Path) -> None:
+    def slow_engine(settings):
+        time.sleep(0.8)
+        return travel_engine()
+
+    services = Services(server_settings(tmp_path), load_engine=slow_engine, load_embedder=lambda s: FakeEmbedder())
+    server = create_server(server_settings(tmp_path), services=services)
+    progress: list[Any] = []
+
+    async def body(session: Session):
+        await seeded(session)  # profile tools do not wait for the model
+        assert not services.models.ready
+
+        async def on_progress(value, total, message):
+            progress.append(message)
+
+        result = await session.client.call_tool(
+            "parse_request", {"user_id": "alice", "dialogue": "A flight to Boston", "catalogue": "travel",
+                              "config": "default"}, progress_callback=on_progress)
+        assert not result.is_error, result.content[0].text
+        assert result.structured_content["calls"][0]["arguments"]["airlines"] == "Delta"
+
+    with_session(server, body)
+    assert progress and "loading" in progress[0]
+
+
+def test_a_failed_model_load_is_a_tool_error_and_profiles_still_work(tmp_path: Path) -> None:
+    def missing(settings):
+        raise ModelNotFoundError("model file not found: /nope.gguf: set PREFCALL_MODEL")
+
+    services = Services(server_settings(tmp_path), load_engine=missing, load_embedder=lambda s: FakeEmbedder())
+    server = create_server(server_settings(tmp_path), services=services)
+
+    async def body(session: Session):
+        await seeded(session)
+        message = await session.error("parse_request", {"user_id": "alice", "dialogue": "A flight",
+                                                        "catalogue": "travel"})
+        assert "PREFCALL_MODEL" in message
+        assert (await session.ok("list_instructions", {"user_id": "alice"}))["instructions"]
+
+    with_session(server, body)
+
+
+def test_log_notifications_reach_clients_that_opt_in(tmp_path: Path) -> None:
+    messages: list[str] = []
+
+    async def on_log(params):
+        messages.append(str(params.data))
+
+    async def body(session: Session):
+        await seeded(session)
+        await session.ok("parse_request", {"user_id": "alice", "dialogue": "A flight to Boston",
+                                           "catalogue": "travel", "config": "default"})
+
+    with_session(make_server(tmp_path), body, logging_callback=on_log, log_level="info")
+    assert any("parse_request for alice" in m for m in messages)
+    assert any("decision call" in m for m in messages)
+
+
+def test_injected_stores_are_used(tmp_path: Path) -> None:
+    from prefcall.profiles.store import ProfileStore
+    from prefcall.schemas.registry import CatalogueStore
+    from prefcall.strategies.fcicl import DemoStore
+
+    db = tmp_path / "injected.db"
+    profiles = ProfileStore(db)
+    profiles.create_user("erin")
+    profiles.add_instruction("erin", "When I book flights, I always fly KLM.")
+    # A factory: DemoStore's SQLite connection is bound to the thread that opens it (the model thread).
+    server = create_server(server_settings(tmp_path), engine=travel_engine(), embedder=FakeEmbedder(),
+                           store=profiles, catalogues=lambda: CatalogueStore(db), demos=lambda: DemoStore(db))
+
+    async def body(session: Session):
+        await session.ok("import_catalogue", {"name": "travel", "tools": TRAVEL_TOOLS})
+        result = await session.ok("parse_request", {"user_id": "erin", "dialogue": "A flight to Boston",
+                                                    "catalogue": "travel", "config": "default"})
+        assert result["calls"][0]["arguments"]["airlines"] == "KLM"
+        await session.ok("report_feedback", {"user_id": "erin", "dialogue": "A flight to Boston",
+                                             "catalogue": "travel", "calls": result["calls"]})
+
+    with_session(server, body)
+    assert DemoStore(db).count("travel") == 1
+    assert not (tmp_path / "prefcall.db").exists()  # nothing fell back to the settings' database

@@ -1,0 +1,88 @@
+"""Uncertainty measures, the gate decision, and threshold calibration storage."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from prefcall.engine.base import Generation, PromptUsage, TokenLogprob
+from prefcall.errors import ValidationError
+from prefcall.strategies.taps_gate import (
+    DEFAULT_GATE_THRESHOLD,
+    CalibrationItem,
+    default_threshold,
+    gate,
+    least_confidence,
+    margin_at_t,
+    save_calibration,
+    sequence_margin,
+    sweep_thresholds,
+)
+
+
+def gen(*probs: float, rival: float | None = None) -> Generation:
+    tokens = [TokenLogprob("x", math.log(p), (("x", math.log(p)), ("y", math.log(rival if rival is not None else (1 - p) / 2))))
+              for p in probs]
+    return Generation(text="x" * len(probs), tokens=tokens, usage=PromptUsage(), finish_reason="stop")
+
+
+def test_least_confidence_is_taps_formula_over_all_generations():
+    g1, g2 = gen(0.9, 0.5), gen(0.8)
+    expected = 1 - math.exp((math.log(0.9) + math.log(0.5) + math.log(0.8)) / 3)
+    assert least_confidence([g1, g2]) == pytest.approx(expected)
+    assert least_confidence([]) == 1.0
+
+
+def test_margin_measures():
+    certain, unsure = gen(0.9, rival=0.05), gen(0.5, rival=0.45)
+    assert margin_at_t([certain]) == pytest.approx(1 - 0.85)
+    assert margin_at_t([unsure]) == pytest.approx(1 - 0.05)
+    assert sequence_margin([certain]) < sequence_margin([unsure])
+
+
+def test_gate_fires_only_above_threshold():
+    g = [gen(0.9, 0.9)]
+    assert gate(g, 0.05).fired and not gate(g, 0.2).fired
+    with pytest.raises(ValidationError):
+        gate(g, 0.1, measure="entropy")
+
+
+def test_sweep_picks_threshold_that_tags_only_the_uncertain_items(tmp_path):
+    items = [
+        CalibrationItem(id="a", uncertainty={"least_confidence": 0.05}, untagged=(2, 0, 0), tagged=(1, 1, 1)),
+        CalibrationItem(id="b", uncertainty={"least_confidence": 0.40}, untagged=(0, 2, 2), tagged=(2, 0, 0)),
+    ]
+    result = sweep_thresholds(items, "m")
+    assert 0.05 <= result.threshold < 0.40 and result.f1 == 1.0 and result.fire_rate == 0.5
+    assert result.f1_never < 1.0 and result.f1_always < 1.0
+    assert default_threshold("m", tmp_path) == DEFAULT_GATE_THRESHOLD
+    save_calibration(tmp_path, result)
+    assert default_threshold("m", tmp_path) == result.threshold
+    assert default_threshold("other", tmp_path) == DEFAULT_GATE_THRESHOLD
+
+
+def test_calibrate_command_stores_a_threshold(tmp_path, monkeypatch, capsys):
+    import json as _json
+
+    import prefcall.engine as engine_module
+    from prefcall.cli import main
+    from prefcall.config import Settings
+    from prefcall.engine.fake import FakeEmbedder, FakeEngine
+
+    fake = FakeEngine()
+    fake.reply("[IN:GET_RESTAURANTS I like [SL:CITY Oakland ]. ]", when="You tag")
+    fake.reply('["GetRestaurants"]', when="Functions:\nGetBanks - ")
+    fake.reply('[{"cuisine": "Thai", "city": "Oakland"}]', when="- [IN:GET_RESTAURANTS")
+    fake.reply('[{"cuisine": "Thai"}]', when="Calls for GetRestaurants:", logprob=-1.5)
+    monkeypatch.setattr(engine_module, "load_engine", lambda settings: fake)
+    monkeypatch.setattr(engine_module, "load_embedder", lambda settings: FakeEmbedder())
+    dev = tmp_path / "dev.json"
+    dev.write_text(_json.dumps([{"example_id": 1, "user_utterance": "User: Thai food please",
+                                 "all_standing_instructions": ["I like Oakland."],
+                                 "applicable_standing_instructions": ["I like Oakland."],
+                                 "api_calls": ['GetRestaurants(city="Oakland", cuisine="Thai")']}]))
+    assert main(["calibrate", "--data", str(dev), "--limit", "1", "--examples", str(tmp_path / "none.json")]) == 0
+    out = _json.loads(capsys.readouterr().out)
+    assert out["f1"] == 1.0 and out["f1_never"] < 1.0 and out["model"] == "fake"
+    assert default_threshold("fake", Settings().data_dir) == out["threshold"] < 0.78
