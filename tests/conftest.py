@@ -53,7 +53,7 @@ def real_engine():
     """The embedded SmolLM2-135M through llama.cpp, shared by every model test."""
     from prefcall.engine.llama import LlamaEngine
 
-    engine = LlamaEngine(Settings(n_ctx=4096, n_threads=2))
+    engine = LlamaEngine(Settings(n_ctx=4096))
     yield engine
     engine.close()
 

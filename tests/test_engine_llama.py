@@ -164,7 +164,7 @@ def test_prefix_cache_eviction_with_one_slot_keeps_answers_identical():
     """Regression: restoring a saved prefix while the cache is full must not evict it first."""
     from prefcall.engine.llama import LlamaEngine
 
-    engine = LlamaEngine(Settings(n_ctx=2048, n_threads=2, prefix_cache_slots=1))
+    engine = LlamaEngine(Settings(n_ctx=2048, prefix_cache_slots=1))
     try:
         catalogues = ["Tools: " + ", ".join(f"{verb}{i} does {verb} number {i}" for i in range(50))
                       for verb in ("Find", "Book", "Cancel")]

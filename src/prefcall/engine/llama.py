@@ -91,6 +91,7 @@ class LlamaEngine:
                 n_ctx=s.n_ctx,
                 n_batch=s.n_batch,
                 n_threads=s.n_threads,
+                n_threads_batch=s.n_threads_batch,
                 n_gpu_layers=s.n_gpu_layers,
                 seed=s.seed,
                 logits_all=False,
