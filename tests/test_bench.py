@@ -230,3 +230,24 @@ def test_same_function_pairs_pick_two_different_requests_for_one_function() -> N
              WorkItem("User: c", [], [], "GetFlights")]
     ctx = fake_context(items=items)
     assert ctx.same_function_pairs() == [(items[0], items[2])]
+
+
+def test_the_server_section_finds_the_process_it_spawned() -> None:
+    import os
+    import subprocess
+    import sys
+
+    from prefcall.bench.server import child_pids, free_port, serve_command
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "bench-marker-serve"])
+    try:
+        deadline = time.monotonic() + 10
+        while child.pid not in child_pids(os.getpid(), "bench-marker-serve") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert child_pids(os.getpid(), "bench-marker-serve") == [child.pid]
+        assert stats.rss_bytes(child.pid) is None or stats.rss_bytes(child.pid) > 0
+    finally:
+        child.terminate()
+        child.wait(timeout=10)
+    assert 0 < free_port() < 65536
+    assert serve_command(["--threads", "2"], "--transport", "http")[-5:] == ["serve", "--threads", "2", "--transport", "http"]

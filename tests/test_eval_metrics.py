@@ -217,3 +217,26 @@ def test_every_nlsi_gold_call_parses(shared_data: Path):
     rows = json.loads((shared_data / "nlsi" / "dev.json").read_text())
     calls = [parse_call_string(c) for row in rows for c in row["api_calls"]]
     assert len(calls) == 410 and all(c.name.startswith("Get") for c in calls)
+
+
+# -- gold typos aliased to the schema's names (ours, documented in metrics/calls.py) ---------------------------
+def test_gold_typo_getdenists_scores_a_schema_correct_prediction_right():
+    gold = [call('GetDenists(city="Danville", dentist_name="Craig Wilson Msd")')]
+    predicted = [call('GetDentists(city="Danville", dentist_name="Craig Wilson Msd")')]
+    scores = score_calls(predicted, gold)
+    assert scores["exact_match"] == 1.0 and scores["slot_f1"] == 1.0 and scores["function_f1"] == 1.0
+    literal = score_calls(predicted, gold, schema_aliases=False)
+    assert literal["exact_match"] == 0.0 and literal["slot_f1"] == 0.0
+    # Applied to both sides: the typo in a prediction is not punished either, other names stay apart.
+    assert score_calls(gold, predicted)["exact_match"] == 1.0
+    assert score_calls([call('GetDoctors(city="Danville")')], [call('GetDenists(city="Danville")')])["slot_f1"] == 0.0
+
+
+def test_gold_argument_names_of_older_sgd_versions_are_aliased_per_function():
+    gold = [call('GetEvents(category="Music", city_of_event="NYC")')]
+    assert score_calls([call('GetEvents(event_type="Music", city="NYC")')], gold)["exact_match"] == 1.0
+    cars = [call('GetRentalCars(pickup_city="London", type="Standard")')]
+    assert score_calls([call('GetRentalCars(pickup_city="London", car_type="Standard")')], cars)["slot_f1"] == 1.0
+    # `type` is only an alias for rental cars: GetDoctors keeps its own `type` argument.
+    doctors = [call('GetDoctors(type="Dermatologist")')]
+    assert score_calls([call('GetDoctors(car_type="Dermatologist")')], doctors)["slot_f1"] == 0.0

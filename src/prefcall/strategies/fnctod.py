@@ -13,6 +13,7 @@ FnCTOD, so the same code does dialogue state tracking.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -70,6 +71,7 @@ class StageOutput(BaseModel):
     raw: str = ""
     error: str | None = None
     generation: Generation | None = None
+    usage: Any = None  # FunctionScores of a scored selection (token usage of score_candidates)
     seconds: float = 0.0
 
 
@@ -243,3 +245,160 @@ def one_stage(engine: Engine, catalogue: Catalogue, ctx: CallingContext, *, max_
         result.tags = tags
         result.functions = list(dict.fromkeys(c.name for c in result.calls))
     return result
+
+
+# -- stage 1 by scoring (ours) -------------------------------------------------------------------
+# Small models answer the generated JSON list with a positional favourite (SmolLM2-135M: "GetBuses" for almost
+# everything). Scoring every name as a continuation and removing each name's prior under a content-free dialogue
+# ("calibrate before use", Zhao et al. 2021) removes both that favouritism and the bias against long names
+# (log P of a multi-token name is a sum). "hybrid" adds a domain prior from the dialogue's words / embeddings.
+SCORE_SYSTEM = (
+    "You are an assistant that decides which API function to call for a user's request.\n"
+    "Answer with the name of one function.\n\nFunctions:\n{listing}"
+)
+# Averaged, as in Zhao et al.: one content-free input alone carries its own quirks.
+CONTENT_FREE_DIALOGUES = ("User: N/A", "User: [MASK]", "User: ")
+NONE_CANDIDATE = "None"  # scored only when the caller allows "no function fits"
+DOMAIN_PRIOR_MASS = 0.9  # share of prior probability on the functions the dialogue's domain detection names
+
+
+class FunctionScores(BaseModel):
+    """Per-function scores of one dialogue: raw log P(name), minus the content-free prior, plus the domain prior."""
+
+    names: list[str]
+    raw: list[float]
+    calibration: list[float]
+    prior: list[float]  # log prior (all 0.0 without a domain prior)
+    combined: list[float]
+    prompt_tokens: int = 0
+    evaluated: int = 0
+    reused: int = 0
+    seconds: float = 0.0
+
+    def ranked(self) -> list[str]:
+        order = sorted(range(len(self.names)), key=lambda i: -self.combined[i])
+        return [self.names[i] for i in order]
+
+    def best(self) -> str:
+        return self.ranked()[0]
+
+    def table(self) -> dict[str, dict[str, float]]:
+        return {n: {"raw": round(r, 3), "calibration": round(c, 3), "prior": round(p, 3), "combined": round(s, 3)}
+                for n, r, c, p, s in zip(self.names, self.raw, self.calibration, self.prior, self.combined)}
+
+
+def scoring_prompt(engine: Engine, catalogue: Catalogue, dialogue: str) -> str:
+    """Catalogue listing first (shared by every request and by the calibration prompts: KV reuse), dialogue last."""
+    system = SCORE_SYSTEM.format(listing=render_listing(catalogue))
+    chat = engine.format_chat([ChatMessage("system", system), ChatMessage("user", f"Dialogue:\n{dialogue}")])
+    return chat + "Function:"
+
+
+def candidate_names(catalogue: Catalogue, allow_none: bool = False) -> list[str]:
+    return catalogue.names + ([NONE_CANDIDATE] if allow_none and NONE_CANDIDATE not in catalogue.names else [])
+
+
+def content_free_scores(engine: Engine, catalogue: Catalogue, *, allow_none: bool = False) -> list[float]:
+    """Mean log P(name) over content-free dialogues: each name's prior, to subtract. Compute once per catalogue."""
+    names = candidate_names(catalogue, allow_none)
+    totals = [0.0] * len(names)
+    for dialogue in CONTENT_FREE_DIALOGUES:
+        scores = engine.score_candidates(scoring_prompt(engine, catalogue, dialogue), [f" {n}" for n in names])
+        totals = [t + s for t, s in zip(totals, scores.logprobs)]
+    return [t / len(CONTENT_FREE_DIALOGUES) for t in totals]
+
+
+def domain_log_prior(catalogue: Catalogue, dialogue: str, embedder: Any = None, *,
+                     allow_none: bool = False) -> list[float]:
+    """log prior per candidate from the profiles area's dialogue-domain detection (lexical evidence from the
+    catalogue's own vocabulary, plus dialogue/function-description cosine when an embedder is given).
+    Detected functions share DOMAIN_PRIOR_MASS, the rest share the remainder; nothing detected: flat (all 0)."""
+    from prefcall.profiles.selection import DomainModel, SelectionConfig, dialogue_domains
+
+    model = DomainModel.build(catalogue)
+    text = user_words(dialogue)
+    cosines = None
+    if embedder is not None and text:
+        vectors = embedder.embed([text, *model.texts])
+        cosines = vectors[1:] @ vectors[0]
+    detected = set(dialogue_domains(model, text, cosines, SelectionConfig())) if text else set()
+    names = candidate_names(catalogue, allow_none)
+    if not detected or len(detected) == len(names):
+        return [0.0] * len(names)
+    inside = DOMAIN_PRIOR_MASS / len(detected)
+    outside = (1.0 - DOMAIN_PRIOR_MASS) / (len(names) - len(detected))
+    flat = 1.0 / len(names)  # log prior relative to flat, so "no evidence" and "flat" score alike
+    return [math.log((inside if n in detected else outside) / flat) for n in names]
+
+
+def user_words(transcript: str) -> str:
+    """The user's lines of a transcript: what the domain is detected from (earlier calls and agent turns would
+    name domains the user did not ask for)."""
+    lines = [line.split(":", 1)[1].strip() for line in transcript.splitlines() if line.startswith("User:")]
+    return "\n".join(lines) if lines else transcript.strip()
+
+
+def score_functions(engine: Engine, catalogue: Catalogue, dialogue: str, *, calibration: Sequence[float] | None,
+                    prior: Sequence[float] | None = None, prior_weight: float = 1.0,
+                    allow_none: bool = False) -> FunctionScores:
+    """log P(" name" | listing, dialogue) for every function in one prompt evaluation, calibrated and combined."""
+    names = candidate_names(catalogue, allow_none)
+    scores = engine.score_candidates(scoring_prompt(engine, catalogue, dialogue), [f" {n}" for n in names])
+    calibration = list(calibration) if calibration is not None else [0.0] * len(names)
+    prior = list(prior) if prior is not None else [0.0] * len(names)
+    combined = [r - c + prior_weight * p for r, c, p in zip(scores.logprobs, calibration, prior)]
+    return FunctionScores(names=names, raw=list(scores.logprobs), calibration=calibration, prior=prior,
+                          combined=combined, prompt_tokens=scores.usage.prompt_tokens,
+                          evaluated=scores.usage.evaluated, reused=scores.usage.reused, seconds=scores.seconds)
+
+
+def chained_functions(catalogue: Catalogue, instructions: Sequence[str], functions: Sequence[str]) -> list[str]:
+    """Extra functions the standing instructions chain to: "If I ask for Travel, then also look at Hotels" adds
+    GetHotels when Travel is already called (transitively). Unconditional "also" instructions about a domain
+    that is called chain too; an instruction about an uncalled domain adds nothing."""
+    from prefcall.profiles.selection import _ALSO_RE, DomainModel, SelectionConfig, instruction_domains, \
+        split_condition
+
+    model = DomainModel.build(catalogue)
+    chosen = list(functions)
+    links = []
+    for text in instructions:
+        _, consequence = split_condition(text)
+        if not _ALSO_RE.search(consequence):
+            continue
+        sources = set(instruction_domains(model, text, None, SelectionConfig()))
+        targets = [n for n in model.named(_tokens(consequence)) if n not in sources]
+        links.append((sources, targets))
+    changed = True
+    while changed:
+        changed = False
+        for sources, targets in links:
+            if sources & set(chosen):
+                for target in targets:
+                    if target not in chosen:
+                        chosen.append(target)
+                        changed = True
+    return chosen
+
+
+def _tokens(text: str) -> list[str]:
+    from prefcall.retrieval.text import tokenize
+
+    return tokenize(text, drop_stop_words=False)
+
+
+def select_by_score(engine: Engine, catalogue: Catalogue, ctx: CallingContext, *, calibration: Sequence[float] | None,
+                    embedder: Any = None, use_prior: bool = False, prior_weight: float = 1.0,
+                    chain_instructions: Sequence[str] = (), max_calls: int = MAX_CALLS,
+                    allow_none: bool = False) -> StageOutput:
+    """Stage 1, scored: the best function (calibrated, optionally with the domain prior) plus the functions the
+    standing instructions chain to. `value` is the list of names, `raw` the per-function score table (JSON)."""
+    started = time.perf_counter()
+    prior = domain_log_prior(catalogue, ctx.dialogue, embedder, allow_none=allow_none) if use_prior else None
+    scores = score_functions(engine, catalogue, ctx.dialogue, calibration=calibration, prior=prior,
+                             prior_weight=prior_weight, allow_none=allow_none)
+    best = scores.best()
+    functions = [] if best == NONE_CANDIDATE and catalogue.function(best) is None else [best]
+    functions = chained_functions(catalogue, chain_instructions, functions)[:max_calls] if functions else []
+    return StageOutput(stage="select", value=functions, raw=json.dumps(scores.table()), usage=scores,
+                       seconds=time.perf_counter() - started)

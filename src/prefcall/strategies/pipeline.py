@@ -30,10 +30,13 @@ from prefcall.strategies import fnctod
 from prefcall.strategies.fcicl import DemoQuery, DemoStore, HeuristicReranker, Reranker, ScoredDemo
 from prefcall.strategies.postcheck import MissingArgument, post_check
 from prefcall.strategies.taps_gate import MEASURES, default_threshold, uncertainty
-from prefcall.strategies.taps_tagger import TagExamples, TagResult, check_tagging, tag_instruction
+from prefcall.strategies.taps_tagger import TagExamples, TagMode, TagResult, check_tagging, tag_instruction
 from prefcall.strategies.taps_tags import TaggedInstruction
 
 Tagging = Literal["off", "always", "joint", "gated"]
+# Stage 1 of two-stage calling: "generate" = FnCTOD's grammar-constrained JSON list of names (paper-faithful);
+# "score" = every name scored, calibrated against a content-free dialogue; "hybrid" = score + domain prior.
+FunctionSelection = Literal["generate", "score", "hybrid"]
 
 
 class PipelineConfig(BaseModel):
@@ -53,7 +56,10 @@ class PipelineConfig(BaseModel):
     allow_refuse: bool = False  # stage 1 may return no function (MCP hosts); NLSI always needs a call
     max_calls: int = Field(default=2, ge=1, le=8)  # NLSI gold has at most 2 calls; greedy decoding fills maxItems with repeats
     tag_shots: int = Field(default=4, ge=0, le=10)
+    tag_mode: TagMode = "text"  # "text": TAPS free-text tagger; "spans": constrained labels+spans (small models)
     record_variants: bool = False  # gated: also run the tagged pass when the gate holds, for threshold analysis
+    function_selection: FunctionSelection = "generate"
+    prior_weight: float = Field(default=1.0, ge=0.0)  # hybrid: weight of the domain log prior
 
 
 CONFIGS: dict[str, PipelineConfig] = {
@@ -62,7 +68,8 @@ CONFIGS: dict[str, PipelineConfig] = {
     "joint-tag": PipelineConfig(name="joint-tag", tagging="joint"),
     "taps": PipelineConfig(name="taps", tagging="gated"),
     "full": PipelineConfig(name="full", select_instructions=True, use_demos=True, n_demos=3, two_stage=True,
-                           tagging="gated", post_check=True, merge_tag_slots=True),
+                           tagging="gated", post_check=True, merge_tag_slots=True, tag_mode="spans",
+                           function_selection="hybrid"),
 }
 
 
@@ -117,6 +124,13 @@ class _Meter:
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
+
+    def scoring(self, s: fnctod.FunctionScores) -> None:
+        t = self.trace
+        t.prompt_tokens += s.prompt_tokens
+        t.evaluated += s.evaluated
+        t.reused += s.reused
+        t.model_calls += 1
 
     def generation(self, g: Generation) -> None:
         t = self.trace
@@ -181,8 +195,9 @@ class Pipeline:
         self.tag_examples = tag_examples
         self.reranker = reranker or HeuristicReranker()
         self.data_dir = data_dir  # where calibration.json lives; None: Settings().data_dir
-        self._tag_cache: OrderedDict[tuple[str, str], TagResult] = OrderedDict()
+        self._tag_cache: OrderedDict[tuple[str, str, str], TagResult] = OrderedDict()
         self._tag_cache_size = tag_cache_size
+        self._calibration: dict[tuple[str, tuple[str, ...], bool], list[float]] = {}
         self._lock = threading.Lock()
 
     # -- public ------------------------------------------------------------------------
@@ -264,8 +279,7 @@ class Pipeline:
         demos = self._rerank(pool, text, instructions, [], config.n_demos) if pool else []
         ctx = fnctod.CallingContext(dialogue=text, instructions=instructions, demos=demos)
         if config.two_stage:
-            selection = fnctod.select_functions(self.engine, catalogue, ctx, max_calls=config.max_calls,
-                                                allow_none=config.allow_refuse)
+            selection = self._select_functions(catalogue, ctx, config, result, meter)
             functions = selection.value or []
             if pool and functions:
                 # Rerank again now that stage 1 predicted the functions: demos of the same API teach its arguments.
@@ -278,9 +292,37 @@ class Pipeline:
         for stage in calling.stages:
             if stage.generation is not None:
                 meter.generation(stage.generation)
+            if isinstance(stage.usage, fnctod.FunctionScores):
+                meter.scoring(stage.usage)
         result.demos = [d.id for d in ctx.demos]
         meter.time(step, started)
         return calling
+
+    def _select_functions(self, catalogue: Catalogue, ctx: fnctod.CallingContext, config: PipelineConfig,
+                          result: ParseResult, meter: _Meter) -> fnctod.StageOutput:
+        if config.function_selection == "generate":
+            return fnctod.select_functions(self.engine, catalogue, ctx, max_calls=config.max_calls,
+                                           allow_none=config.allow_refuse)
+        calibration = self._calibration_for(catalogue, config.allow_refuse, meter)
+        # Chains come from the plain instruction texts that apply (tagged forms would hide "also").
+        return fnctod.select_by_score(
+            self.engine, catalogue, ctx, calibration=calibration, embedder=self.embedder,
+            use_prior=config.function_selection == "hybrid", prior_weight=config.prior_weight,
+            chain_instructions=result.instructions_used, max_calls=config.max_calls, allow_none=config.allow_refuse)
+
+    def _calibration_for(self, catalogue: Catalogue, allow_none: bool, meter: _Meter) -> list[float]:
+        """Content-free scores per catalogue, computed on first use and cached (they depend only on the listing)."""
+        key = (catalogue.name, tuple(catalogue.names), allow_none)
+        with self._lock:
+            cached = self._calibration.get(key)
+        if cached is not None:
+            return cached
+        started = time.perf_counter()
+        scores = fnctod.content_free_scores(self.engine, catalogue, allow_none=allow_none)
+        meter.time("calibrate_selection", started)
+        with self._lock:
+            self._calibration[key] = scores
+        return scores
 
     def _gate(self, text, chosen, catalogue, config, pool, meter, result, calling):
         threshold = config.gate_threshold
@@ -332,12 +374,13 @@ class Pipeline:
     def _tag_one(self, item: TaggedInstruction, catalogue: Catalogue, config: PipelineConfig, meter: _Meter) -> TagResult:
         if item.tagged:
             return check_tagging(item.instruction, item.tagged, catalogue)  # pre-tagged: validate, never trust
-        key = (item.instruction, catalogue.name)
+        key = (item.instruction, catalogue.name, config.tag_mode)
         with self._lock:
             if key in self._tag_cache:
                 self._tag_cache.move_to_end(key)
                 return self._tag_cache[key]
-        tag = tag_instruction(self.engine, item.instruction, catalogue, self.tag_examples, k=config.tag_shots)
+        tag = tag_instruction(self.engine, item.instruction, catalogue, self.tag_examples, k=config.tag_shots,
+                              mode=config.tag_mode)
         meter.tag(tag)
         with self._lock:
             self._tag_cache[key] = tag

@@ -16,18 +16,25 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from prefcall.engine.base import ChatMessage, Embedder, Engine
-from prefcall.errors import ParseError, StoreError
+from prefcall.errors import ParseError, StoreError, ValidationError
 from prefcall.retrieval.hybrid import HybridIndex
 from prefcall.schemas.model import Catalogue
 from prefcall.strategies.taps_tags import (
+    MAX_SPAN_WORDS,
     SlotFill,
+    build_span_tags,
+    instruction_spans,
     intent_label,
     parse_tags,
     serialize_tags,
     slot_label,
+    tags_to_span_choice,
     tags_to_triples,
     validate_tags,
 )
+
+TagMode = Literal["text", "spans"]
+TAG_MODES: tuple[str, ...] = ("text", "spans")
 
 TAGGER_SYSTEM = (
     "You tag a user's standing instruction for API calls. Copy the instruction word for word and add brackets:\n"
@@ -86,9 +93,11 @@ class TagExamples:
 class TagResult(BaseModel):
     instruction: str
     status: Literal["ok", "invalid"]
+    mode: TagMode = "text"
     tagged: str | None = None  # canonical serialisation when ok
     raw: str = ""
     reasons: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)  # spans mode: model choices left out (duplicates, overlaps)
     triples: list[SlotFill] = Field(default_factory=list)
     least_confidence: float | None = None
     prompt_tokens: int = 0
@@ -123,8 +132,16 @@ def check_tagging(instruction: str, tagged: str, catalogue: Catalogue) -> TagRes
 
 
 def tag_instruction(engine: Engine, instruction: str, catalogue: Catalogue, examples: TagExamples | None = None,
-                    *, k: int = 4) -> TagResult:
-    """Tag one instruction with k retrieved examples; invalid output -> status="invalid" with reasons."""
+                    *, k: int = 4, mode: TagMode = "text") -> TagResult:
+    """Tag one instruction with k retrieved examples; invalid output -> status="invalid" with reasons.
+
+    mode="text" (TAPS): the model rewrites the instruction with brackets inserted.
+    mode="spans" (ours, for small models): the model picks labels and spans as grammar-constrained JSON and
+    the tag string is built from them (`tag_spans`)."""
+    if mode == "spans":
+        return tag_spans(engine, instruction, catalogue, examples, k=k)
+    if mode != "text":
+        raise ValidationError(f"unknown tagging mode {mode!r}: use one of {', '.join(TAG_MODES)}")
     shots = (examples or TagExamples.builtin()).nearest(instruction, k)
     prompt = tagger_prompt(engine, instruction, catalogue, shots)
     started = time.perf_counter()
@@ -139,6 +156,98 @@ def tag_instruction(engine: Engine, instruction: str, catalogue: Catalogue, exam
         "least_confidence": generation.least_confidence, "prompt_tokens": generation.usage.prompt_tokens,
         "evaluated": generation.usage.evaluated, "reused": generation.usage.reused,
         "completion_tokens": generation.completion_tokens, "seconds": generation.seconds or time.perf_counter() - started,
+    })
+
+
+# -- constrained span tagging ---------------------------------------------------------------------
+SPANS_SYSTEM = (
+    "You read a user's standing instruction for API calls and answer in JSON.\n"
+    '"intent": the API the instruction is about. "slots": the arguments of that API whose values the instruction '
+    'states, each "value" copied exactly from the instruction. "also": other APIs it asks to check as well (usually none).\n'
+    "APIs and their arguments:\n{labels}"
+)
+MAX_SLOTS = 4  # TAPS gold has at most 4 slots per instruction; a bound also stops greedy repetition
+MAX_ALSO = 2
+
+
+def render_span_labels(catalogue: Catalogue) -> str:
+    return "\n".join(
+        f"{intent_label(f.name)}: " + (", ".join(slot_label(a) for a in f.properties) or "(no arguments)")
+        for f in catalogue.functions
+    )
+
+
+def spans_schema(instruction: str, catalogue: Catalogue, max_words: int = MAX_SPAN_WORDS) -> dict:
+    """JSON Schema of the constrained answer. One anyOf branch per intent so each intent offers only its own
+    slot labels; every value is an enum of the instruction's word n-grams (shared through $defs so the
+    grammar holds the n-grams once, not once per intent)."""
+    intents = [intent_label(f.name) for f in catalogue.functions]
+    branches = []
+    for function in catalogue.functions:
+        slots: dict = {"type": "array", "maxItems": MAX_SLOTS, "items": {
+            "type": "object", "additionalProperties": False, "required": ["slot", "value"],
+            "properties": {"slot": {"enum": [slot_label(a) for a in function.properties]},
+                           "value": {"$ref": "#/$defs/span"}}}}
+        if not function.properties:
+            slots = {"type": "array", "maxItems": 0, "items": {"type": "string"}}
+        branches.append({"type": "object", "additionalProperties": False, "required": ["intent", "slots", "also"],
+                         "properties": {"intent": {"const": intent_label(function.name)}, "slots": slots,
+                                        "also": {"type": "array", "maxItems": MAX_ALSO, "items": {"$ref": "#/$defs/intent"}}}})
+    return {"$defs": {"span": {"enum": list(instruction_spans(instruction, max_words))}, "intent": {"enum": intents}},
+            "anyOf": branches}
+
+
+def spans_prompt(engine: Engine, instruction: str, catalogue: Catalogue, shots: list[TagExample]) -> str:
+    messages = [ChatMessage("system", SPANS_SYSTEM.format(labels=render_span_labels(catalogue)))]
+    for shot in shots:
+        choice = tags_to_span_choice(shot.tagged, catalogue)
+        if choice is not None:  # a demo whose intent is not in this catalogue would teach a label we forbid
+            messages += [ChatMessage("user", shot.instruction), ChatMessage("assistant", json.dumps(choice))]
+    messages.append(ChatMessage("user", instruction))
+    return engine.format_chat(messages)
+
+
+def read_span_choice(raw: str) -> tuple[str, list[tuple[str, str]], list[str]]:
+    """(intent, [(slot, value)], also) from the model's JSON; ParseError when it is not that shape."""
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"tagger output is not complete JSON ({exc.msg}): raise the token budget or check the grammar") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("intent"), str):
+        raise ParseError('tagger JSON has no "intent" string: the answer must be {"intent", "slots", "also"}')
+    slots = data.get("slots") or []
+    also = data.get("also") or []
+    if not isinstance(slots, list) or not all(isinstance(s, dict) and isinstance(s.get("slot"), str)
+                                              and isinstance(s.get("value"), str) for s in slots):
+        raise ParseError('tagger JSON "slots" must be a list of {"slot": str, "value": str}')
+    if not isinstance(also, list) or not all(isinstance(a, str) for a in also):
+        raise ParseError('tagger JSON "also" must be a list of intent names')
+    return data["intent"], [(s["slot"], s["value"]) for s in slots], also
+
+
+def tag_spans(engine: Engine, instruction: str, catalogue: Catalogue, examples: TagExamples | None = None,
+              *, k: int = 4) -> TagResult:
+    """Constrained tagging: labels and instruction spans as JSON, then the tag string built and validated."""
+    if not instruction.split():
+        return TagResult(instruction=instruction, status="invalid", mode="spans", reasons=["empty instruction: nothing to tag"])
+    shots = (examples or TagExamples.builtin()).nearest(instruction, k)
+    prompt = spans_prompt(engine, instruction, catalogue, shots)
+    started = time.perf_counter()
+    budget = 40 + MAX_SLOTS * (14 + 2 * MAX_SPAN_WORDS) + MAX_ALSO * 10
+    generation = engine.generate(prompt, max_tokens=budget, json_schema=spans_schema(instruction, catalogue))
+    raw = generation.text.strip()
+    try:
+        intent, slots, also = read_span_choice(raw)
+        built = build_span_tags(instruction, intent, slots, also)
+        result = check_tagging(instruction, built.tagged, catalogue)
+        result = result.model_copy(update={"raw": raw, "notes": built.dropped})
+    except ParseError as exc:
+        result = TagResult(instruction=instruction, status="invalid", raw=raw, reasons=[str(exc)])
+    return result.model_copy(update={
+        "mode": "spans", "least_confidence": generation.least_confidence,
+        "prompt_tokens": generation.usage.prompt_tokens, "evaluated": generation.usage.evaluated,
+        "reused": generation.usage.reused, "completion_tokens": generation.completion_tokens,
+        "seconds": generation.seconds or time.perf_counter() - started,
     })
 
 

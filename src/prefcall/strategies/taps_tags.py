@@ -285,3 +285,143 @@ def _spans(children: list[TagNode | str], intent: str, out: set[tuple[str, str, 
             _spans(child.children, _fold(child.label), out)
         else:
             out.add((intent, _fold(child.label), child.text().strip(_TRAILING_PUNCT).lower()))
+
+
+# -- span-built tags (the constrained tagger) -----------------------------------------------
+# A small model cannot copy an instruction word for word while inserting brackets, so the constrained tagger
+# only picks labels and spans (grammar-constrained to the instruction's own n-grams) and the tag string is
+# built here, deterministically, in the gold format: `[IN:X ... [SL:Y span ]. ]`.
+_SPAN_EDGE = ".,;:!?\"'()[]{}"
+MAX_SPAN_WORDS = 6
+
+
+class SpanTags(BaseModel):
+    """The tag string built from chosen spans, and what had to be left out (with why)."""
+
+    tagged: str
+    dropped: list[str] = Field(default_factory=list)
+
+
+def instruction_spans(instruction: str, max_words: int = MAX_SPAN_WORDS) -> dict[str, list[tuple[int, int]]]:
+    """Every contiguous run of 1..max_words words, edge punctuation stripped ("Oakland." -> "Oakland",
+    "Sydney, NSW," -> "Sydney, NSW"), mapped to its character offsets; insertion order = first appearance."""
+    words = [(m.start(), m.end()) for m in re.finditer(r"\S+", instruction)]
+    # A span never starts or ends at a bare symbol ("-", "&"): "- two" or "Salon &" are not values.
+    has_word = [any(c.isalnum() for c in instruction[s:e]) for s, e in words]
+    out: dict[str, list[tuple[int, int]]] = {}
+    for i in range(len(words)):
+        for j in range(i, min(len(words), i + max_words)):
+            if not (has_word[i] and has_word[j]):
+                continue
+            start, end = _strip_edges(instruction, words[i][0], words[j][1])
+            # A run must start and end inside its first and last word: "- two" or "two -" are not spans.
+            if start >= end or start >= words[i][1] or end <= words[j][0]:
+                continue
+            occurrences = out.setdefault(instruction[start:end], [])
+            if (start, end) not in occurrences:
+                occurrences.append((start, end))
+    return out
+
+
+def _strip_edges(text: str, start: int, end: int) -> tuple[int, int]:
+    while start < end and text[start] in _SPAN_EDGE:
+        start += 1
+    while end > start and text[end - 1] in _SPAN_EDGE:
+        end -= 1
+    return start, end
+
+
+def _overlaps(span: tuple[int, int], placed: list[tuple[int, int, str]]) -> bool:
+    return any(span[0] < e and s < span[1] for s, e, _ in placed)
+
+
+def build_span_tags(instruction: str, intent: str, slots: list[tuple[str, str]], also: list[str] = (),
+                    max_words: int = MAX_SPAN_WORDS) -> SpanTags:
+    """`[IN:INTENT ... ]` around the whole instruction with `[SL:SLOT span ]` inserted at each chosen span
+    and `[IN:OTHER word ]` at the mention of each further intent. A value that is not a span of the
+    instruction raises ParseError; duplicates and spans overlapping an earlier one are dropped and listed."""
+    spans = instruction_spans(instruction, max_words)
+    placed: list[tuple[int, int, str]] = []  # (start, end, opening bracket)
+    dropped: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for slot, value in slots:
+        if value not in spans:
+            raise ParseError(f"slot {slot} value {value!r} is not a span of the instruction: pick words from it")
+        if (slot, value) in seen:
+            dropped.append(f"duplicate {slot}={value!r}")
+            continue
+        seen.add((slot, value))
+        free = next((o for o in spans[value] if not _overlaps(o, placed)), None)
+        if free is None:
+            dropped.append(f"{slot}={value!r} overlaps an earlier span")
+            continue
+        placed.append((*free, f"[SL:{slot} "))
+    for other in dict.fromkeys(a for a in also if a != intent):
+        mention = _mention(instruction, other, placed)
+        if mention is None:
+            dropped.append(f"IN:{other}: no free word to mark")
+            continue
+        placed.append((*mention, f"[IN:{other} "))
+    body, cursor = [], 0
+    for start, end, opening in sorted(placed):
+        body += [instruction[cursor:start], opening, instruction[start:end], " ]"]
+        cursor = end
+    body.append(instruction[cursor:])
+    return SpanTags(tagged=f"[IN:{intent} {''.join(body).strip()} ]", dropped=dropped)
+
+
+def _mention(instruction: str, intent: str, placed: list[tuple[int, int, str]]) -> tuple[int, int] | None:
+    """The last free word naming the intent's API ("Hotels" for GET_HOTELS, "HouseStay" for GET_HOUSE_STAYS),
+    else the last free word: a further intent needs some words to bracket."""
+    noun = _fold(intent.removeprefix("GET_"))
+    words = [_strip_edges(instruction, m.start(), m.end()) for m in re.finditer(r"\S+", instruction)]
+    free = [w for w in words if w[0] < w[1] and not _overlaps(w, placed)]
+
+    def names_api(word: tuple[int, int]) -> bool:
+        folded = _fold(instruction[word[0]:word[1]])
+        return len(folded) >= 3 and (folded == noun or noun.startswith(folded) or folded.startswith(noun))
+
+    named = [w for w in free if names_api(w)]
+    return (named or free or [None])[-1]
+
+
+def tags_to_span_choice(tagged: str, catalogue: Catalogue) -> dict[str, Any] | None:
+    """A gold tag string as the constrained tagger's JSON answer (for few-shot demonstrations):
+    {"intent", "slots": [{"slot", "value"}], "also"}; the intent owning most slots is the main one.
+    None when unparsable or no intent maps to the catalogue."""
+    try:
+        tree = parse_tags(re.sub(r"\[(IN|SL):\s+", r"[\1:", tagged))  # TAPS gold has a few `[SL: CITY`
+    except ParseError:
+        return None
+    owned: list[tuple[Function, list[tuple[str, str]]]] = []
+    _own(tree.children, None, catalogue, owned)
+    if not owned:
+        return None
+    main = max(owned, key=lambda pair: len(pair[1]))  # max keeps the first of equals: the outermost intent
+    also = [intent_label(f.name) for f, _ in owned if f.name != main[0].name]
+    return {"intent": intent_label(main[0].name),
+            "slots": [{"slot": s, "value": v} for s, v in dict.fromkeys(main[1])],
+            "also": list(dict.fromkeys(also))}
+
+
+def _own(children: list[TagNode | str], current: list[tuple[str, str]] | None, catalogue: Catalogue,
+         owned: list[tuple[Function, list[tuple[str, str]]]]) -> None:
+    for child in children:
+        if isinstance(child, str):
+            continue
+        if child.kind == "IN":
+            function = function_for_intent(child.label, catalogue)
+            if function is None:
+                _own(child.children, None, catalogue, owned)
+                continue
+            entry = next((e for e in owned if e[0].name == function.name), None)
+            if entry is None:
+                entry = (function, [])
+                owned.append(entry)
+            _own(child.children, entry[1], catalogue, owned)
+            continue
+        function = next((f for f, slots in owned if slots is current), None)
+        argument = argument_for_slot(child.label, function) if function is not None else None
+        value = child.text().strip(_TRAILING_PUNCT)
+        if argument is not None and value and current is not None:
+            current.append((slot_label(argument), value))

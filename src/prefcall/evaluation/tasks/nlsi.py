@@ -8,6 +8,8 @@ Metrics: exact match, slot precision / recall / F1 over (function, argument, val
 TAPS; micro too), function F1, selection precision / recall when the pipeline reports the instructions it used,
 breakdowns by example_type and by domain, parse-error rate, least-confidence/F1 correlation and, when a
 prediction carries both untagged and tagged variants, the F1 the uncertainty gate would give at each threshold.
+Gold typos (GetDenists, city_of_event, rental-car `type`) are aliased to the schema's names on both sides
+(metrics/calls.py); `exact_match_literal` / `slot_f1_literal` give the unaliased scores beside them.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
 
 ZERO_SCORES = {"exact_match": 0.0, "slot_precision": 0.0, "slot_recall": 0.0, "slot_f1": 0.0, "function_f1": 0.0}
 MEAN_KEYS = ("exact_match", "slot_precision", "slot_recall", "slot_f1", "function_f1",
-             "selection_precision", "selection_recall", "selection_f1")
+             "selection_precision", "selection_recall", "selection_f1", "exact_match_literal", "slot_f1_literal")
 GATE_THRESHOLDS = [round(0.05 * i, 2) for i in range(0, 21)]
 
 
@@ -126,9 +128,14 @@ class NlsiTask(BaseTask):
         aliases = self._aliases
         if prediction.get("status", "ok") != "ok":
             # A parse error or failure is wrong, never an empty valid answer (even when gold is empty).
-            scores = dict(ZERO_SCORES) | {"tp": 0.0, "n_pred": 0.0, "n_gold": float(len(gold))}
+            scores = dict(ZERO_SCORES) | {"tp": 0.0, "n_pred": 0.0, "n_gold": float(len(gold)),
+                                          "exact_match_literal": 0.0, "slot_f1_literal": 0.0}
         else:
-            scores = score_calls(calls_from_any(prediction.get("calls")), gold, aliases)
+            predicted = calls_from_any(prediction.get("calls"))
+            scores = score_calls(predicted, gold, aliases)
+            # Without the gold-typo aliases (GetDenists, city_of_event, type): the TAPS-literal score, for reference.
+            literal = score_calls(predicted, gold, aliases, schema_aliases=False)
+            scores |= {"exact_match_literal": literal["exact_match"], "slot_f1_literal": literal["slot_f1"]}
         if isinstance(prediction.get("instructions_used"), list) and prediction.get("selected_by_model", True):
             scores |= score_selection(prediction["instructions_used"], item.gold["applicable"])
         for variant, calls in (prediction.get("variants") or {}).items():

@@ -25,6 +25,9 @@ class TagsTask(BaseTask):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--examples", help="tagged few-shot examples (default: shared taps/tags_train.json)")
         parser.add_argument("--shots", type=int, default=None, help="retrieved few-shot examples per instruction (tagger default if unset)")
+        parser.add_argument("--tag-mode", choices=("text", "spans"), default="text",
+                            help="text: the model rewrites the instruction with brackets (TAPS); "
+                                 "spans: grammar-constrained JSON of labels and instruction spans (small models)")
 
     def load(self, args: argparse.Namespace) -> list[EvalItem]:
         path = require_data(args, shared_data_dir() / "taps" / "tags_dev.json")
@@ -41,6 +44,7 @@ class TagsTask(BaseTask):
         examples = ctx.memo("examples", lambda: self.examples(ctx))
         shots = getattr(ctx.args, "shots", None)
         kwargs = {"k": shots} if shots is not None else {}
+        kwargs["mode"] = getattr(ctx.args, "tag_mode", None) or "text"
         result = tag_instruction(ctx.engine, item.input["instruction"], catalogue, examples, **kwargs)
         return prediction_from_tagger(result)
 

@@ -1,0 +1,124 @@
+"""Scored stage-1 function selection (ours): calibration against content-free dialogues, the domain prior,
+instruction chains, its prompt layout, and its use by the pipeline's `function_selection` modes."""
+
+from __future__ import annotations
+
+import json
+
+from prefcall.engine.fake import FakeEngine
+from prefcall.schemas.model import Catalogue, Function
+from prefcall.strategies.fnctod import (
+    CONTENT_FREE_DIALOGUES,
+    CallingContext,
+    chained_functions,
+    content_free_scores,
+    domain_log_prior,
+    score_functions,
+    scoring_prompt,
+    select_by_score,
+)
+from prefcall.strategies.pipeline import Pipeline, get_config
+
+OBJ = {"type": "object", "properties": {"city": {"type": "string"}}}
+CATALOGUE = Catalogue(name="t", functions=[
+    Function(name="GetBuses", description="bus tickets between cities", parameters=OBJ),
+    Function(name="GetRestaurants", description="finding restaurants", parameters=OBJ),
+    Function(name="GetTravel", description="attractions to visit", parameters=OBJ),
+    Function(name="GetHotels", description="booking hotels", parameters=OBJ),
+])
+THAI = "User: Thai food in Oakland please"
+CHAIN = "If I ask for Travel, then also look at Hotels"
+
+
+def biased_scorer(prompt: str, candidate: str) -> float:
+    """A small model's habit: GetBuses is likely whatever the dialogue says (positional prior, +4), long names
+    are unlikely (-1 per 'word'); the dialogue's content adds only +2 to the right name."""
+    name = candidate.strip()
+    score = -1.0 * len(name) / 5 + (4.0 if name == "GetBuses" else 0.0)
+    if "Thai food" in prompt and name == "GetRestaurants":
+        score += 2.0
+    if "sights" in prompt and name == "GetTravel":
+        score += 2.0
+    return score
+
+
+def test_uncalibrated_scores_follow_the_bias_and_calibration_removes_it():
+    engine = FakeEngine(scorer=biased_scorer)
+    raw = score_functions(engine, CATALOGUE, THAI, calibration=None)
+    assert raw.best() == "GetBuses"  # what SmolLM2-135M does with the generated list
+    calibration = content_free_scores(engine, CATALOGUE)
+    fixed = score_functions(engine, CATALOGUE, THAI, calibration=calibration)
+    assert fixed.best() == "GetRestaurants"
+    assert abs(fixed.combined[fixed.names.index("GetRestaurants")] - 2.0) < 1e-9  # raw minus the content-free prior
+
+
+def test_scoring_prompt_puts_the_listing_first_and_asks_for_a_name():
+    engine = FakeEngine(scorer=biased_scorer)
+    score_functions(engine, CATALOGUE, THAI, calibration=None)
+    call = engine.calls[-1]
+    assert call["kind"] == "score" and call["candidates"] == [" GetBuses", " GetRestaurants", " GetTravel", " GetHotels"]
+    prompt = call["prompt"]
+    assert prompt.endswith("Function:") and prompt.index("GetHotels - booking hotels") < prompt.index("Thai food")
+    # The calibration prompts differ from a request only after the listing: one prefix for the KV cache.
+    free = scoring_prompt(engine, CATALOGUE, CONTENT_FREE_DIALOGUES[0])
+    assert free.split("Dialogue:")[0] == prompt.split("Dialogue:")[0]
+
+
+def test_domain_prior_favours_the_domain_the_dialogue_names():
+    prior = dict(zip(CATALOGUE.names, domain_log_prior(CATALOGUE, "User: I need a hotel room in Paris")))
+    assert prior["GetHotels"] > 0 > prior["GetBuses"]
+    assert domain_log_prior(CATALOGUE, "User: hello there") == [0.0] * 4  # no evidence: flat
+
+
+def test_hybrid_uses_the_prior_when_the_model_cannot_tell():
+    engine = FakeEngine(scorer=lambda prompt, candidate: 0.0)  # no signal from the model at all
+    ctx = CallingContext(dialogue="User: I need a hotel room in Paris")
+    calibration = content_free_scores(engine, CATALOGUE)
+    scored = select_by_score(engine, CATALOGUE, ctx, calibration=calibration, use_prior=False)
+    hybrid = select_by_score(engine, CATALOGUE, ctx, calibration=calibration, use_prior=True)
+    assert scored.value == ["GetBuses"]  # a tie goes to the first name
+    assert hybrid.value == ["GetHotels"] and "GetHotels" in json.loads(hybrid.raw)
+
+
+def test_instruction_chains_add_functions_only_from_the_called_domain():
+    assert chained_functions(CATALOGUE, [CHAIN], ["GetTravel"]) == ["GetTravel", "GetHotels"]
+    assert chained_functions(CATALOGUE, [CHAIN], ["GetRestaurants"]) == ["GetRestaurants"]
+    assert chained_functions(CATALOGUE, ["If I ask for Travel, my city is Rome"], ["GetTravel"]) == ["GetTravel"]
+    engine = FakeEngine(scorer=biased_scorer)
+    ctx = CallingContext(dialogue="User: what sights should I see in Rome?")
+    out = select_by_score(engine, CATALOGUE, ctx, calibration=content_free_scores(engine, CATALOGUE),
+                          chain_instructions=[CHAIN], max_calls=2)
+    assert out.value == ["GetTravel", "GetHotels"] and out.usage.evaluated + out.usage.reused == out.usage.prompt_tokens
+
+
+def test_none_candidate_lets_stage_one_refuse():
+    engine = FakeEngine(scorer=lambda prompt, candidate: 3.0 if candidate.strip() == "None" and "weather" in prompt
+                        else 0.0)
+    ctx = CallingContext(dialogue="User: what is the weather like?")
+    out = select_by_score(engine, CATALOGUE, ctx, calibration=content_free_scores(engine, CATALOGUE, allow_none=True),
+                          allow_none=True)
+    assert out.value == []
+
+
+def _pipeline_engine() -> FakeEngine:
+    fake = FakeEngine(scorer=biased_scorer)
+    fake.reply('["GetBuses"]', when="Answer with a JSON list of function names")
+    fake.reply('[{"city": "Oakland"}]', when="Calls for GetRestaurants:")
+    fake.reply('[{"city": "Oakland"}]', when="Calls for GetBuses:")
+    return fake
+
+
+def test_pipeline_modes_and_calibration_computed_once_per_catalogue():
+    generated = Pipeline(_pipeline_engine()).parse(THAI, [], CATALOGUE, get_config("default"))
+    assert generated.functions == ["GetBuses"]  # paper-faithful generated list kept as the default
+    fake = _pipeline_engine()
+    pipe = Pipeline(fake)
+    config = get_config("default", function_selection="score")
+    first = pipe.parse(THAI, [], CATALOGUE, config)
+    second = pipe.parse(THAI, [], CATALOGUE, config)
+    assert first.functions == second.functions == ["GetRestaurants"]
+    free = [c for c in fake.calls if c["kind"] == "score" and "User: N/A" in c["prompt"]]
+    assert len(free) == 1  # calibrated once, then cached
+    t = second.trace
+    assert t.model_calls == 2 and t.prompt_tokens == t.evaluated + t.reused  # the scoring call is metered
+    assert get_config("full").function_selection == "hybrid"
