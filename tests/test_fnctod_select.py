@@ -122,3 +122,16 @@ def test_pipeline_modes_and_calibration_computed_once_per_catalogue():
     t = second.trace
     assert t.model_calls == 2 and t.prompt_tokens == t.evaluated + t.reused  # the scoring call is metered
     assert get_config("full").function_selection == "hybrid"
+
+
+def test_gated_regeneration_reuses_the_scored_selection():
+    instruction = "If I'm looking for Restaurants, my go-to city is Oakland."
+    fake = FakeEngine(scorer=biased_scorer)
+    fake.reply(f"[IN:GET_RESTAURANTS {instruction} ]", when="You tag")
+    fake.reply('[{"city": "Oakland"}]', when="- [IN:GET_RESTAURANTS")
+    fake.reply('[{"city": "Oakland"}]', when="Calls for GetRestaurants:", logprob=-3.0)  # uncertain: gate fires
+    result = Pipeline(fake).parse(THAI, [instruction], CATALOGUE,
+                                  get_config("taps", function_selection="score", gate_threshold=0.1))
+    assert result.gate_fired and result.tagged and result.functions == ["GetRestaurants"]
+    request_scores = [c for c in fake.calls if c["kind"] == "score" and "Thai food" in c["prompt"]]
+    assert len(request_scores) == 1  # the tagged pass did not score the same dialogue again

@@ -55,7 +55,7 @@ def examples() -> TagExamples:
 
 
 def answer(intent: str, slots: list[tuple[str, str]] = (), also: list[str] = ()) -> str:
-    return json.dumps({"intent": intent, "slots": [{"slot": s, "value": v} for s, v in slots], "also": list(also)})
+    return json.dumps({"intent": intent, "slots": [{"slot": s, "value": v} for s, v in slots], "with": list(also)})
 
 
 # -- n-grams ----------------------------------------------------------------------------------------
@@ -66,6 +66,12 @@ def test_ngrams_strip_edge_punctuation_keep_inner_and_respect_length():
     assert "- two" not in spans and "-" not in spans and "two at least" in spans
     assert all(len(v.split()) <= 3 for v in spans)
     assert spans["Sydney, NSW"] == [(6, 17)]
+
+
+def test_quotes_are_edges_never_inside_a_value():
+    spans = instruction_spans('search for "Cubs Vs Mariners" if "Baseball\\" x')
+    assert "Cubs Vs Mariners" in spans and "Cubs" in spans and "Mariners" in spans
+    assert not any('"' in v or "\\" in v for v in spans)
 
 
 def test_repeated_ngrams_keep_every_occurrence():
@@ -116,7 +122,7 @@ def test_further_intents_bracket_the_word_naming_their_api():
 def test_gold_tags_become_json_choices_with_the_slot_owning_intent_first():
     nested = "[IN:GET_TRAVEL [IN:GET_EVENTS I prefer [SL:CATEGORY pop ] music ] when I request Travel. ]"
     assert tags_to_span_choice(nested, CATALOGUE) == {
-        "intent": "GET_EVENTS", "slots": [{"slot": "CATEGORY", "value": "pop"}], "also": ["GET_TRAVEL"]}
+        "intent": "GET_EVENTS", "slots": [{"slot": "CATEGORY", "value": "pop"}], "with": ["GET_TRAVEL"]}
     loose = "[IN:GET_HOUSESTAYS Stay in [SL: WHERE_TO Sydney, NSW ], rating [SL:RATING 3.9 ]. ]"
     assert tags_to_span_choice(loose, CATALOGUE)["slots"] == [
         {"slot": "WHERE_TO", "value": "Sydney, NSW"}, {"slot": "RATING", "value": "3.9"}]
@@ -146,7 +152,7 @@ def test_spans_mode_builds_valid_tags_with_json_demos_and_schema():
     assert result.triples[0].function == "GetEvents" and result.least_confidence is not None
     call = engine.calls[0]
     assert "Boston" in call["json_schema"]["$defs"]["span"]["enum"]
-    assert '{"intent": "GET_EVENTS", "slots": [{"slot": "CITY", "value": "Denver"}], "also": []}' in call["prompt"]
+    assert '{"intent": "GET_EVENTS", "slots": [{"slot": "CITY", "value": "Denver"}], "with": []}' in call["prompt"]
     assert "GET_BANKS" not in call["prompt"].split("APIs and their arguments:")[1]  # demo of an unknown API skipped
 
 
@@ -155,7 +161,7 @@ def test_spans_mode_builds_valid_tags_with_json_demos_and_schema():
     (answer("GET_HOTELS", [("CITY", "Boston")]), "unknown slot"),
     (answer("GET_BANKS"), "unknown API"),
     ('{"intent": 3}', "no \"intent\""),
-    ('{"intent": "GET_EVENTS", "slots": [{"slot": "CITY"}], "also": []}', "slots"),
+    ('{"intent": "GET_EVENTS", "slots": [{"slot": "CITY"}], "with": []}', "slots"),
 ])
 def test_invalid_span_answers_are_reported_invalid(reply: str, reason: str):
     result = tag_instruction(FakeEngine().reply(reply), "I like events in Boston.", CATALOGUE, examples(), mode="spans")
@@ -225,10 +231,17 @@ def test_gold_dev_round_trips_through_the_span_builder():
         choice = tags_to_span_choice(row["tagged"], catalogue)
         try:
             built = build_span_tags(row["instruction"], choice["intent"],
-                                    [(s["slot"], s["value"]) for s in choice["slots"]], choice["also"])
+                                    [(s["slot"], s["value"]) for s in choice["slots"]], choice["with"])
         except (ParseError, TypeError):  # gold spans longer than 6 words or not copied from the instruction
             continue
         result = check_tagging(row["instruction"], built.tagged, catalogue)
         scores = score_tags(read_tags(result.tagged or ""), read_tags(row["tagged"]))
         perfect += result.status == "ok" and scores["span_f1"] == 1.0 and scores["action_accuracy"] == 1.0
     assert perfect / len(rows) > 0.9  # the representation can express almost all of TAPS's gold
+
+
+def test_schema_keys_sort_in_decision_order():
+    # The llama.cpp engine builds grammars from the schema dumped with sorted keys: alphabetical = generation order.
+    for branch in spans_schema("x y", CATALOGUE)["anyOf"]:
+        assert sorted(branch["properties"]) == branch["required"] == ["intent", "slots", "with"]
+        assert sorted(branch["properties"]["slots"]["items"]["properties"]) == ["slot", "value"]

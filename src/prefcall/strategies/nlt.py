@@ -64,6 +64,11 @@ class NltUsage(BaseModel):
         self.completion_tokens += completion_tokens
         self.calls += 1
 
+    def merge(self, other: NltUsage) -> None:
+        """Fold in the usage of a sub-step (e.g. the relevance check inside clarify)."""
+        for key in ("prompt_tokens", "evaluated", "reused", "completion_tokens", "calls"):
+            setattr(self, key, getattr(self, key) + getattr(other, key))
+
 
 class NltResult(BaseModel):
     mode: Mode

@@ -3,7 +3,9 @@
 Steps (each switchable per request through PipelineConfig, for ablations):
 1. instruction selection (profiles' select_instructions, or the caller's `applicable`);
 2. FC-ICL demonstrations (hybrid retrieval + reranker);
-3. FnCTOD calling (two-stage, or one-stage for comparison);
+3. FnCTOD calling (two-stage, or one-stage for comparison); stage 1 either generates the JSON list of names
+   (FnCTOD, `function_selection="generate"`) or scores every name, calibrated, optionally with a domain prior
+   ("score" / "hybrid", used by `full`), plus the functions the applicable instructions chain to;
 4. TAPS tagging: off / always (ext-tag) / joint (tags and calls in one pass) / gated (uncertainty gate);
 5. post-checks against the catalogue (repair/drop, ask for missing required arguments).
 
@@ -274,12 +276,13 @@ class Pipeline:
         return [s.demo for s in self.reranker.rerank(query, pool, n)]
 
     def _call(self, text: str, instructions: list[str], catalogue: Catalogue, config: PipelineConfig,
-              pool: list[ScoredDemo], meter: _Meter, result: ParseResult, step: str, *, joint: bool = False):
+              pool: list[ScoredDemo], meter: _Meter, result: ParseResult, step: str, *, joint: bool = False,
+              reuse: fnctod.StageOutput | None = None):
         started = time.perf_counter()
         demos = self._rerank(pool, text, instructions, [], config.n_demos) if pool else []
         ctx = fnctod.CallingContext(dialogue=text, instructions=instructions, demos=demos)
         if config.two_stage:
-            selection = self._select_functions(catalogue, ctx, config, result, meter)
+            selection = reuse or self._select_functions(catalogue, ctx, config, result, meter)
             functions = selection.value or []
             if pool and functions:
                 # Rerank again now that stage 1 predicted the functions: demos of the same API teach its arguments.
@@ -339,7 +342,7 @@ class Pipeline:
             result.variants = {"untagged": calling.calls, "tagged": calling.calls} if config.record_variants else {}
             return calling
         regenerated = self._call(text, tagged, catalogue, config, pool, meter, result,
-                                 "regenerate_tagged" if fired else "variant_tagged")
+                                 "regenerate_tagged" if fired else "variant_tagged", reuse=_scored_selection(calling))
         if config.record_variants:
             result.variants = {"untagged": calling.calls, "tagged": regenerated.calls}
         if not fired:
@@ -409,6 +412,15 @@ class Pipeline:
             result.calls = _dedupe(calls)
             result.decision = "call" if result.calls else "refuse"
         meter.time("post_check", started)
+
+
+def _scored_selection(calling) -> fnctod.StageOutput | None:
+    """A scored stage 1 depends on the dialogue (and the plain instructions' chains), not on tagging: the tagged
+    pass reuses it instead of scoring again. Its usage is dropped so the trace counts the scoring once."""
+    for stage in calling.stages:
+        if stage.stage == "select" and isinstance(stage.usage, fnctod.FunctionScores):
+            return stage.model_copy(update={"usage": None})
+    return None
 
 
 def _untag(tagged: str) -> str:

@@ -258,10 +258,7 @@ def relevant_functions(
     else:
         result = select_tools(engine, request, catalogue, mode="score", calibrate=calibrate, context=context,
                               threshold=0.5 if threshold is None else threshold)
-        usage.calls += result.usage.calls
-        usage.prompt_tokens += result.usage.prompt_tokens
-        usage.evaluated += result.usage.evaluated
-        usage.reused += result.usage.reused
+        usage.merge(result.usage)
         scores = {d.name: float(d.probability or 0.0) for d in result.decisions}
         cut = result.threshold or 0.5
     return [n for n, s in scores.items() if s >= cut], scores
@@ -337,11 +334,7 @@ def _draft(
         engine, turns, catalogue, function_name=function_name, instructions=instructions, context=context,
         keep_required=False,
     )
-    usage.calls += draft.usage.calls
-    usage.prompt_tokens += draft.usage.prompt_tokens
-    usage.evaluated += draft.usage.evaluated
-    usage.reused += draft.usage.reused
-    usage.completion_tokens += draft.usage.completion_tokens
+    usage.merge(draft.usage)
     return draft
 
 

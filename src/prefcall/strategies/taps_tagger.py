@@ -163,9 +163,11 @@ def tag_instruction(engine: Engine, instruction: str, catalogue: Catalogue, exam
 SPANS_SYSTEM = (
     "You read a user's standing instruction for API calls and answer in JSON.\n"
     '"intent": the API the instruction is about. "slots": the arguments of that API whose values the instruction '
-    'states, each "value" copied exactly from the instruction. "also": other APIs it asks to check as well (usually none).\n'
+    'states, each "value" copied exactly from the instruction. "with": other APIs it asks to check as well (usually none).\n'
     "APIs and their arguments:\n{labels}"
 )
+# Key names sort alphabetically in decision order (intent < slots < with) on purpose: the engine caches grammars
+# under the schema dumped with sorted keys, so properties are generated in alphabetical order.
 MAX_SLOTS = 4  # TAPS gold has at most 4 slots per instruction; a bound also stops greedy repetition
 MAX_ALSO = 2
 
@@ -190,9 +192,9 @@ def spans_schema(instruction: str, catalogue: Catalogue, max_words: int = MAX_SP
                            "value": {"$ref": "#/$defs/span"}}}}
         if not function.properties:
             slots = {"type": "array", "maxItems": 0, "items": {"type": "string"}}
-        branches.append({"type": "object", "additionalProperties": False, "required": ["intent", "slots", "also"],
+        branches.append({"type": "object", "additionalProperties": False, "required": ["intent", "slots", "with"],
                          "properties": {"intent": {"const": intent_label(function.name)}, "slots": slots,
-                                        "also": {"type": "array", "maxItems": MAX_ALSO, "items": {"$ref": "#/$defs/intent"}}}})
+                                        "with": {"type": "array", "maxItems": MAX_ALSO, "items": {"$ref": "#/$defs/intent"}}}})
     return {"$defs": {"span": {"enum": list(instruction_spans(instruction, max_words))}, "intent": {"enum": intents}},
             "anyOf": branches}
 
@@ -214,14 +216,14 @@ def read_span_choice(raw: str) -> tuple[str, list[tuple[str, str]], list[str]]:
     except json.JSONDecodeError as exc:
         raise ParseError(f"tagger output is not complete JSON ({exc.msg}): raise the token budget or check the grammar") from exc
     if not isinstance(data, dict) or not isinstance(data.get("intent"), str):
-        raise ParseError('tagger JSON has no "intent" string: the answer must be {"intent", "slots", "also"}')
+        raise ParseError('tagger JSON has no "intent" string: the answer must be {"intent", "slots", "with"}')
     slots = data.get("slots") or []
-    also = data.get("also") or []
+    also = data.get("with") or []
     if not isinstance(slots, list) or not all(isinstance(s, dict) and isinstance(s.get("slot"), str)
                                               and isinstance(s.get("value"), str) for s in slots):
         raise ParseError('tagger JSON "slots" must be a list of {"slot": str, "value": str}')
     if not isinstance(also, list) or not all(isinstance(a, str) for a in also):
-        raise ParseError('tagger JSON "also" must be a list of intent names')
+        raise ParseError('tagger JSON "with" must be a list of intent names')
     return data["intent"], [(s["slot"], s["value"]) for s in slots], also
 
 

@@ -317,6 +317,8 @@ def instruction_spans(instruction: str, max_words: int = MAX_SPAN_WORDS) -> dict
             # A run must start and end inside its first and last word: "- two" or "two -" are not spans.
             if start >= end or start >= words[i][1] or end <= words[j][0]:
                 continue
+            if '"' in instruction[start:end] or "\\" in instruction[start:end]:
+                continue  # llama.cpp rejects the grammar literal of an enum string holding a quote or backslash
             occurrences = out.setdefault(instruction[start:end], [])
             if (start, end) not in occurrences:
                 occurrences.append((start, end))
@@ -387,7 +389,7 @@ def _mention(instruction: str, intent: str, placed: list[tuple[int, int, str]]) 
 
 def tags_to_span_choice(tagged: str, catalogue: Catalogue) -> dict[str, Any] | None:
     """A gold tag string as the constrained tagger's JSON answer (for few-shot demonstrations):
-    {"intent", "slots": [{"slot", "value"}], "also"}; the intent owning most slots is the main one.
+    {"intent", "slots": [{"slot", "value"}], "with"}; the intent owning most slots is the main one.
     None when unparsable or no intent maps to the catalogue."""
     try:
         tree = parse_tags(re.sub(r"\[(IN|SL):\s+", r"[\1:", tagged))  # TAPS gold has a few `[SL: CITY`
@@ -401,7 +403,7 @@ def tags_to_span_choice(tagged: str, catalogue: Catalogue) -> dict[str, Any] | N
     also = [intent_label(f.name) for f, _ in owned if f.name != main[0].name]
     return {"intent": intent_label(main[0].name),
             "slots": [{"slot": s, "value": v} for s, v in dict.fromkeys(main[1])],
-            "also": list(dict.fromkeys(also))}
+            "with": list(dict.fromkeys(also))}
 
 
 def _own(children: list[TagNode | str], current: list[tuple[str, str]] | None, catalogue: Catalogue,

@@ -37,6 +37,9 @@ class DstTask(BaseTask):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--sgd-schema", help="SGD schema file (default: dev_schema.json beside --data)")
         parser.add_argument("--dialogues", type=int, help="use only the first N dialogues (all their user turns)")
+        from prefcall.evaluation.tasks.nlsi import add_function_selection_option
+
+        add_function_selection_option(parser)
 
     # -- data ---------------------------------------------------------------------------------------------
     def load(self, args: argparse.Namespace) -> list[EvalItem]:
@@ -50,10 +53,10 @@ class DstTask(BaseTask):
 
     # -- prediction ---------------------------------------------------------------------------------------
     def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
-        from prefcall.evaluation.tasks.nlsi import prediction_from_result
+        from prefcall.evaluation.tasks.nlsi import config_overrides, prediction_from_result
         from prefcall.strategies.pipeline import Pipeline, get_config
 
-        config = get_config(ctx.config)
+        config = get_config(ctx.config, **config_overrides(ctx.args))
         # No standing instructions in SGD; the embedder is needed only for tagging or demonstrations.
         embedder = ctx.embedder if config.use_demos or config.tagging != "off" else None
         pipe = ctx.memo("pipeline", lambda: Pipeline(ctx.engine, embedder, None))

@@ -50,6 +50,7 @@ class NlsiTask(BaseTask):
         parser.add_argument("--demos", help="NLSI-format file of demonstrations (default: --data, leave-one-out)")
         parser.add_argument("--gold-selection", action="store_true",
                             help="give the pipeline the gold applicable instructions (interpretation only)")
+        add_function_selection_option(parser)
 
     def load(self, args: argparse.Namespace) -> list[EvalItem]:
         rows = read_json(require_data(args, shared_data_dir() / "nlsi" / "dev.json"))
@@ -71,7 +72,7 @@ class NlsiTask(BaseTask):
     def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
         from prefcall.strategies.pipeline import get_config
 
-        config = get_config(ctx.config)
+        config = get_config(ctx.config, **config_overrides(ctx.args))
         pipe = ctx.memo("pipeline", lambda: self.pipeline(ctx, config))
         catalogue = ctx.memo("catalogue", lambda: load_catalogue(ctx.args, "nlsi"))
         applicable = item.gold["applicable"] if getattr(ctx.args, "gold_selection", False) else None
@@ -200,6 +201,17 @@ class NlsiTask(BaseTask):
             error = str(item.prediction.get("error") or item.prediction.get("raw") or "")[:120].replace("|", "/")
             lines.append(f"| {item.id} | {item.status} | {error} |")
         return ["\n".join(lines) + "\n"]
+
+
+def add_function_selection_option(parser: Any) -> None:
+    parser.add_argument("--function-selection", choices=("generate", "score", "hybrid"),
+                        help="override the config's stage-1 function selection (FnCTOD generate / scored / hybrid)")
+
+
+def config_overrides(args: Any) -> dict[str, Any]:
+    """PipelineConfig fields set on the command line (recorded in the run's args, so reports can say so)."""
+    mode = getattr(args, "function_selection", None)
+    return {"function_selection": mode} if mode else {}
 
 
 def domain_of(calls: list[str]) -> str:
