@@ -27,12 +27,13 @@ def _scored(gold: list[str], selected: list[str] | None, status: str = "ok") -> 
 @pytest.mark.parametrize(
     ("pred", "gold", "status", "expected"),
     [
-        (["a"], ["a"], "ok", {"exact_set": 1.0, "tp": 1.0, "fp": 0.0, "fn": 0.0}),
-        (["a", "b"], ["a"], "ok", {"exact_set": 0.0, "tp": 1.0, "fp": 1.0, "fn": 0.0}),
-        ([], [], "ok", {"exact_set": 1.0, "tp": 0.0, "fp": 0.0, "fn": 0.0}),
-        ([], ["a"], "ok", {"exact_set": 0.0, "tp": 0.0, "fp": 0.0, "fn": 1.0}),
-        (None, [], "parse_error", {"exact_set": 0.0, "tp": 0.0, "fp": 0.0, "fn": 0.0}),  # never "right by silence"
-        (["a"], ["a"], "partial", {"exact_set": 0.0, "tp": 1.0, "fp": 0.0, "fn": 0.0}),
+        (["a"], ["a"], "ok", {"exact_set": 1.0, "exact_set_lenient": 1.0, "tp": 1.0, "fp": 0.0, "fn": 0.0}),
+        (["a", "b"], ["a"], "ok", {"exact_set": 0.0, "exact_set_lenient": 0.0, "tp": 1.0, "fp": 1.0, "fn": 0.0}),
+        ([], [], "ok", {"exact_set": 1.0, "exact_set_lenient": 1.0, "tp": 0.0, "fp": 0.0, "fn": 0.0}),
+        ([], ["a"], "ok", {"exact_set": 0.0, "exact_set_lenient": 0.0, "tp": 0.0, "fp": 0.0, "fn": 1.0}),
+        # never "right by silence":
+        (None, [], "parse_error", {"exact_set": 0.0, "exact_set_lenient": 0.0, "tp": 0.0, "fp": 0.0, "fn": 0.0}),
+        (["a"], ["a"], "partial", {"exact_set": 0.0, "exact_set_lenient": 1.0, "tp": 1.0, "fp": 0.0, "fn": 0.0}),
     ],
 )
 def test_selection_scores(pred, gold, status, expected) -> None:
@@ -51,6 +52,7 @@ def test_aggregate_hand_computed() -> None:
     metrics = tools.aggregate(scored)
     assert metrics["n"] == 4
     assert metrics["exact_set_accuracy"] == pytest.approx(0.5)
+    assert metrics["exact_set_accuracy_lenient"] == pytest.approx(0.5)
     # tp=2 (a, a), fp=1 (b), fn=1 (b of the parse error)
     assert metrics["precision"] == pytest.approx(2 / 3) and metrics["recall"] == pytest.approx(2 / 3)
     assert metrics["parse_error_rate"] == pytest.approx(0.25)

@@ -85,11 +85,14 @@ def predict(item: EvalItem, engine: Any, mode: str = "generate", *, threshold: f
 
 
 def selection_scores(predicted: Iterable[str] | None, gold: Iterable[str], status: str = "ok") -> dict[str, float]:
-    """Exact-set match plus decision counts. Only status "ok" can be exactly right; a failed parse predicts nothing."""
+    """Exact-set match plus decision counts. Only status "ok" is exactly right (strict); `exact_set_lenient`
+    also accepts a partial answer whose unanswered tools, read as NO, give the gold set. A failed parse
+    predicts nothing and is wrong in both."""
     gold_set = set(gold)
     pred_set = set(predicted or []) if status in ("ok", "partial") else set()
     return {
         "exact_set": float(status == "ok" and pred_set == gold_set),
+        "exact_set_lenient": float(status in ("ok", "partial") and pred_set == gold_set),
         "tp": float(len(pred_set & gold_set)),
         "fp": float(len(pred_set - gold_set)),
         "fn": float(len(gold_set - pred_set)),
@@ -133,6 +136,7 @@ def aggregate(scored: list[ScoredItem], *, per_tool: bool = True) -> dict[str, A
         return {"n": 0, "exact_set_accuracy": 0.0}
     totals = {k: sum(i.scores.get(k, 0.0) for i in scored) for k in ("tp", "fp", "fn")}
     metrics: dict[str, Any] = {"n": n, "exact_set_accuracy": sum(i.scores.get("exact_set", 0.0) for i in scored) / n}
+    metrics["exact_set_accuracy_lenient"] = sum(i.scores.get("exact_set_lenient", 0.0) for i in scored) / n
     metrics.update(precision_recall(totals["tp"], totals["fp"], totals["fn"]))
     metrics["parse_error_rate"] = sum(i.status in ("parse_error", "error", "missing") for i in scored) / n
     metrics["partial_rate"] = sum(i.status == "partial" for i in scored) / n
