@@ -12,7 +12,7 @@ import pytest
 @pytest.mark.model
 def test_quick_limit_section_runs_with_the_embedded_model(tmp_path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "prefcall.cli", "bench", "--quick", "--only", "limit", "--threads", "2",
+        [sys.executable, "-m", "prefcall.cli", "bench", "--quick", "--only", "limit",
          "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=1800,
     )

@@ -55,7 +55,7 @@ def test_prefcall_demo_finds_its_client() -> None:
 @pytest.mark.model
 def test_prefcall_serve_with_the_embedded_model_end_to_end(tmp_path: Path) -> None:
     demo = load_demo_client()
-    parameters = demo.server_parameters(tmp_path / "e2e.db", ["--threads", "2"])
+    parameters = demo.server_parameters(tmp_path / "e2e.db", [])
     summary = run_demo_against(parameters)
     assert summary["ok"], summary["output"]
     assert demo.EXPECTED_TOOLS <= {s["step"] for s in summary["steps"]}

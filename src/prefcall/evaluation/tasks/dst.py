@@ -57,8 +57,9 @@ class DstTask(BaseTask):
         from prefcall.strategies.pipeline import Pipeline, get_config
 
         config = get_config(ctx.config, **config_overrides(ctx.args))
-        # No standing instructions in SGD; the embedder is needed only for tagging or demonstrations.
-        embedder = ctx.embedder if config.use_demos or config.tagging != "off" else None
+        # No standing instructions in SGD; the embedder is needed only for tagging, demonstrations or the hybrid prior.
+        needs = config.use_demos or config.tagging != "off" or config.function_selection == "hybrid"
+        embedder = ctx.embedder if needs else None
         pipe = ctx.memo("pipeline", lambda: Pipeline(ctx.engine, embedder, None))
         catalogue = ctx.memo("catalogue", lambda: self.catalogue(ctx.args))
         dialogue = [Turn.model_validate(t) for t in item.input["dialogue"]]

@@ -89,7 +89,8 @@ class NlsiTask(BaseTask):
         from prefcall.strategies.pipeline import Pipeline
         from prefcall.strategies.taps_tagger import TagExamples
 
-        needs_embedder = config.use_demos or config.select_instructions or config.tagging != "off"
+        needs_embedder = (config.use_demos or config.select_instructions or config.tagging != "off"
+                          or config.function_selection == "hybrid")  # the domain prior's cosine evidence
         embedder = ctx.embedder if needs_embedder else None
         store = None
         if config.use_demos:
