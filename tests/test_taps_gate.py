@@ -86,3 +86,13 @@ def test_calibrate_command_stores_a_threshold(tmp_path, monkeypatch, capsys):
     out = _json.loads(capsys.readouterr().out)
     assert out["f1"] == 1.0 and out["f1_never"] < 1.0 and out["model"] == "fake"
     assert default_threshold("fake", Settings().data_dir) == out["threshold"] < 0.78
+
+
+def test_embedded_model_defaults_to_its_packaged_calibration(tmp_path):
+    from prefcall.strategies.taps_gate import DEFAULT_GATE_THRESHOLD, default_threshold, packaged_calibration
+
+    embedded = "Smollm2 135M 8k Lc100K Mix1 Ep2"
+    packaged = packaged_calibration()[embedded]["least_confidence"]["threshold"]
+    assert default_threshold(embedded, tmp_path) == packaged
+    assert default_threshold(embedded, None) == packaged
+    assert default_threshold("some other model", tmp_path) == DEFAULT_GATE_THRESHOLD

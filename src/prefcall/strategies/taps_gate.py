@@ -11,6 +11,7 @@ The threshold is calibrated per model (`prefcall calibrate`) and stored in DATA_
 from __future__ import annotations
 
 import json
+from importlib import resources
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,9 +24,9 @@ from prefcall.errors import StoreError, ValidationError
 
 Measure = Literal["least_confidence", "margin_at_t", "sequence_margin"]
 MEASURES: tuple[str, ...] = ("least_confidence", "margin_at_t", "sequence_margin")
-# Used until `prefcall calibrate` has stored a value for the model. Grammar-constrained JSON makes most
-# tokens near-certain (braces, quotes, enum completions), so mean-token uncertainty is small; 0.15 is a
-# conservative guess that fires on roughly the least certain fifth of SmolLM2-135M's NLSI outputs.
+# Used for a model with neither a user calibration nor a packaged one (data/calibration.json). An uncalibrated
+# guess: least confidence is measured on raw (unconstrained) token probabilities, and grammar-forced tokens make
+# it run high (0.34-0.99 for SmolLM2-135M on NLSI), so 0.15 fires on nearly every request.
 DEFAULT_GATE_THRESHOLD = 0.15
 CALIBRATION_FILE = "calibration.json"
 
@@ -177,9 +178,14 @@ def save_calibration(data_dir: Path, result: CalibrationResult) -> Path:
     return path
 
 
+def packaged_calibration() -> dict[str, dict]:
+    """Thresholds calibrated for the embedded models, shipped with the package."""
+    text = resources.files("prefcall").joinpath("data", CALIBRATION_FILE).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
 def default_threshold(model_name: str, data_dir: Path | None, measure: str = "least_confidence") -> float:
-    """The calibrated threshold for this model, else DEFAULT_GATE_THRESHOLD."""
-    if data_dir is None:
-        return DEFAULT_GATE_THRESHOLD
-    entry = load_calibration(data_dir).get(model_name, {}).get(measure)
+    """The user's calibration for this model, else the packaged one, else DEFAULT_GATE_THRESHOLD."""
+    stored = load_calibration(data_dir) if data_dir is not None else {}
+    entry = stored.get(model_name, {}).get(measure) or packaged_calibration().get(model_name, {}).get(measure)
     return float(entry["threshold"]) if entry else DEFAULT_GATE_THRESHOLD
