@@ -40,11 +40,6 @@ DOCTOR = "Request a Doctor from Los Altos."
 DOCTOR_GOLD = "[IN:GET_DOCTORS Request a Doctor from [SL:CITY Los Altos ]. ]"
 
 
-def shared_data() -> Path:
-    env = os.environ.get("PREFCALL_SHARED_DATA")
-    return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
 def examples() -> TagExamples:
     return TagExamples([
         TagExample(instruction="I prefer hotels in Paris.", tagged="[IN:GET_HOTELS I prefer hotels in [SL:LOCATION Paris ]. ]"),
@@ -214,10 +209,8 @@ def test_eval_tags_cli_spans_mode(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert metrics["span_f1"] == 1.0 and metrics["validity_rate"] == 1.0
 
 
-def test_gold_dev_round_trips_through_the_span_builder():
-    folder = shared_data()
-    if not (folder / "taps" / "tags_dev.json").exists():
-        pytest.skip(f"shared data not found at {folder} (set PREFCALL_SHARED_DATA)")
+def test_gold_dev_round_trips_through_the_span_builder(shared_data: Path):
+    folder = shared_data
     from prefcall.evaluation.data import load_catalogue
 
     class Args:
