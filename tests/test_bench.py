@@ -156,9 +156,9 @@ def test_a_failing_section_is_reported_and_the_next_still_runs() -> None:
         raise RuntimeError("engine fell over")
 
     ctx = fake_context()
-    assert run_section(Section("boom", "Boom", boom, ()), ctx)["status"] == "error"
-    skipped = run_section(Section("later", "Later", boom, ("prefcall.no_such_module",)), ctx)
-    assert skipped["status"] == "skipped" and skipped["reason"].startswith("skipped: module prefcall.no_such_module")
+    failed = run_section(Section("boom", "Boom", boom), ctx)
+    assert failed["status"] == "error" and failed["reason"] == "RuntimeError: engine fell over"
+    assert run_section(Section("fine", "Fine", lambda ctx: {"headline": []}), ctx)["status"] == "ok"
 
 
 # -- sections, --only and --quick ---------------------------------------------------------------------
@@ -183,7 +183,7 @@ def bench_args(*argv: str) -> argparse.Namespace:
 
 
 def test_quick_retrieval_prints_a_table_and_ends_stdout_with_one_json_object(capsys, tmp_path) -> None:
-    from prefcall.bench.cli import run_bench_command
+    from prefcall.commands.bench import run_bench_command
 
     args = bench_args("--quick", "--only", "retrieval", "--out", str(tmp_path / "out"))
     code = run_bench_command(args, context_overrides={"embedder_factory": lambda s: FakeEmbedder(),

@@ -7,24 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from prefcall.evaluation.metrics.calls import (
-    load_aliases,
-    normalise_value,
-    parse_call_string,
-    score_calls,
-    score_selection,
-    set_prf,
-)
+from prefcall.evaluation.metrics.calls import load_aliases, normalise_value, score_calls, score_selection
 from prefcall.evaluation.metrics.dst import score_turn
-from prefcall.evaluation.metrics.tags import parse_tags, read_tags, score_tags, span_metrics
+from prefcall.evaluation.metrics.f1 import set_prf
+from prefcall.evaluation.metrics.tags import read_tags, score_tags, span_metrics
 from prefcall.evaluation.plots import gate_f1_at_thresholds, pearson
+from prefcall.schemas.calls import parse_call
 from prefcall.schemas.model import Call
 
 ALIASES = {"san fran": "sfo", "san francisco": "sfo", "sf": "sfo", "new york, ny": "nyc", "new york ny": "nyc"}
 
 
 def call(text: str) -> Call:
-    return parse_call_string(text)
+    return parse_call(text)
 
 
 # -- value normalisation ---------------------------------------------------------------------------------
@@ -138,7 +133,6 @@ def test_tag_parse_spans_and_intents():
 )
 def test_invalid_tags_are_invalid(bad):
     assert not read_tags(bad).valid
-    assert not parse_tags(bad).valid
 
 
 def test_space_after_label_colon_in_gold_is_tolerated():
@@ -215,7 +209,7 @@ def test_pearson_and_gate_curve():
 
 def test_every_nlsi_gold_call_parses(shared_data: Path):
     rows = json.loads((shared_data / "nlsi" / "dev.json").read_text())
-    calls = [parse_call_string(c) for row in rows for c in row["api_calls"]]
+    calls = [parse_call(c) for row in rows for c in row["api_calls"]]
     assert len(calls) == 410 and all(c.name.startswith("Get") for c in calls)
 
 

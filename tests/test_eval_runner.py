@@ -16,7 +16,7 @@ from prefcall.errors import ConfigError, EngineError
 from prefcall.evaluation.plots import accuracy_by_bucket, tool_count_bucket
 from prefcall.evaluation.runner import run_eval
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem, Task, get_task
-from prefcall.evaluation.tasks import TASK_MODULES
+from prefcall.evaluation.tasks import TASKS
 
 
 class EchoTask(BaseTask):
@@ -67,7 +67,7 @@ def namespace(**kw: Any) -> argparse.Namespace:
 
 def test_task_satisfies_protocol_and_registry_is_lazy():
     assert isinstance(EchoTask(), Task)
-    assert set(TASK_MODULES) >= {"nlsi", "tags", "tools", "bfcl", "acebench", "dst"}
+    assert set(TASKS) >= {"nlsi", "tags", "tools", "bfcl", "acebench", "dst"}
     assert get_task("tags").name == "tags"
     with pytest.raises(ConfigError, match="unknown eval task"):
         get_task("nope")

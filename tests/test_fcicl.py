@@ -1,19 +1,12 @@
-"""FC-ICL demonstration store: SQLite persistence, hybrid retrieval, leave-one-out exclusion, reranking."""
+"""FC-ICL demonstrations: SQLite persistence (storage.demos), hybrid retrieval with leave-one-out exclusion
+and reranking (strategies.fcicl)."""
 
 from __future__ import annotations
 
 from prefcall.engine.fake import FakeEmbedder
 from prefcall.schemas.model import Call
-from prefcall.strategies.fcicl import (
-    Demonstration,
-    DemoQuery,
-    DemoStore,
-    HeuristicReranker,
-    ScoredDemo,
-    add_demonstration,
-    load_nlsi_demonstrations,
-    parse_call_string,
-)
+from prefcall.storage.demos import Demonstration, DemoStore, add_demonstration
+from prefcall.strategies.fcicl import DemoQuery, DemoRetriever, HeuristicReranker, ScoredDemo, load_nlsi_demonstrations
 
 
 def demo(i: str, dialogue: str, fn: str, **args) -> Demonstration:
@@ -21,7 +14,7 @@ def demo(i: str, dialogue: str, fn: str, **args) -> Demonstration:
 
 
 def seeded(path=None) -> DemoStore:
-    store = DemoStore(path, FakeEmbedder())
+    store = DemoStore(path)
     store.add_many([
         demo("1", "User: find me a restaurant with Thai food", "GetRestaurants", cuisine="Thai"),
         demo("2", "User: find me a restaurant in Oakland", "GetRestaurants", city="Oakland"),
@@ -41,7 +34,7 @@ def test_store_persists_in_sqlite(tmp_path):
 
 
 def test_retrieval_finds_similar_and_respects_exclude_ids():
-    store = seeded()
+    store = DemoRetriever(seeded(), FakeEmbedder())
     query = DemoQuery(dialogue="User: I want Thai food at a restaurant")
     ids = [s.demo.id for s in store.candidates(query, "nlsi", k=4)]
     assert ids[0] in {"1", "4"} and "3" in ids[-2:]
@@ -62,9 +55,13 @@ def test_reranker_prefers_predicted_function_and_diversity():
     assert events == ["c"]
 
 
-def test_parse_call_string():
-    call = parse_call_string('GetRestaurants(city="San Fran", cuisine="Ethiopian")')
-    assert call == Call(name="GetRestaurants", arguments={"city": "San Fran", "cuisine": "Ethiopian"})
+def test_an_added_demonstration_is_retrieved_without_rebuilding_by_hand():
+    store = seeded()
+    retriever = DemoRetriever(store, FakeEmbedder())
+    query = DemoQuery(dialogue="User: book a dentist appointment")
+    assert "5" not in [s.demo.id for s in retriever.candidates(query, "nlsi", k=5)]
+    store.add(demo("5", "User: book me a dentist appointment", "GetDentists"))
+    assert retriever.candidates(query, "nlsi", k=5)[0].demo.id == "5"
 
 
 def test_nlsi_loader_keeps_duplicate_ids_apart_and_leave_one_out(shared_data):
@@ -73,5 +70,5 @@ def test_nlsi_loader_keeps_duplicate_ids_apart_and_leave_one_out(shared_data):
     store = DemoStore(None)
     store.add_many(demos)
     target = demos[0]
-    hits = store.candidates(DemoQuery(dialogue=target.dialogue), "nlsi", k=5, exclude_ids={target.id})
+    hits = DemoRetriever(store).candidates(DemoQuery(dialogue=target.dialogue), "nlsi", k=5, exclude_ids={target.id})
     assert hits and all(h.demo.id.split("#")[0] != target.id for h in hits)

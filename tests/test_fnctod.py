@@ -8,7 +8,7 @@ import jsonschema
 
 from prefcall.engine.fake import FakeEngine
 from prefcall.schemas.model import Call, Catalogue, Function, Turn, render_dialogue
-from prefcall.strategies.fcicl import Demonstration
+from prefcall.storage.demos import Demonstration
 from prefcall.strategies.fnctod import (
     CallingContext,
     arguments_schema,

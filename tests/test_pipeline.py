@@ -8,10 +8,10 @@ import pytest
 from prefcall.engine.fake import FakeEmbedder, FakeEngine
 from prefcall.errors import ValidationError
 from prefcall.schemas.model import Call, Catalogue, Function
-from prefcall.strategies.fcicl import Demonstration, DemoStore
-from prefcall.strategies.pipeline import CONFIGS, Pipeline, get_config, lexical_selection, merge_tag_slots
+from prefcall.storage.demos import Demonstration, DemoStore
+from prefcall.strategies.pipeline import CONFIGS, Pipeline, get_config, merge_tag_slots
 from prefcall.strategies.taps_tagger import TagResult
-from prefcall.strategies.taps_tags import SlotFill, TaggedInstruction
+from prefcall.profiles.tags import SlotFill, TaggedInstruction
 
 CATALOGUE = Catalogue(name="t", functions=[
     Function(name="GetRestaurants", description="finding restaurants", parameters={"type": "object", "properties": {
@@ -87,9 +87,9 @@ def test_gate_does_not_fire_on_confident_calls():
 
 
 def test_gate_uses_stored_calibration_when_no_threshold_given(tmp_path):
-    from prefcall.strategies.taps_gate import CalibrationResult, save_calibration
+    from prefcall.strategies.taps_gate import GateCalibration, save_calibration
 
-    save_calibration(tmp_path, CalibrationResult(model="fake", measure="least_confidence", threshold=0.9, f1=1, fire_rate=0,
+    save_calibration(tmp_path, GateCalibration(model="fake", measure="least_confidence", threshold=0.9, f1=1, fire_rate=0,
                                                  n_items=1, f1_never=1, f1_always=0))
     result = Pipeline(engine(logprob=-2.0), data_dir=tmp_path).parse(DIALOGUE, [CITY], CATALOGUE, get_config("taps"))
     assert result.gate_threshold == 0.9 and not result.gate_fired
@@ -132,7 +132,7 @@ def test_joint_tag_generates_tags_and_calls_in_one_pass():
 
 
 def test_full_config_uses_demos_with_leave_one_out_selection_and_post_checks():
-    store = DemoStore(None, FakeEmbedder())
+    store = DemoStore(None)
     store.add_many([Demonstration(id="7", dialogue="User: Ethiopian food at a restaurant", instructions=[CITY], catalogue="t",
                                   calls=[Call(name="GetRestaurants", arguments={"cuisine": "Ethiopian"})]),
                     Demonstration(id="8", dialogue="User: a restaurant for Thai food", instructions=[], catalogue="t",
@@ -169,11 +169,15 @@ def test_parse_error_is_explicit():
     assert result.status == "parse_error" and result.calls == [] and '[{"city": "San' in result.raw
 
 
-def test_one_stage_default_and_lexical_selection_and_merge():
+def test_one_stage_with_instruction_selection_and_merge():
     fake = FakeEngine().reply('[{"name": "GetRestaurants", "arguments": {"cuisine": "Ethiopian"}}]')
-    result = Pipeline(fake).parse(DIALOGUE, [CITY], CATALOGUE, get_config("default", two_stage=False))
+    config = get_config("default", two_stage=False, select_instructions=True)
+    result = Pipeline(fake).parse(DIALOGUE, [CITY, BANK], CATALOGUE, config)
     assert result.calls[0].name == "GetRestaurants" and result.trace.model_calls == 1
-    assert lexical_selection(DIALOGUE, [CITY, BANK, "I like it quiet."], CATALOGUE) == [CITY, "I like it quiet."]
+    # The selector (no embedder: lexical evidence) keeps the restaurant instruction and drops the banking one,
+    # and only the kept one reaches the prompt.
+    assert result.instructions_used == [CITY]
+    assert CITY in fake.prompts[0] and BANK not in fake.prompts[0]
     tag = TagResult(instruction=CITY, status="ok", triples=[SlotFill(function="GetRestaurants", slot="city", value="SF")])
     merged = merge_tag_slots([Call(name="GetRestaurants", arguments={"city": "Oakland", "cuisine": "Thai"}),
                               Call(name="GetRestaurants", arguments={})], [tag])

@@ -9,11 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-from prefcall.profiles.store import ProfileStore
+from prefcall.storage.profiles import ProfileStore
 
 WRITER = """
 import sys
-from prefcall.profiles.store import ProfileStore
+from prefcall.storage.profiles import ProfileStore
 path, tag, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 store = ProfileStore(path)
 for n in range(count):
@@ -22,7 +22,7 @@ for n in range(count):
 
 CRASHER = """
 import sys
-from prefcall.profiles.store import ProfileStore
+from prefcall.storage.profiles import ProfileStore
 path, log = sys.argv[1], sys.argv[2]
 store = ProfileStore(path)
 with open(log, "a", buffering=1) as out:

@@ -10,8 +10,8 @@ import pytest
 
 from prefcall.config import Settings
 from prefcall.errors import NotFoundError, ValidationError
-from prefcall.profiles.db import MIGRATIONS, applied_migrations, connect, migrate
-from prefcall.profiles.store import MAX_INSTRUCTION_CHARS, ProfileStore
+from prefcall.storage.db import MIGRATIONS, applied_migrations, connect, migrate
+from prefcall.storage.profiles import MAX_INSTRUCTION_CHARS, ProfileStore
 
 
 @pytest.fixture

@@ -8,10 +8,9 @@ import math
 import pytest
 
 from prefcall.engine.fake import FakeEmbedder, FakeEngine
-from prefcall.schemas.model import Call, Catalogue, Function, Turn
+from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, Turn
 from prefcall.strategies.qwn import (
     LIMITATION_TEXT,
-    MissingArgument,
     clarify,
     enum_violations,
     humanise,

@@ -8,7 +8,7 @@ import pytest
 
 from prefcall.engine.fake import FakeEmbedder, FakeEngine
 from prefcall.schemas.model import Call, Catalogue, Function
-from prefcall.strategies.qwn_interact import (
+from prefcall.evaluation.qwn_interact import (
     CANNOT_HELP,
     Episode,
     SimulatedUser,

@@ -1,4 +1,4 @@
-"""CatalogueStore: built-ins plus user catalogues in the SQLite database."""
+"""CatalogueRegistry: built-ins plus user catalogues in the SQLite database (storage.catalogues)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from prefcall.errors import NotFoundError, ValidationError
 from prefcall.schemas.importers import import_catalogue
-from prefcall.schemas.registry import CatalogueStore, builtin_catalogue
+from prefcall.schemas.registry import CatalogueRegistry, builtin_catalogue
 
 TOOLS = [{"type": "function", "function": {"name": "ping", "description": "Ping a host",
                                             "parameters": {"type": "object", "properties": {"host": {"type": "string"}}}}}]
@@ -16,7 +16,7 @@ TOOLS = [{"type": "function", "function": {"name": "ping", "description": "Ping 
 
 @pytest.fixture
 def store(tmp_path):
-    with CatalogueStore(tmp_path / "sub" / "prefcall.db") as s:
+    with CatalogueRegistry(tmp_path / "sub" / "prefcall.db") as s:
         yield s
 
 
@@ -67,7 +67,7 @@ def test_bad_names_and_bad_files_leave_store_unchanged(store):
 
 def test_catalogues_persist_across_opens(tmp_path):
     path = tmp_path / "p.db"
-    with CatalogueStore(path) as first:
+    with CatalogueRegistry(path) as first:
         first.add(TOOLS, name="net")
-    with CatalogueStore(path) as second:
+    with CatalogueRegistry(path) as second:
         assert second.get("net").names == ["ping"]

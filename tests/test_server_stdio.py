@@ -6,17 +6,31 @@ real `prefcall serve` with the embedded GGUF model and the packaged embedder (on
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import anyio
 import pytest
 from mcp import StdioServerParameters
 
-from prefcall.demo import DEMO_CLIENT, load_demo_client
+import prefcall
+from prefcall.demo import DEMO_CLIENT
 
 SUPPORT = Path(__file__).with_name("test_server_support.py")
+SOURCE = Path(prefcall.__file__).resolve().parents[1]  # the prefcall under test, for spawned processes too
+
+
+def load_demo_client() -> ModuleType:
+    """clients/demo_stdio.py as a module (it is a script beside the package, not part of it)."""
+    spec = importlib.util.spec_from_file_location("prefcall_demo_stdio", DEMO_CLIENT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_demo_against(parameters: StdioServerParameters) -> dict:
@@ -30,7 +44,7 @@ def run_demo_against(parameters: StdioServerParameters) -> dict:
 def test_the_demo_client_exercises_every_tool_over_stdio(tmp_path: Path) -> None:
     parameters = StdioServerParameters(
         command=sys.executable, args=[str(SUPPORT), str(tmp_path / "stdio.db")],
-        env={**os.environ, "PYTHONPATH": str(SUPPORT.parent)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(SUPPORT.parent), str(SOURCE)])},
     )
     summary = run_demo_against(parameters)
     assert summary["ok"], summary["output"]
@@ -50,6 +64,20 @@ def test_prefcall_demo_finds_its_client() -> None:
         model, n_gpu_layers, n_ctx, threads = None, -1, None, 2
 
     assert server_args(Args()) == ["--server-arg=--n-gpu-layers=-1", "--server-arg=--threads=2"]
+
+
+def test_prefcall_demo_runs_the_client_in_its_own_process(tmp_path: Path) -> None:
+    from prefcall.demo import run
+    from prefcall.errors import ConfigError
+
+    class Args:
+        model, n_gpu_layers, n_ctx, threads = None, None, None, 1
+
+    client = tmp_path / "client.py"
+    client.write_text("import sys\nraise SystemExit(3 if sys.argv[1:] == ['--server-arg=--threads=1'] else 1)\n")
+    assert run(Args(), client) == 3
+    with pytest.raises(ConfigError, match="demo client not found"):
+        run(Args(), tmp_path / "missing.py")
 
 
 @pytest.mark.model

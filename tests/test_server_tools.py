@@ -268,7 +268,7 @@ def test_catalogue_tools_import_list_and_refuse_overwrites(tmp_path: Path) -> No
 
 
 def test_report_feedback_stores_a_demonstration(tmp_path: Path) -> None:
-    from prefcall.strategies.fcicl import DemoStore
+    from prefcall.storage.demos import DemoStore
 
     async def body(session: Session):
         await seeded(session)
@@ -383,9 +383,9 @@ def test_log_notifications_reach_clients_that_opt_in(tmp_path: Path) -> None:
 
 
 def test_injected_stores_are_used(tmp_path: Path) -> None:
-    from prefcall.profiles.store import ProfileStore
-    from prefcall.schemas.registry import CatalogueStore
-    from prefcall.strategies.fcicl import DemoStore
+    from prefcall.storage.profiles import ProfileStore
+    from prefcall.schemas.registry import CatalogueRegistry
+    from prefcall.storage.demos import DemoStore
 
     db = tmp_path / "injected.db"
     profiles = ProfileStore(db)
@@ -393,7 +393,7 @@ def test_injected_stores_are_used(tmp_path: Path) -> None:
     profiles.add_instruction("erin", "When I book flights, I always fly KLM.")
     # A factory: DemoStore's SQLite connection is bound to the thread that opens it (the model thread).
     server = create_server(server_settings(tmp_path), engine=travel_engine(), embedder=FakeEmbedder(),
-                           store=profiles, catalogues=lambda: CatalogueStore(db), demos=lambda: DemoStore(db))
+                           store=profiles, catalogues=lambda: CatalogueRegistry(db), demos=lambda: DemoStore(db))
 
     async def body(session: Session):
         await session.ok("import_catalogue", {"name": "travel", "tools": TRAVEL_TOOLS})

@@ -8,16 +8,16 @@ import pytest
 
 from prefcall.engine.base import Generation, PromptUsage, TokenLogprob
 from prefcall.errors import ValidationError
+from prefcall.evaluation.calibrate import CalibrationItem, sweep_thresholds
+from prefcall.strategies.pipeline import get_config
 from prefcall.strategies.taps_gate import (
     DEFAULT_GATE_THRESHOLD,
-    CalibrationItem,
     default_threshold,
-    gate,
     least_confidence,
     margin_at_t,
     save_calibration,
     sequence_margin,
-    sweep_thresholds,
+    uncertainty,
 )
 
 
@@ -41,11 +41,13 @@ def test_margin_measures():
     assert sequence_margin([certain]) < sequence_margin([unsure])
 
 
-def test_gate_fires_only_above_threshold():
-    g = [gen(0.9, 0.9)]
-    assert gate(g, 0.05).fired and not gate(g, 0.2).fired
-    with pytest.raises(ValidationError):
-        gate(g, 0.1, measure="entropy")
+def test_every_gate_measure_is_reported_and_unknown_measures_are_refused():
+    measures = uncertainty([gen(0.9, 0.9)])
+    assert set(measures) == {"least_confidence", "margin_at_t", "sequence_margin"}
+    assert measures["least_confidence"] == pytest.approx(0.1)
+    assert get_config("taps", gate_measure="margin_at_t").gate_measure == "margin_at_t"
+    with pytest.raises(ValidationError, match="gate_measure"):
+        get_config("taps", gate_measure="entropy")
 
 
 def test_sweep_picks_threshold_that_tags_only_the_uncertain_items(tmp_path):

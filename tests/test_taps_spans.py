@@ -22,7 +22,7 @@ from prefcall.strategies.taps_tagger import (
     spans_schema,
     tag_instruction,
 )
-from prefcall.strategies.taps_tags import build_span_tags, instruction_spans, tags_to_span_choice
+from prefcall.profiles.tags import build_span_tags, instruction_spans, tags_to_span_choice
 
 
 def _props(*names: str) -> dict:

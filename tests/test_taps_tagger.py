@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefcall.engine.fake import FakeEmbedder, FakeEngine
 from prefcall.schemas.model import Catalogue, Function
-from prefcall.strategies.taps_tagger import TagExample, TagExamples, check_tagging, span_f1, tag_instruction
+from prefcall.strategies.taps_tagger import TagExample, TagExamples, check_tagging, tag_instruction
 
 CATALOGUE = Catalogue(name="t", functions=[
     Function(name="GetEvents", parameters={"type": "object", "properties": {"city": {"type": "string"}}}),
@@ -61,8 +61,7 @@ def test_builtin_examples_are_used_without_a_tagged_set():
     assert "[IN:GET_RESTAURANTS" in engine.prompts[0]
 
 
-def test_check_tagging_of_cached_tags_and_span_f1():
+def test_check_tagging_of_cached_tags():
     assert check_tagging(INSTRUCTION, "[IN:GET_EVENTS I like events in [SL:CITY Boston ]. ]", CATALOGUE).status == "ok"
-    gold = ["[IN:GET_EVENTS I like events in [SL:CITY Boston ]. ]"]
-    assert span_f1(gold, gold)["f1"] == 1.0
-    assert span_f1(gold, [None])["f1"] == 0.0
+    bad = check_tagging(INSTRUCTION, "[IN:GET_EVENTS I like events in [SL:CITY Boston ]", CATALOGUE)
+    assert bad.status == "invalid" and "left open" in bad.reasons[0]

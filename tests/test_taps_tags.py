@@ -8,12 +8,11 @@ import pytest
 
 from prefcall.errors import ParseError
 from prefcall.schemas.model import Call, Catalogue, Function
-from prefcall.strategies.taps_tags import (
+from prefcall.profiles.tags import (
     function_for_intent,
     intent_label,
     parse_tags,
     serialize_tags,
-    span_triples,
     tags_to_calls,
     tags_to_triples,
     validate_tags,
@@ -92,10 +91,6 @@ def test_intent_without_slots_gives_a_bare_call_and_repeated_slot_gives_two_call
     assert Call(name="GetRestaurants", arguments={"cuisine": "Sushi", "city": "Oakland"}) in calls
     assert Call(name="GetEvents", arguments={}) in calls
 
-
-def test_span_triples_for_scoring():
-    assert ("getevents", "city", "boston") in span_triples("[IN:GET_EVENTS in [SL:CITY Boston ]. ]")
-    assert span_triples("[IN:GET_EVENTS broken") == set()
 
 
 def test_gold_train_tags_mostly_validate_against_nlsi_schema(shared_data):

@@ -3,27 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 from prefcall.errors import ConfigError
 
 DEMO_CLIENT = Path(__file__).resolve().parents[2] / "clients" / "demo_stdio.py"
-
-
-def load_demo_client(path: Path = DEMO_CLIENT) -> ModuleType:
-    """The demo client module, loaded from the source checkout (it doubles as an example host)."""
-    if not path.is_file():
-        raise ConfigError(f"demo client not found at {path}: run `prefcall demo` from a source checkout "
-                          "(git clone) or run clients/demo_stdio.py directly")
-    spec = importlib.util.spec_from_file_location("prefcall_demo_stdio", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def server_args(args: argparse.Namespace) -> list[str]:
@@ -37,6 +23,9 @@ def server_args(args: argparse.Namespace) -> list[str]:
     return out
 
 
-def run(args: argparse.Namespace) -> int:
-    client = load_demo_client()
-    return int(client.main(server_args(args)))
+def run(args: argparse.Namespace, client: Path = DEMO_CLIENT) -> int:
+    """The demo client (it doubles as an example host) in its own process, with this Python."""
+    if not client.is_file():
+        raise ConfigError(f"demo client not found at {client}: run `prefcall demo` from a source checkout "
+                          "(git clone) or run clients/demo_stdio.py directly")
+    return subprocess.call([sys.executable, str(client), *server_args(args)])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,7 +11,9 @@ from typing import Any
 
 from prefcall.config import Settings
 from prefcall.engine.base import Embedder, Engine
+from prefcall.evaluation.data import shared_data_dir
 from prefcall.schemas.model import Catalogue
+from prefcall.schemas.registry import builtin_catalogue
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -46,11 +47,6 @@ FALLBACK_ITEMS = [
              ["If I look for hotels, I want a 4 star rating.", "I like to watch comedy movies."],
              ["If I look for hotels, I want a 4 star rating."], "GetHotels"),
 ]
-
-
-def shared_data_dir() -> Path:
-    override = os.environ.get("PREFCALL_SHARED_DATA")
-    return Path(override) if override else REPO_ROOT.parent / "shared" / "data"
 
 
 def load_workload(limit: int = 64) -> tuple[list[WorkItem], str]:
@@ -132,8 +128,6 @@ class BenchContext:
 
     def catalogue(self) -> Catalogue:
         if self._catalogue is None:
-            from prefcall.schemas.registry import builtin_catalogue
-
             self._catalogue = builtin_catalogue("nlsi")
         return self._catalogue
 

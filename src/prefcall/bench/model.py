@@ -138,14 +138,9 @@ def section_limit(ctx: BenchContext) -> dict[str, Any]:
         r = qwn_clarify(engine, item.dialogue, catalogue, instructions=item.applicable, embedder=ctx.embedder())
         return r.usage.evaluated, r.usage.completion_tokens
 
-    strategies = {"parse_request": ("prefcall.strategies.pipeline", parse),
-                  "select_tools_nlt": ("prefcall.strategies.nlt", nlt),
-                  "clarify": ("prefcall.strategies.qwn", clarify)}
+    strategies = {"parse_request": parse, "select_tools_nlt": nlt, "clarify": clarify}
     targets = []
-    for name, (module, fn) in strategies.items():
-        if not module_available(module):
-            figures["strategies"][name] = {"status": "skipped", "reason": f"{module} is missing"}
-            continue
+    for name, fn in strategies.items():
         runs = []
         for i in range(max(1, ctx.reps)):
             runs.append(_strategy_run(lambda i=i: fn(ctx.item(i)), raw))
@@ -165,15 +160,6 @@ def _limit_headline(f: dict[str, Any]) -> list[tuple[str, Any]]:
     for name, s in f["strategies"].items():
         out.append((f"{name} overhead x", s.get("overhead_ratio_p50", s.get("status"))))
     return out
-
-
-def module_available(name: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 # -- prefix reuse ----------------------------------------------------------------------------------

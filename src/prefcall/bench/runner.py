@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from prefcall.bench.context import REPO_ROOT, BenchContext
-from prefcall.bench.model import module_available
 from prefcall.bench.stats import load_average
 from prefcall.errors import ValidationError
 
@@ -23,33 +22,59 @@ class Section:
     name: str
     title: str
     run: Callable[[BenchContext], dict[str, Any]]
-    needs: tuple[str, ...]  # modules that must exist, else the section is skipped with the reason
 
 
-def _lazy(module: str, function: str) -> Callable[[BenchContext], dict[str, Any]]:
-    def run(ctx: BenchContext) -> dict[str, Any]:
-        import importlib
+# Each section's module is imported when the section runs (the model sections pull in the strategies).
+def _limit(ctx: BenchContext) -> dict[str, Any]:
+    from prefcall.bench.model import section_limit
 
-        return getattr(importlib.import_module(module), function)(ctx)
+    return section_limit(ctx)
 
-    return run
+
+def _prefix(ctx: BenchContext) -> dict[str, Any]:
+    from prefcall.bench.model import section_prefix
+
+    return section_prefix(ctx)
+
+
+def _nlt(ctx: BenchContext) -> dict[str, Any]:
+    from prefcall.bench.model import section_nlt
+
+    return section_nlt(ctx)
+
+
+def _fnctod(ctx: BenchContext) -> dict[str, Any]:
+    from prefcall.bench.model import section_fnctod
+
+    return section_fnctod(ctx)
+
+
+def _taps(ctx: BenchContext) -> dict[str, Any]:
+    from prefcall.bench.model import section_taps
+
+    return section_taps(ctx)
+
+
+def _retrieval(ctx: BenchContext) -> dict[str, Any]:
+    from prefcall.bench.retrieval import section_retrieval
+
+    return section_retrieval(ctx)
+
+
+def _server(ctx: BenchContext) -> dict[str, Any]:
+    from prefcall.bench.server import section_server
+
+    return section_server(ctx)
 
 
 SECTIONS: dict[str, Section] = {s.name: s for s in (
-    Section("limit", "Raw llama.cpp limit and strategy overhead", _lazy("prefcall.bench.model", "section_limit"),
-            ()),
-    Section("prefix", "Prefix reuse, cold vs warm", _lazy("prefcall.bench.model", "section_prefix"),
-            ("prefcall.strategies.pipeline",)),
-    Section("nlt", "NLT generation vs scoring vs structured", _lazy("prefcall.bench.model", "section_nlt"),
-            ("prefcall.strategies.nlt",)),
-    Section("fnctod", "FnCTOD one-stage vs two-stage", _lazy("prefcall.bench.model", "section_fnctod"),
-            ("prefcall.strategies.fnctod",)),
-    Section("taps", "TAPS gate fired vs not", _lazy("prefcall.bench.model", "section_taps"),
-            ("prefcall.strategies.pipeline", "prefcall.strategies.taps_gate")),
-    Section("retrieval", "Retrieval scaling", _lazy("prefcall.bench.retrieval", "section_retrieval"),
-            ("prefcall.retrieval.hybrid",)),
-    Section("server", "MCP server", _lazy("prefcall.bench.server", "section_server"),
-            ("prefcall.server.app", "prefcall.server.http", "mcp")),
+    Section("limit", "Raw llama.cpp limit and strategy overhead", _limit),
+    Section("prefix", "Prefix reuse, cold vs warm", _prefix),
+    Section("nlt", "NLT generation vs scoring vs structured", _nlt),
+    Section("fnctod", "FnCTOD one-stage vs two-stage", _fnctod),
+    Section("taps", "TAPS gate fired vs not", _taps),
+    Section("retrieval", "Retrieval scaling", _retrieval),
+    Section("server", "MCP server", _server),
 )}
 
 
@@ -75,9 +100,6 @@ def git_commit() -> str | None:
 
 
 def run_section(section: Section, ctx: BenchContext) -> dict[str, Any]:
-    missing = [m for m in section.needs if not module_available(m)]
-    if missing:
-        return {"status": "skipped", "reason": f"skipped: module {', '.join(missing)} is missing", "title": section.title}
     started = time.perf_counter()
     load_before = load_average()
     try:

@@ -6,8 +6,8 @@ it runs on are shared and noisy: absolute seconds move with the load, ratios muc
 
 from __future__ import annotations
 
-import math
 import os
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -15,17 +15,19 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) with linear interpolation between closest ranks (numpy's default)."""
+def percentile(values: Sequence[float], q: int) -> float:
+    """The q-th percentile (a whole number 0..100), interpolated between closest ranks like numpy's default:
+    `statistics.quantiles(..., method="inclusive")`."""
     if not values:
         raise ValueError("percentile of no values: measure at least once")
-    if not 0.0 <= q <= 100.0:
-        raise ValueError(f"percentile {q} is outside [0, 100]")
+    if not 0 <= q <= 100 or q != int(q):
+        raise ValueError(f"percentile {q} is not a whole number in [0, 100]")
     ordered = sorted(float(v) for v in values)
-    position = (len(ordered) - 1) * q / 100.0
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+    if len(ordered) == 1 or q == 0:
+        return ordered[0]
+    if q == 100:
+        return ordered[-1]
+    return statistics.quantiles(ordered, n=100, method="inclusive")[int(q) - 1]
 
 
 def summarize(values: Sequence[float], *, scale: float = 1.0, digits: int = 3) -> dict[str, float | int]:

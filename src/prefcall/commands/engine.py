@@ -7,11 +7,10 @@ import json
 import sys
 
 from prefcall.engine.base import ChatMessage
+from prefcall.commands.options import add_model_options, settings_from_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from prefcall.cli import add_model_options
-
     demo = subparsers.add_parser("demo", help="run the end-to-end demo through MCP with the embedded model")
     add_model_options(demo)
     demo.set_defaults(handler=run_demo)
@@ -29,7 +28,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    from prefcall.cli import settings_from_args
     from prefcall.engine import load_engine
 
     settings = settings_from_args(args)
@@ -41,7 +39,6 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from prefcall.cli import settings_from_args
     from prefcall.engine import load_engine
 
     engine = load_engine(settings_from_args(args))

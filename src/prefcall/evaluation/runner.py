@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -193,7 +194,7 @@ def evaluate_item(task: Task, item: EvalItem, ctx: EvalContext, stored: dict[str
 
 
 def build_summary(task: Task, args: argparse.Namespace, items: list[ScoredItem], metrics: dict) -> dict[str, Any]:
-    latencies = sorted(i.latency_s for i in items)
+    latencies = [i.latency_s for i in items]
     summary: dict[str, Any] = {
         "task": task.name,
         "config": getattr(args, "config", None),
@@ -202,7 +203,7 @@ def build_summary(task: Task, args: argparse.Namespace, items: list[ScoredItem],
         "metrics": metrics,
     }
     if latencies and getattr(args, "predictions", None) is None:
-        summary["latency_s"] = {"mean": sum(latencies) / len(latencies), "p50": latencies[len(latencies) // 2]}
+        summary["latency_s"] = {"mean": statistics.fmean(latencies), "p50": statistics.median(latencies)}
     return summary
 
 

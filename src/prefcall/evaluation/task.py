@@ -27,7 +27,7 @@ the `Task` protocol below. Subclassing `BaseTask` gives sensible defaults for ev
 
     TASK = ToolsTask()
 
-Then add the name to `TASK_MODULES` in `prefcall/evaluation/tasks/__init__.py`.
+Then add a loader function for it to `TASKS` in `prefcall/evaluation/tasks/__init__.py`.
 
 The runner (`prefcall.evaluation.runner.run_eval`) does everything else: progress bar, timing, resuming,
 results.jsonl, report.md, the final JSON line. Contracts:
@@ -46,13 +46,16 @@ results.jsonl, report.md, the final JSON line. Contracts:
 from __future__ import annotations
 
 import argparse
-import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from prefcall.commands.options import settings_from_args
+from prefcall.config import Settings
+from prefcall.engine.base import Embedder, Engine
+from prefcall.engine.loader import ModelLoader
 from prefcall.errors import ConfigError
 
 
@@ -83,56 +86,37 @@ class ScoredItem(BaseModel):
 
 
 class EvalContext:
-    """What `predict` may use. The engine, embedder and catalogue are built on first access only,
-    so metric-only runs (`--predictions`, tags scoring of gold) never load a model."""
+    """What `predict` may use. The engine and embedder come from a `ModelLoader` that builds each on first
+    access only, so metric-only runs (`--predictions`, tags scoring of gold) never load a model."""
 
-    def __init__(
-        self,
-        args: argparse.Namespace,
-        *,
-        engine: Any = None,
-        embedder: Any = None,
-        settings: Any = None,
-        engine_factory: Callable[[], Any] | None = None,
-        embedder_factory: Callable[[], Any] | None = None,
-    ) -> None:
+    def __init__(self, args: argparse.Namespace, *, engine: Engine | None = None, embedder: Embedder | None = None,
+                 settings: Settings | None = None) -> None:
         self.args = args
-        self._engine = engine
-        self._embedder = embedder
+        self._injected = (engine, embedder)
         self._settings = settings
-        self._engine_factory = engine_factory
-        self._embedder_factory = embedder_factory
+        self._models: ModelLoader | None = None
         self.cache: dict[str, Any] = {}  # per-run memo for tasks (catalogue, pipeline, demos...)
 
     @property
-    def settings(self) -> Any:
+    def settings(self) -> Settings:
         if self._settings is None:
-            from prefcall.cli import settings_from_args
-
             self._settings = settings_from_args(self.args)
         return self._settings
 
     @property
-    def engine(self) -> Any:
-        if self._engine is None:
-            if self._engine_factory is not None:
-                self._engine = self._engine_factory()
-            else:
-                from prefcall.engine import load_engine
-
-                self._engine = load_engine(self.settings)
-        return self._engine
+    def models(self) -> ModelLoader:
+        if self._models is None:
+            engine, embedder = self._injected
+            self._models = ModelLoader(self.settings, engine=engine, embedder=embedder)
+        return self._models
 
     @property
-    def embedder(self) -> Any:
-        if self._embedder is None:
-            if self._embedder_factory is not None:
-                self._embedder = self._embedder_factory()
-            else:
-                from prefcall.engine import load_embedder
+    def engine(self) -> Engine:
+        return self.models.engine
 
-                self._embedder = load_embedder(self.settings)
-        return self._embedder
+    @property
+    def embedder(self) -> Embedder:
+        return self.models.embedder
 
     @property
     def config(self) -> str:
@@ -237,16 +221,9 @@ def mean_scores(items: list[ScoredItem]) -> dict[str, Any]:
 
 
 def get_task(name: str) -> Task:
-    """Import `prefcall.evaluation.tasks.<name>` on demand; a broken task module breaks only itself."""
-    from prefcall.evaluation.tasks import TASK_MODULES
+    """The task registered as `name` in `prefcall.evaluation.tasks.TASKS`, its module imported now."""
+    from prefcall.evaluation.tasks import TASKS
 
-    if name not in TASK_MODULES:
-        raise ConfigError(f"unknown eval task {name!r}; choose one of: {', '.join(TASK_MODULES)}")
-    try:
-        module = importlib.import_module(TASK_MODULES[name])
-    except ModuleNotFoundError as exc:
-        raise ConfigError(f"eval task {name!r} is not available yet ({exc}); pick another task") from exc
-    task = getattr(module, "TASK", None)
-    if task is None:
-        raise ConfigError(f"module {TASK_MODULES[name]} defines no TASK object; it is not ready to run")
-    return task
+    if name not in TASKS:
+        raise ConfigError(f"unknown eval task {name!r}; choose one of: {', '.join(TASKS)}")
+    return TASKS[name]()

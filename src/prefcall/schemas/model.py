@@ -6,7 +6,7 @@ importers in `prefcall.schemas.importers` normalise other dialects into this for
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -47,6 +47,17 @@ class Call(BaseModel):
     def key(self) -> tuple[str, tuple[tuple[str, str], ...]]:
         """Order-free identity, for de-duplication and set comparison."""
         return self.name, tuple(sorted((k, str(v)) for k, v in self.arguments.items()))
+
+
+class MissingArgument(BaseModel):
+    """An argument a call needs but the request does not supply: what post-checks and QwN `clarify` report and
+    the MCP tools return."""
+
+    function: str
+    argument: str
+    description: str = ""  # the parameter's description from the catalogue
+    reason: Literal["absent", "not_stated", "invalid"] = "absent"  # not given / given but said nowhere / not allowed
+    question: str | None = None  # a question to the user about this argument, when one was phrased for it
 
 
 class Turn(BaseModel):

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, ElicitationResult, MCPServer, Resolve
-from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError, UnexpectedToolError
 from mcp.server.mcpserver.resolve import Elicit
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
@@ -25,10 +25,13 @@ from prefcall import __version__
 from prefcall.config import Settings
 from prefcall.engine.base import Embedder, Engine
 from prefcall.errors import NotFoundError, PrefcallError, ValidationError
-from prefcall.schemas.model import Call, Catalogue, Function, Turn
+from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, Turn
 from prefcall.server import models as m
 from prefcall.server.auth import StaticTokenVerifier, resolve_user
-from prefcall.server.services import Services, catalogue_summary
+from prefcall.schemas.registry import CatalogueRegistry
+from prefcall.server.services import Services, Source, catalogue_summary
+from prefcall.storage.demos import DemoStore
+from prefcall.storage.profiles import ProfileStore
 from prefcall.server.validation import (
     check_text,
     check_unicode,
@@ -67,10 +70,18 @@ Dialogue = Annotated[
 
 
 # ------------------------------------------------------------------------------- errors and logging
-def one_line(exc: PydanticValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "input"
-    return f"{where}: {first['msg']}"
+# A union's branch appears in pydantic's error location as its type (`dialogue.list[TurnIn].0.role`).
+_UNION_BRANCH = re.compile(r"(str|int|float|bool|list\[.*\]|dict\[.*\])")
+
+
+def argument_error(exc: PydanticValidationError) -> str:
+    """One line from pydantic's structured errors, naming the most specific failing field (for a union, the
+    branch the caller evidently meant: the deepest location)."""
+    errors = exc.errors()
+    deepest = max(errors, key=lambda e: len(e["loc"]))
+    field = ".".join(str(p) for p in deepest["loc"] if not (isinstance(p, str) and _UNION_BRANCH.fullmatch(p)))
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"invalid argument {field or 'input'}: {deepest['msg']}{more}"
 
 
 # Store messages suggest CLI commands; an MCP host should hear about the equivalent tools instead.
@@ -98,7 +109,7 @@ def tool_errors() -> Iterator[None]:
     except PrefcallError as exc:
         raise ToolError(for_hosts(str(exc))) from exc
     except PydanticValidationError as exc:
-        raise ToolError(f"invalid input: {one_line(exc)}") from exc
+        raise ToolError(argument_error(exc)) from exc
     except Exception as exc:  # noqa: BLE001 - last resort: say what failed, keep serving
         log.exception("unexpected failure in a tool")
         raise ToolError(f"internal error ({type(exc).__name__}: {exc}): the server is still running; "
@@ -117,41 +128,36 @@ def resource_errors() -> Iterator[None]:
         raise ResourceError(for_hosts(str(exc))) from exc
 
 
-_PYDANTIC_HEADER = re.compile(r"\d+ validation errors? for \w+")
+class PrefcallServer(MCPServer):
+    """MCPServer whose argument-validation failures are one line naming the field.
 
+    The SDK validates a tool's arguments against its signature and raises a ToolError carrying pydantic's
+    multi-line dump, with the pydantic error as `__cause__`; that structured error is what is reported here."""
 
-def one_line_tool_error(text: str) -> str:
-    """The SDK reports argument validation as pydantic's multi-line dump; hosts get one line instead,
-    naming the most specific failing field (for a union, the branch the caller evidently meant)."""
-    header = _PYDANTIC_HEADER.search(text)
-    if not header:
-        return " ".join(text.split())
-    errors: list[tuple[str, str]] = []
-    lines = text[header.end():].splitlines()
-    for here, following in zip(lines, lines[1:]):
-        if here and not here.startswith(" ") and following.startswith("  ") and not following.startswith("    "):
-            errors.append((here.strip(), following.strip().split(" [type=")[0]))
-    if not errors:
-        return " ".join(text.split())
-    field, message = max(errors, key=lambda e: e[0].count("."))
-    field = re.sub(r"\.(str|list\[\w+\]|dict\[[^\]]+\])(?=\.|$)", "", field)
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{text[: header.start()].strip()} invalid argument {field}: {message}{more}"
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError:
+            raise
+        except ToolError as exc:
+            if isinstance(exc.__cause__, PydanticValidationError):
+                raise ToolError(f"Error executing tool {name}: {argument_error(exc.__cause__)}") from exc.__cause__
+            raise
 
 
 async def one_line_errors(ctx: Any, call_next: Any) -> Any:
-    """Server middleware: every tool error's text is a single line (including the SDK's own)."""
+    """Server middleware, a last guard: every tool error's text is a single line."""
     result = await call_next(ctx)
     if ctx.method != "tools/call":
         return result
     if isinstance(result, CallToolResult) and result.is_error:
         for block in result.content:
             if isinstance(block, TextContent):
-                block.text = one_line_tool_error(block.text)
+                block.text = " ".join(block.text.split())
     elif isinstance(result, dict) and result.get("isError"):  # the runner may hand over the serialised form
         for block in result.get("content") or []:
             if isinstance(block, dict) and isinstance(block.get("text"), str):
-                block["text"] = one_line_tool_error(block["text"])
+                block["text"] = " ".join(block["text"].split())
     return result
 
 
@@ -197,7 +203,7 @@ class ClarifyFirstPass(BaseModel):
     instructions: list[str] = Field(default_factory=list)
 
 
-def answer_schema(missing: list[m.MissingArgument]) -> type[BaseModel]:
+def answer_schema(missing: list[MissingArgument]) -> type[BaseModel]:
     """A flat string-only form (what elicitation allows) with one field per missing argument."""
     fields: dict[str, Any] = {}
     for item in missing:
@@ -222,16 +228,16 @@ def create_server(
     *,
     engine: Engine | None = None,
     embedder: Embedder | None = None,
-    store: Any = None,
-    catalogues: Any = None,
-    demos: Any = None,
+    store: Source[ProfileStore] = None,
+    catalogues: Source[CatalogueRegistry] = None,
+    demos: Source[DemoStore] = None,
     tokens: dict[str, str] | None = None,
     services: Services | None = None,
 ) -> MCPServer:
     """Build the prefcall MCP server.
 
     `engine`/`embedder`: injected models (tests); None loads the real ones in the background at start.
-    `store` (ProfileStore), `catalogues` (CatalogueStore), `demos` (DemoStore): objects or zero-argument
+    `store` (ProfileStore), `catalogues` (CatalogueRegistry), `demos` (DemoStore): objects or zero-argument
     factories; None opens them on `settings.database_path()`. `tokens` ({token: user}) turns on bearer auth
     (HTTP). `services` replaces all of the above (tests that control model loading)."""
     settings = settings or Settings()
@@ -254,7 +260,7 @@ def create_server(
             "token_verifier": StaticTokenVerifier(tokens),
             "auth": AuthSettings(issuer_url="http://127.0.0.1", resource_server_url=None),
         }
-    server = MCPServer(
+    server = PrefcallServer(
         "prefcall",
         title="prefcall: personalised tool calls",
         instructions=SERVER_INSTRUCTIONS,
@@ -521,8 +527,8 @@ def create_server(
                 instructions = [i.text for i in await services.instructions(user)]
             await services.ready(progress_for(ctx))
             demo = await services.store_demonstration(turns, instructions, found.name, chosen)
-            await tell(ctx, "info", f"stored demonstration {getattr(demo, 'id', '?')} for {found.name}")
-            return m.FeedbackResult(stored=True, demonstration_id=getattr(demo, "id", None),
+            await tell(ctx, "info", f"stored demonstration {demo.id} for {found.name}")
+            return m.FeedbackResult(stored=True, demonstration_id=demo.id,
                                     calls=[m.CallOut(name=c.name, arguments=c.arguments) for c in chosen],
                                     corrected=outcome == "corrected")
 

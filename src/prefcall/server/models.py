@@ -1,7 +1,8 @@
 """Typed inputs and results of the MCP tools. Their JSON Schemas are what hosts see as input/output schemas.
 
 The server maps each strategy's own result onto these models, so the wire contract stays stable while
-strategies evolve (a new strategy field does not silently change what every host receives).
+strategies evolve (a new strategy field does not silently change what every host receives). The one model
+shared with the strategies is `MissingArgument` (prefcall.schemas.model).
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from prefcall.schemas.model import MissingArgument
 
 
 class CallIn(BaseModel):
@@ -65,12 +68,6 @@ class Trace(BaseModel):
     completion_tokens: int = 0
     model_calls: int = 0
     seconds: float = 0.0
-
-
-class MissingArgument(BaseModel):
-    function: str | None = None
-    argument: str
-    description: str = ""
 
 
 class ParseRequestResult(BaseModel):

@@ -1,123 +1,91 @@
 """What the tools call: stores on the db thread, strategies on the model thread, results mapped to wire models.
 
 Thin by design: every decision is a strategy's; this module only routes calls to the right thread and
-turns strategy results into the server's typed results (`prefcall.server.models`).
+turns each strategy's typed result (ParseResult, NltResult, ClarifyResult, TagResult) into the server's
+typed results (`prefcall.server.models`) with one mapping function each.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TypeVar
 
 from prefcall.config import Settings
 from prefcall.engine.base import Embedder, Engine
+from prefcall.engine.loader import ModelLoader, ProgressFn
 from prefcall.errors import NotFoundError, PrefcallError
+from prefcall.profiles.tags import TaggedInstruction
 from prefcall.schemas.model import Call, Catalogue, Function, Turn, render_dialogue
+from prefcall.schemas.registry import BUILTIN_NAMES, CatalogueRegistry
 from prefcall.server import models as m
-from prefcall.server.runtime import ModelLoader, ProgressFn, Worker
+from prefcall.server.runtime import Worker
+from prefcall.storage.demos import Demonstration, DemoStore, add_demonstration
+from prefcall.storage.profiles import Instruction, ProfileStore
+from prefcall.strategies.nlt import NltResult, NltUsage, select_tools
+from prefcall.strategies.pipeline import ParseResult, Pipeline, get_config
+from prefcall.strategies.qwn import ClarifyResult, clarify
+from prefcall.strategies.taps_tagger import BUILTIN_EXAMPLES, TagExamples, TagResult, tag_instruction
 
 log = logging.getLogger("prefcall.server")
 
 CLARIFY_CACHE_SIZE = 32
 
-
-class NotAvailableError(PrefcallError):
-    """A strategy or store module this tool needs is not part of this build yet."""
-
-
-def optional_module(name: str) -> Any:
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name and name.startswith(exc.name):
-            raise NotAvailableError(f"{name} is not available in this prefcall build yet: update prefcall") from exc
-        raise
+S = TypeVar("S")
+Source = S | Callable[[], S] | None  # a store, a factory called on the thread that uses it, or None (the settings' file)
 
 
-# ------------------------------------------------------------------------------- mapping helpers
-def _get(obj: Any, name: str, default: Any = None) -> Any:
-    return getattr(obj, name, default) if not isinstance(obj, dict) else obj.get(name, default)
+# ------------------------------------------------------------------------------- strategy results -> wire models
+def instruction_out(item: Instruction) -> m.InstructionOut:
+    return m.InstructionOut(id=item.id, position=item.position, text=item.text, tags=item.tags,
+                            tags_model=item.tags_model, tagged_at=item.tagged_at, stale=item.stale)
 
 
-def instruction_out(item: Any) -> m.InstructionOut:
-    tagged_at = _get(item, "tagged_at")
-    return m.InstructionOut(
-        id=_get(item, "id"),
-        position=_get(item, "position"),
-        text=_get(item, "text", ""),
-        tags=_get(item, "tags"),
-        tags_model=_get(item, "tags_model"),
-        tagged_at=str(tagged_at) if tagged_at is not None else None,
-        stale=bool(_get(item, "stale", False)),
-    )
+def usage_trace(usage: NltUsage, seconds: float = 0.0) -> m.Trace:
+    return m.Trace(prompt_tokens=usage.prompt_tokens, evaluated=usage.evaluated, reused=usage.reused,
+                   completion_tokens=usage.completion_tokens, model_calls=usage.calls, seconds=round(seconds, 4))
 
 
-def usage_trace(usage: Any, seconds: float = 0.0) -> m.Trace:
-    return m.Trace(
-        prompt_tokens=_get(usage, "prompt_tokens", 0) or 0,
-        evaluated=_get(usage, "evaluated", 0) or 0,
-        reused=_get(usage, "reused", 0) or 0,
-        completion_tokens=_get(usage, "completion_tokens", 0) or 0,
-        model_calls=_get(usage, "calls", 0) or _get(usage, "model_calls", 0) or 0,
-        seconds=round(seconds or 0.0, 4),
-    )
+def call_out(call: Call) -> m.CallOut:
+    return m.CallOut(name=call.name, arguments=dict(call.arguments))
 
 
-def call_out(call: Any) -> m.CallOut:
-    return m.CallOut(name=_get(call, "name"), arguments=dict(_get(call, "arguments") or {}))
-
-
-def missing_out(item: Any) -> m.MissingArgument:
-    if isinstance(item, str):
-        return m.MissingArgument(argument=item)
-    return m.MissingArgument(
-        function=_get(item, "function"), argument=_get(item, "argument", ""), description=_get(item, "description", "")
-    )
-
-
-def parse_result_out(result: Any, *, user_id: str, catalogue: str, config: str) -> m.ParseRequestResult:
-    trace = _get(result, "trace")
-    timings = _get(trace, "timings") or {}
-    least = _get(result, "least_confidence")
-    confidence = _get(result, "confidence")
-    if confidence is None and least is not None:
-        confidence = 1.0 - least
+def parse_result_out(result: ParseResult, *, user_id: str, catalogue: str, config: str) -> m.ParseRequestResult:
+    trace, timings = result.trace, result.trace.timings
     return m.ParseRequestResult(
         user_id=user_id,
         catalogue=catalogue,
         config=config,
-        status=_get(result, "status", "ok"),
-        decision=_get(result, "decision", "call"),
-        calls=[call_out(c) for c in _get(result, "calls") or []],
-        question=_get(result, "question"),
-        missing=[missing_out(x) for x in _get(result, "missing") or []],
-        instructions_used=[str(_get(i, "text", i)) for i in _get(result, "instructions_used") or []],
-        confidence=confidence,
-        least_confidence=least,
-        tagged=bool(_get(result, "tagged", False)),
-        gate_fired=bool(_get(result, "gate_fired", False)),
+        status=result.status,
+        decision=result.decision,
+        calls=[call_out(c) for c in result.calls],
+        question=result.question,
+        missing=list(result.missing),
+        instructions_used=list(result.instructions_used),
+        confidence=result.confidence,
+        least_confidence=result.least_confidence,
+        tagged=result.tagged,
+        gate_fired=result.gate_fired,
         trace=m.Trace(
-            timings={k: round(float(v), 4) for k, v in dict(timings).items()},
-            prompt_tokens=_get(trace, "prompt_tokens", 0) or 0,
-            evaluated=_get(trace, "evaluated", 0) or 0,
-            reused=_get(trace, "reused", 0) or 0,
-            completion_tokens=_get(trace, "completion_tokens", 0) or 0,
-            model_calls=_get(trace, "model_calls", 0) or 0,
-            seconds=round(float(dict(timings).get("total", sum(dict(timings).values()))), 4) if timings else 0.0,
+            timings={k: round(float(v), 4) for k, v in timings.items()},
+            prompt_tokens=trace.prompt_tokens,
+            evaluated=trace.evaluated,
+            reused=trace.reused,
+            completion_tokens=trace.completion_tokens,
+            model_calls=trace.model_calls,
+            seconds=round(float(timings.get("total", sum(timings.values()))), 4) if timings else 0.0,
         ),
-        functions=list(_get(result, "functions") or []),
-        demonstrations=[str(d) for d in _get(result, "demos") or []],
-        notes=[str(n) for n in _get(result, "notes") or []],
-        errors=[str(e) for e in _get(result, "errors") or []],
-        raw=[str(r) for r in _get(result, "raw") or [] if r],
+        functions=list(result.functions),
+        demonstrations=list(result.demos),
+        notes=list(result.notes),
+        errors=list(result.errors),
+        raw=[r for r in result.raw if r],
     )
 
 
-def nlt_out(result: Any) -> m.NltSelection:
+def nlt_out(result: NltResult) -> m.NltSelection:
     return m.NltSelection(
         mode=result.mode,
         status=result.status,
@@ -131,23 +99,35 @@ def nlt_out(result: Any) -> m.NltSelection:
     )
 
 
-def clarify_out(result: Any) -> m.ClarifyOutcome:
+def clarify_out(result: ClarifyResult) -> m.ClarifyOutcome:
     return m.ClarifyOutcome(
         decision=result.decision,
         question=result.question,
-        missing_arguments=[missing_out(x) for x in result.missing_arguments],
+        missing_arguments=list(result.missing_arguments),
         model_said=result.model_said,
         status=result.status,
         trace=usage_trace(result.usage, result.seconds),
     )
 
 
-BUILTIN_CATALOGUES = ("nlsi", "sgd")
-
-
 def catalogue_summary(catalogue: Catalogue) -> m.CatalogueSummary:
     return m.CatalogueSummary(name=catalogue.name, description=catalogue.description, functions=catalogue.names,
-                              builtin=catalogue.name in BUILTIN_CATALOGUES)
+                              builtin=catalogue.name in BUILTIN_NAMES)
+
+
+def tagged_instructions(instructions: Sequence[Instruction]) -> list[TaggedInstruction]:
+    """Fresh stored tags ride along so the pipeline validates them instead of tagging again."""
+    return [
+        TaggedInstruction(instruction=i.text, tagged=i.tags, status="ok") if i.tags and not i.stale
+        else TaggedInstruction(instruction=i.text)
+        for i in instructions
+    ]
+
+
+def _open(source: Source[S], kind: type[S], default: Callable[[], S]) -> S:
+    if source is None:
+        return default()
+    return source if isinstance(source, kind) else source()  # type: ignore[operator]
 
 
 # ------------------------------------------------------------------------------- services
@@ -155,7 +135,8 @@ class Services:
     """Stores (db thread), models (model thread), strategies. Built by `create_server`; tests inject fakes.
 
     `profiles`, `catalogues`, `demos` may be store objects or zero-argument factories; factories are called
-    on the thread that will use the store (SQLite connections are thread-bound).
+    on the thread that will use the store (SQLite connections are thread-bound). None opens the store on
+    the settings' database file.
     """
 
     def __init__(
@@ -164,9 +145,9 @@ class Services:
         *,
         engine: Engine | None = None,
         embedder: Embedder | None = None,
-        profiles: Any = None,
-        catalogues: Any = None,
-        demos: Any = None,
+        profiles: Source[ProfileStore] = None,
+        catalogues: Source[CatalogueRegistry] = None,
+        demos: Source[DemoStore] = None,
         load_engine: Callable[[Settings], Engine] | None = None,
         load_embedder: Callable[[Settings], Embedder] | None = None,
     ) -> None:
@@ -179,11 +160,11 @@ class Services:
         self._profiles_source = profiles
         self._catalogues_source = catalogues
         self._demos_source = demos
-        self._profiles: Any = None
-        self._catalogues: Any = None
-        self._demos: Any = None
-        self._pipeline: Any = None
-        self._tag_examples: Any = None
+        self._profiles: ProfileStore | None = None
+        self._catalogues: CatalogueRegistry | None = None
+        self._demos: DemoStore | None = None
+        self._pipeline: Pipeline | None = None
+        self._tag_examples: TagExamples | None = None
         self._clarify_cache: OrderedDict[str, m.ClarifyOutcome] = OrderedDict()
 
     def close(self) -> None:
@@ -191,39 +172,26 @@ class Services:
         self.model.shutdown()
 
     # -- stores, created on their own thread -----------------------------------------------------
-    def _profile_store(self) -> Any:
+    def _profile_store(self) -> ProfileStore:
         if self._profiles is None:
-            source = self._profiles_source
-            if source is None:
-                store_module = optional_module("prefcall.profiles.store")
-                self._profiles = store_module.ProfileStore(self.settings.database_path())
-            else:
-                self._profiles = source() if callable(source) and not hasattr(source, "list_instructions") else source
+            self._profiles = _open(self._profiles_source, ProfileStore,
+                                   lambda: ProfileStore.from_settings(self.settings))
         return self._profiles
 
-    def _catalogue_store(self) -> Any:
+    def _catalogue_store(self) -> CatalogueRegistry:
         if self._catalogues is None:
-            source = self._catalogues_source
-            if source is None:
-                registry = optional_module("prefcall.schemas.registry")
-                self._catalogues = registry.CatalogueStore(self.settings.database_path())
-            else:
-                self._catalogues = source() if callable(source) and not hasattr(source, "get") else source
+            self._catalogues = _open(self._catalogues_source, CatalogueRegistry,
+                                     lambda: CatalogueRegistry.from_settings(self.settings))
         return self._catalogues
 
-    def _demo_store(self, embedder: Embedder | None) -> Any:
+    def _demo_store(self) -> DemoStore:
         if self._demos is None:
-            source = self._demos_source
-            if source is None:
-                fcicl = optional_module("prefcall.strategies.fcicl")
-                self._demos = fcicl.DemoStore(self.settings.database_path(), embedder=embedder)
-            else:
-                self._demos = source() if callable(source) and not hasattr(source, "add") else source
+            self._demos = _open(self._demos_source, DemoStore, lambda: DemoStore.from_settings(self.settings))
         return self._demos
 
     # -- profiles (db thread) --------------------------------------------------------------------
-    def _instructions(self, user_id: str) -> list[Any]:
-        return list(self._profile_store().list_instructions(user_id))
+    def _instructions(self, user_id: str) -> list[Instruction]:
+        return self._profile_store().list_instructions(user_id)
 
     async def instructions(self, user_id: str) -> list[m.InstructionOut]:
         return [instruction_out(i) for i in await self.db.call(self._instructions, user_id)]
@@ -238,7 +206,7 @@ class Services:
     async def create_profile(self, user_id: str) -> bool:
         return await self.db.call(self._create_profile, user_id)
 
-    def _add_instruction(self, user_id: str, text: str, create: bool) -> tuple[Any, int]:
+    def _add_instruction(self, user_id: str, text: str, create: bool) -> tuple[Instruction, int]:
         store = self._profile_store()
         if create:
             self._create_profile(user_id)
@@ -249,10 +217,9 @@ class Services:
         added, count = await self.db.call(self._add_instruction, user_id, text, create)
         return instruction_out(added), count
 
-    def _remove_instruction(self, user_id: str, instruction_id: int) -> tuple[Any, int]:
+    def _remove_instruction(self, user_id: str, instruction_id: int) -> tuple[Instruction, int]:
         store = self._profile_store()
-        store.list_instructions(user_id)  # unknown user -> NotFoundError naming the user
-        owned = {i.id for i in store.list_instructions(user_id)}
+        owned = {i.id for i in store.list_instructions(user_id)}  # unknown user -> NotFoundError naming the user
         if int(instruction_id) not in owned:
             # Same answer whether the id exists for someone else or not at all: ids must not leak across users.
             raise NotFoundError(
@@ -265,7 +232,7 @@ class Services:
         removed, count = await self.db.call(self._remove_instruction, user_id, instruction_id)
         return instruction_out(removed), count
 
-    def _set_tags(self, user_id: str, instruction_id: Any, tags: str, model: str) -> None:
+    def _set_tags(self, instruction_id: int, tags: str, model: str) -> None:
         self._profile_store().set_tags(instruction_id, tags, model)
 
     # -- catalogues (db thread) ------------------------------------------------------------------
@@ -274,65 +241,53 @@ class Services:
 
     def _all_catalogues(self) -> list[Catalogue]:
         store = self._catalogue_store()
-        listed = store.list()
-        return [c if isinstance(c, Catalogue) else store.get(_get(c, "name", c)) for c in listed]
+        return [store.get(info.name) for info in store.list()]
 
     async def catalogues(self) -> list[Catalogue]:
         return await self.db.call(self._all_catalogues)
 
-    def _import_catalogue(self, source: Any, name: str, description: str | None, replace: bool) -> tuple[Catalogue, bool]:
+    def _import_catalogue(self, tools: list[dict], name: str, description: str | None,
+                          replace: bool) -> tuple[Catalogue, bool]:
         store = self._catalogue_store()
-        existed = any(_get(c, "name") == name for c in store.list())
-        catalogue = store.add(source, name=name, description=description, replace=replace)
+        existed = store.exists(name)
+        catalogue = store.add(tools, name=name, description=description, replace=replace)
         return catalogue, existed
 
-    async def import_catalogue(
-        self, source: Any, name: str, description: str | None, replace: bool
-    ) -> tuple[Catalogue, bool]:
-        return await self.db.call(self._import_catalogue, source, name, description, replace)
+    async def import_catalogue(self, tools: list[dict], name: str, description: str | None,
+                               replace: bool) -> tuple[Catalogue, bool]:
+        return await self.db.call(self._import_catalogue, tools, name, description, replace)
 
     # -- model work (model thread) ---------------------------------------------------------------
     async def ready(self, progress: ProgressFn | None = None) -> tuple[Engine, Embedder]:
         return await self.models.wait(progress)
 
-    def _parse(self, turns: list[Turn], instructions: list[Any], catalogue: Catalogue, config: str,
-               overrides: dict[str, Any], applicable: list[str] | None) -> Any:
-        pipeline_module = optional_module("prefcall.strategies.pipeline")
-        tags_module = optional_module("prefcall.strategies.taps_tags")
-        engine, embedder = self.models.engine, self.models.embedder
+    def _parse(self, turns: list[Turn], instructions: list[Instruction], catalogue: Catalogue, config: str,
+               overrides: dict[str, bool], applicable: list[str] | None) -> ParseResult:
         if self._pipeline is None:
-            self._pipeline = pipeline_module.Pipeline(
-                engine, embedder=embedder, demos=self._demo_store(embedder), data_dir=self.settings.data_dir
-            )
-        # Fresh stored tags ride along so the pipeline validates them instead of tagging again.
-        tagged = [
-            tags_module.TaggedInstruction(instruction=i.text, tagged=i.tags, status="ok")
-            if i.tags and not i.stale
-            else tags_module.TaggedInstruction(instruction=i.text)
-            for i in map(instruction_out, instructions)
-        ]
-        return self._pipeline.parse(
-            turns, tagged, catalogue, pipeline_module.get_config(config, **overrides), applicable=applicable
-        )
+            embedder = self.models.embedder
+            self._pipeline = Pipeline(self.models.engine, embedder=embedder, demos=self._demo_store(),
+                                      data_dir=self.settings.data_dir)
+        return self._pipeline.parse(turns, tagged_instructions(instructions), catalogue,
+                                    get_config(config, **overrides), applicable=applicable)
 
-    def _cache_tags(self, user_id: str, instructions: list[Any], tags: list[Any], model: str) -> None:
+    def _cache_tags(self, instructions: list[Instruction], tags: list[TagResult], model: str) -> None:
         """Store valid tags the pipeline produced for untagged instructions (saves tagging them next time)."""
-        by_text = {i.text: i for i in map(instruction_out, instructions) if not i.tags or i.stale}
+        by_text = {i.text: i for i in instructions if not i.tags or i.stale}
         for tag in tags:
-            item = by_text.pop(_get(tag, "instruction"), None)
-            if item is not None and _get(tag, "status") == "ok" and _get(tag, "tagged"):
-                self._set_tags(user_id, item.id, tag.tagged, model)
+            item = by_text.pop(tag.instruction, None)
+            if item is not None and tag.status == "ok" and tag.tagged:
+                self._set_tags(item.id, tag.tagged, model)
 
     async def parse(self, user_id: str, turns: list[Turn], catalogue_name: str, config: str,
-                    overrides: dict[str, Any], applicable: list[str] | None,
+                    overrides: dict[str, bool], applicable: list[str] | None,
                     progress: ProgressFn | None = None) -> m.ParseRequestResult:
         instructions = await self.db.call(self._instructions, user_id)
         catalogue = await self.catalogue(catalogue_name)
         engine, _ = await self.ready(progress)
         result = await self.model.call(self._parse, turns, instructions, catalogue, config, overrides, applicable)
-        if _get(result, "tags"):
+        if result.tags:
             try:
-                await self.db.call(self._cache_tags, user_id, instructions, result.tags, engine.info.model_name)
+                await self.db.call(self._cache_tags, instructions, result.tags, engine.info.model_name)
             except PrefcallError as exc:  # a cache write must not cost the host its answer
                 log.warning("could not cache tags for %s: %s", user_id, exc)
         return parse_result_out(result, user_id=user_id, catalogue=catalogue.name, config=config)
@@ -340,17 +295,15 @@ class Services:
     async def select_tools(self, message: str, tools: Sequence[Function] | Catalogue, *, mode: str,
                            context: str | None, threshold: float, calibrate: bool,
                            progress: ProgressFn | None = None) -> m.NltSelection:
-        nlt = optional_module("prefcall.strategies.nlt")
         engine, _ = await self.ready(progress)
         result = await self.model.call(
-            lambda: nlt.select_tools(engine, message, tools, mode=mode, context=context, threshold=threshold,
-                                     calibrate=calibrate)
+            lambda: select_tools(engine, message, tools, mode=mode, context=context, threshold=threshold,  # type: ignore[arg-type]
+                                 calibrate=calibrate)
         )
         return nlt_out(result)
 
     async def clarify(self, turns: list[Turn], catalogue: Catalogue, instructions: Sequence[str],
                       progress: ProgressFn | None = None) -> m.ClarifyOutcome:
-        qwn = optional_module("prefcall.strategies.qwn")
         # Elicitation on the 2026-07-28 protocol retries the whole tool call with the user's answer; the
         # first pass is deterministic (greedy), so it is answered from this small cache, not recomputed.
         key = json.dumps([[t.model_dump() for t in turns], catalogue.model_dump(), list(instructions)],
@@ -360,7 +313,7 @@ class Services:
             return self._clarify_cache[key].model_copy(deep=True)
         engine, embedder = await self.ready(progress)
         result = await self.model.call(
-            lambda: qwn.clarify(engine, turns, catalogue, instructions=list(instructions), embedder=embedder)
+            lambda: clarify(engine, turns, catalogue, instructions=list(instructions), embedder=embedder)
         )
         outcome = clarify_out(result)
         self._clarify_cache[key] = outcome
@@ -368,11 +321,10 @@ class Services:
             self._clarify_cache.popitem(last=False)
         return outcome.model_copy(deep=True)
 
-    def _tag(self, text: str, catalogue: Catalogue) -> Any:
-        tagger = optional_module("prefcall.strategies.taps_tagger")
+    def _tag(self, text: str, catalogue: Catalogue) -> TagResult:
         if self._tag_examples is None:
-            self._tag_examples = tagger.TagExamples(list(tagger.BUILTIN_EXAMPLES), self.models.embedder)
-        return tagger.tag_instruction(self.models.engine, text, catalogue, self._tag_examples)
+            self._tag_examples = TagExamples(list(BUILTIN_EXAMPLES), self.models.embedder)
+        return tag_instruction(self.models.engine, text, catalogue, self._tag_examples)
 
     async def tag_profile(self, user_id: str, catalogue_name: str, *, force: bool,
                           progress: ProgressFn | None = None) -> m.TagProfileResult:
@@ -382,11 +334,10 @@ class Services:
         outcomes: list[m.TagOutcome] = []
         trace = m.Trace()
         for item in instructions:
-            out = instruction_out(item)
-            if out.tags and not out.stale and not force:
-                outcomes.append(m.TagOutcome(instruction_id=out.id, text=out.text, status="skipped", tags=out.tags))
+            if item.tags and not item.stale and not force:
+                outcomes.append(m.TagOutcome(instruction_id=item.id, text=item.text, status="skipped", tags=item.tags))
                 continue
-            result = await self.model.call(self._tag, out.text, catalogue)
+            result = await self.model.call(self._tag, item.text, catalogue)
             trace.prompt_tokens += result.prompt_tokens
             trace.evaluated += result.evaluated
             trace.reused += result.reused
@@ -394,8 +345,8 @@ class Services:
             trace.model_calls += 1
             trace.seconds = round(trace.seconds + result.seconds, 4)
             if result.status == "ok" and result.tagged:
-                await self.db.call(self._set_tags, user_id, _get(item, "id"), result.tagged, engine.info.model_name)
-            outcomes.append(m.TagOutcome(instruction_id=out.id, text=out.text, status=result.status,
+                await self.db.call(self._set_tags, item.id, result.tagged, engine.info.model_name)
+            outcomes.append(m.TagOutcome(instruction_id=item.id, text=item.text, status=result.status,
                                          tags=result.tagged, errors=list(result.reasons)))
         return m.TagProfileResult(
             user_id=user_id, catalogue=catalogue.name, model=engine.info.model_name,
@@ -403,11 +354,11 @@ class Services:
             invalid=sum(o.status == "invalid" for o in outcomes), instructions=outcomes, trace=trace,
         )
 
-    def _store_demo(self, turns: list[Turn], instructions: list[str], catalogue: str, calls: list[Call]) -> Any:
-        fcicl = optional_module("prefcall.strategies.fcicl")
-        store = self._demo_store(self.models.embedder)
-        return fcicl.add_demonstration(store, render_dialogue(turns), instructions, catalogue, calls, source="host")
+    def _store_demo(self, turns: list[Turn], instructions: list[str], catalogue: str,
+                    calls: list[Call]) -> Demonstration:
+        return add_demonstration(self._demo_store(), render_dialogue(turns), instructions, catalogue, calls,
+                                 source="host")
 
     async def store_demonstration(self, turns: list[Turn], instructions: list[str], catalogue: str,
-                                  calls: list[Call]) -> Any:
+                                  calls: list[Call]) -> Demonstration:
         return await self.model.call(self._store_demo, turns, instructions, catalogue, calls)

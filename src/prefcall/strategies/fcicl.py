@@ -1,4 +1,7 @@
-"""FC-ICL demonstrations: a store of solved examples, hybrid retrieval, and a reranker.
+"""FC-ICL demonstrations: hybrid retrieval over the demonstration store, and a reranker.
+
+The demonstrations themselves are stored by `prefcall.storage.demos.DemoStore` (persistence only);
+`DemoRetriever` keeps an in-memory index per catalogue over them, rebuilt when the store changes.
 
 Retrieval follows FC-ICL: BM25 and embedding candidates fused (reciprocal rank, via
 `prefcall.retrieval.hybrid.HybridIndex`) into a top-K pool, then a reranker keeps the top N.
@@ -19,42 +22,26 @@ utility-weighted pairwise loss) fits the same `Reranker` protocol.
 from __future__ import annotations
 
 import json
-import re
 import threading
-import time
-import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
-import sqlite_utils
 from pydantic import BaseModel, Field
 
 from prefcall.engine.base import Embedder
-from prefcall.errors import NotFoundError, StoreError
+from prefcall.errors import StoreError
 from prefcall.retrieval.hybrid import HybridIndex
 from prefcall.retrieval.text import tokenize
-from prefcall.schemas.model import Call
+from prefcall.schemas.calls import parse_call
+from prefcall.storage.demos import Demonstration, DemoStore
 
-TABLE = "demonstrations"
 
-
-class Demonstration(BaseModel):
-    id: str
-    dialogue: str  # rendered transcript ("User: ...\nAgent: ...")
-    instructions: list[str] = Field(default_factory=list)  # the standing instructions that applied
-    catalogue: str = "nlsi"
-    calls: list[Call] = Field(default_factory=list)
-    source: str = "seed"
-
-    @property
-    def functions(self) -> list[str]:
-        return list(dict.fromkeys(c.name for c in self.calls))
-
-    def search_text(self) -> str:
-        return self.dialogue + "\n" + "\n".join(self.instructions)
+def search_text(demo: Demonstration) -> str:
+    """What a demonstration is retrieved by: its dialogue and the standing instructions that applied."""
+    return demo.dialogue + "\n" + "\n".join(demo.instructions)
 
 
 class ScoredDemo(BaseModel):
@@ -114,86 +101,27 @@ class HeuristicReranker:
         return [candidates[i].model_copy(update={"score": relevance[i]}) for i in chosen]
 
 
-class DemoStore:
-    """Demonstrations in SQLite (table `demonstrations`), with an in-memory hybrid index per catalogue.
+class DemoRetriever:
+    """Hybrid (BM25 + embedding) retrieval over a DemoStore, one in-memory index per catalogue.
 
-    `DemoStore(path)` opens/creates the file (the profiles DB is fine: Settings.database_path());
-    `DemoStore(None)` keeps everything in memory (tests, one-off evaluations).
+    An index is rebuilt when the store's `revision` moved since it was built (a demonstration was added).
     """
 
-    def __init__(self, path: Path | str | None = None, embedder: Embedder | None = None) -> None:
-        try:
-            if path is None:
-                self.db = sqlite_utils.Database(memory=True)
-            else:
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
-                self.db = sqlite_utils.Database(str(path))
-        except Exception as exc:  # sqlite3 errors carry no common base worth naming here
-            raise StoreError(f"cannot open demonstration store {path}: {exc}: check the path is writable") from exc
+    def __init__(self, store: DemoStore, embedder: Embedder | None = None) -> None:
+        self.store = store
         self.embedder = embedder
         self._lock = threading.RLock()
-        self._indexes: dict[str, tuple[HybridIndex, list[Demonstration]]] = {}
-        if TABLE not in self.db.table_names():
-            self.db[TABLE].create(
-                {"id": str, "dialogue": str, "instructions": str, "catalogue": str, "calls": str, "source": str,
-                 "added_at": float},
-                pk="id",
-            )
-            self.db[TABLE].create_index(["catalogue"])
+        self._indexes: dict[str, tuple[int, HybridIndex, list[Demonstration]]] = {}
 
-    # -- writing ----------------------------------------------------------------------
-    def add_many(self, demos: Iterable[Demonstration]) -> int:
-        rows = [
-            {"id": d.id, "dialogue": d.dialogue, "instructions": json.dumps(d.instructions), "catalogue": d.catalogue,
-             "calls": json.dumps([c.model_dump() for c in d.calls]), "source": d.source, "added_at": time.time()}
-            for d in demos
-        ]
-        with self._lock:
-            self.db[TABLE].upsert_all(rows, pk="id")
-            for catalogue in {r["catalogue"] for r in rows}:
-                self._indexes.pop(catalogue, None)  # rebuilt lazily on the next retrieval
-        return len(rows)
-
-    def add(self, demo: Demonstration) -> Demonstration:
-        self.add_many([demo])
-        return demo
-
-    def delete(self, demo_id: str) -> None:
-        with self._lock:
-            demo = self.get(demo_id)
-            self.db[TABLE].delete(demo_id)
-            self._indexes.pop(demo.catalogue, None)
-
-    # -- reading ----------------------------------------------------------------------
-    @staticmethod
-    def _from_row(row: dict[str, Any]) -> Demonstration:
-        return Demonstration(
-            id=row["id"], dialogue=row["dialogue"], instructions=json.loads(row["instructions"]),
-            catalogue=row["catalogue"], calls=[Call.model_validate(c) for c in json.loads(row["calls"])],
-            source=row["source"],
-        )
-
-    def get(self, demo_id: str) -> Demonstration:
-        try:
-            return self._from_row(self.db[TABLE].get(demo_id))
-        except sqlite_utils.db.NotFoundError as exc:
-            raise NotFoundError(f"no demonstration {demo_id!r}: list them with DemoStore.all()") from exc
-
-    def all(self, catalogue: str | None = None) -> list[Demonstration]:
-        where, args = ("catalogue = ?", [catalogue]) if catalogue else (None, None)
-        return [self._from_row(r) for r in self.db[TABLE].rows_where(where, args, order_by="rowid")]
-
-    def count(self, catalogue: str | None = None) -> int:
-        return len(self.all(catalogue)) if catalogue else self.db[TABLE].count
-
-    # -- retrieval --------------------------------------------------------------------
     def _index(self, catalogue: str) -> tuple[HybridIndex, list[Demonstration]]:
         with self._lock:
-            if catalogue not in self._indexes:
-                demos = self.all(catalogue)
-                index = HybridIndex([d.search_text() for d in demos], self.embedder)
-                self._indexes[catalogue] = (index, demos)
-            return self._indexes[catalogue]
+            cached = self._indexes.get(catalogue)
+            if cached is None or cached[0] != self.store.revision:
+                revision = self.store.revision
+                demos = self.store.all(catalogue)
+                index = HybridIndex([search_text(d) for d in demos], self.embedder)
+                self._indexes[catalogue] = cached = (revision, index, demos)
+            return cached[1], cached[2]
 
     def candidates(self, query: DemoQuery, catalogue: str, k: int = 20,
                    exclude_ids: Iterable[str] = frozenset()) -> list[ScoredDemo]:
@@ -214,31 +142,6 @@ class DemoStore:
 
 
 # -- seeding ----------------------------------------------------------------------------------
-_CALL_RE = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*\((.*)\)\s*$", re.S)
-_ARG_RE = re.compile(r'\s*([A-Za-z_]\w*)\s*=\s*("(?:[^"\\]|\\.)*"|[^,]+)\s*(?:,|$)')
-
-
-def parse_call_string(text: str) -> Call:
-    """`GetRestaurants(city="San Fran", cuisine="Ethiopian")` -> Call.
-
-    Private minimal parser for seeding; prefer prefcall.schemas.calls when it is installed.
-    """
-    try:
-        from prefcall.schemas.calls import parse_call  # type: ignore[attr-defined]
-
-        return parse_call(text)
-    except ImportError:
-        pass
-    match = _CALL_RE.match(text)
-    if match is None:
-        raise StoreError(f"not a call string: {text!r}: expected Name(arg=\"value\", ...)")
-    arguments = {}
-    for arg in _ARG_RE.finditer(match.group(2)):
-        value = arg.group(2).strip()
-        arguments[arg.group(1)] = json.loads(value) if value.startswith('"') else value
-    return Call(name=match.group(1), arguments=arguments)
-
-
 def load_nlsi_demonstrations(path: Path | str, catalogue: str = "nlsi") -> list[Demonstration]:
     """Demonstrations from an NLSI-style JSON list (user_utterance, applicable_standing_instructions, api_calls)."""
     try:
@@ -254,18 +157,10 @@ def load_nlsi_demonstrations(path: Path | str, catalogue: str = "nlsi") -> list[
         demos.append(Demonstration(
             id=demo_id, dialogue=item["user_utterance"],
             instructions=list(item.get("applicable_standing_instructions") or []), catalogue=catalogue,
-            calls=[parse_call_string(c) for c in item.get("api_calls") or []], source=f"nlsi:{Path(path).name}",
+            calls=[parse_call(c) for c in item.get("api_calls") or []], source=f"nlsi:{Path(path).name}",
         ))
     return demos
 
 
 def seed_from_nlsi(store: DemoStore, path: Path | str, catalogue: str = "nlsi") -> int:
     return store.add_many(load_nlsi_demonstrations(path, catalogue))
-
-
-def add_demonstration(store: DemoStore, dialogue: str, instructions: Sequence[str], catalogue: str,
-                      calls: Sequence[Call], *, source: str = "host", demo_id: str | None = None) -> Demonstration:
-    """Record calls a host accepted, so later similar requests see them as examples."""
-    demo = Demonstration(id=demo_id or f"{source}-{uuid.uuid4().hex[:12]}", dialogue=dialogue,
-                         instructions=list(instructions), catalogue=catalogue, calls=list(calls), source=source)
-    return store.add(demo)

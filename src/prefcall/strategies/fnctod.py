@@ -23,7 +23,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from prefcall.engine.base import ChatMessage, Engine, Generation
 from prefcall.schemas import render as schema_render
 from prefcall.schemas.model import Call, Catalogue, Function
-from prefcall.strategies.fcicl import Demonstration
+from prefcall.retrieval.text import tokenize
+from prefcall.storage.demos import Demonstration
+from prefcall.strategies.selection import (
+    ALSO_RE,
+    DomainModel,
+    SelectionConfig,
+    dialogue_domains,
+    instruction_domains,
+    split_condition,
+)
 
 MAX_CALLS = 3  # NLSI requests need up to 2-3 calls (chains across domains, one call per preferred value)
 SELECTION_MAX_TOKENS = 48
@@ -310,11 +319,9 @@ def content_free_scores(engine: Engine, catalogue: Catalogue, *, allow_none: boo
 
 def domain_log_prior(catalogue: Catalogue, dialogue: str, embedder: Any = None, *,
                      allow_none: bool = False) -> list[float]:
-    """log prior per candidate from the profiles area's dialogue-domain detection (lexical evidence from the
+    """log prior per candidate from instruction selection's dialogue-domain detection (lexical evidence from the
     catalogue's own vocabulary, plus dialogue/function-description cosine when an embedder is given).
     Detected functions share DOMAIN_PRIOR_MASS, the rest share the remainder; nothing detected: flat (all 0)."""
-    from prefcall.profiles.selection import DomainModel, SelectionConfig, dialogue_domains
-
     model = DomainModel.build(catalogue)
     text = user_words(dialogue)
     cosines = None
@@ -356,15 +363,12 @@ def chained_functions(catalogue: Catalogue, instructions: Sequence[str], functio
     """Extra functions the standing instructions chain to: "If I ask for Travel, then also look at Hotels" adds
     GetHotels when Travel is already called (transitively). Unconditional "also" instructions about a domain
     that is called chain too; an instruction about an uncalled domain adds nothing."""
-    from prefcall.profiles.selection import _ALSO_RE, DomainModel, SelectionConfig, instruction_domains, \
-        split_condition
-
     model = DomainModel.build(catalogue)
     chosen = list(functions)
     links = []
     for text in instructions:
         _, consequence = split_condition(text)
-        if not _ALSO_RE.search(consequence):
+        if not ALSO_RE.search(consequence):
             continue
         sources = set(instruction_domains(model, text, None, SelectionConfig()))
         targets = [n for n in model.named(_tokens(consequence)) if n not in sources]
@@ -382,8 +386,6 @@ def chained_functions(catalogue: Catalogue, instructions: Sequence[str], functio
 
 
 def _tokens(text: str) -> list[str]:
-    from prefcall.retrieval.text import tokenize
-
     return tokenize(text, drop_stop_words=False)
 
 

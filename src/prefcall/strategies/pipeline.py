@@ -1,7 +1,7 @@
 """parse_request: dialogue + standing instructions + catalogue -> calls, a question, or a refusal.
 
 Steps (each switchable per request through PipelineConfig, for ablations):
-1. instruction selection (profiles' select_instructions, or the caller's `applicable`);
+1. instruction selection (`strategies.selection.select_instructions`, or the caller's `applicable`);
 2. FC-ICL demonstrations (hybrid retrieval + reranker);
 3. FnCTOD calling (two-stage, or one-stage for comparison); stage 1 either generates the JSON list of names
    (FnCTOD, `function_selection="generate"`) or scores every name, calibrated, optionally with a domain prior
@@ -26,14 +26,15 @@ from pydantic import ValidationError as PydanticValidationError
 
 from prefcall.engine.base import Embedder, Engine, Generation
 from prefcall.errors import ValidationError
-from prefcall.retrieval.text import split_identifier, tokenize
-from prefcall.schemas.model import Call, Catalogue, Turn, as_dialogue, render_dialogue
+from prefcall.schemas.model import Call, Catalogue, MissingArgument, Turn, as_dialogue, render_dialogue
 from prefcall.strategies import fnctod
-from prefcall.strategies.fcicl import DemoQuery, DemoStore, HeuristicReranker, Reranker, ScoredDemo
-from prefcall.strategies.postcheck import MissingArgument, post_check
+from prefcall.storage.demos import DemoStore
+from prefcall.strategies.fcicl import DemoQuery, DemoRetriever, HeuristicReranker, Reranker, ScoredDemo
+from prefcall.strategies.postcheck import post_check
+from prefcall.strategies.selection import select_instructions
 from prefcall.strategies.taps_gate import MEASURES, default_threshold, uncertainty
 from prefcall.strategies.taps_tagger import TagExamples, TagMode, TagResult, check_tagging, tag_instruction
-from prefcall.strategies.taps_tags import TaggedInstruction
+from prefcall.profiles.tags import TaggedInstruction
 
 Tagging = Literal["off", "always", "joint", "gated"]
 # Stage 1 of two-stage calling: "generate" = FnCTOD's grammar-constrained JSON list of names (paper-faithful);
@@ -168,23 +169,6 @@ def _as_tagged(items: Iterable[str | TaggedInstruction]) -> list[TaggedInstructi
     return [i if isinstance(i, TaggedInstruction) else TaggedInstruction(instruction=str(i)) for i in items]
 
 
-def lexical_selection(text: str, instructions: Sequence[str], catalogue: Catalogue) -> list[str]:
-    """Fallback selection (until profiles' select_instructions is installed): keep instructions about a
-    domain the dialogue mentions, plus instructions that name no domain at all (they may chain)."""
-    domains = {f.name: set(tokenize(split_identifier(f.name))) - {"get"} for f in catalogue.functions}
-
-    def mentioned(words: set[str]) -> set[str]:
-        return {name for name, dom in domains.items() if dom & words}
-
-    in_dialogue = mentioned(set(tokenize(text)))
-    kept = []
-    for instruction in instructions:
-        about = mentioned(set(tokenize(instruction)))
-        if not about or about & in_dialogue or not in_dialogue:
-            kept.append(instruction)
-    return kept
-
-
 class Pipeline:
     """Composes the strategies; thread-safe as long as the engine is (the tag cache is locked)."""
 
@@ -193,7 +177,7 @@ class Pipeline:
                  data_dir: Any = None, tag_cache_size: int = 4096) -> None:
         self.engine = engine
         self.embedder = embedder
-        self.demos = demos
+        self.demos = DemoRetriever(demos, embedder) if demos is not None else None
         self.tag_examples = tag_examples
         self.reranker = reranker or HeuristicReranker()
         self.data_dir = data_dir  # where calibration.json lives; None: Settings().data_dir
@@ -254,10 +238,6 @@ class Pipeline:
             meter.time("select_instructions", started)
 
     def _selector(self, text: str, instructions: list[str], catalogue: Catalogue) -> list[str]:
-        try:
-            from prefcall.profiles.selection import select_instructions  # the profiles engineer's selector
-        except ImportError:
-            return lexical_selection(text, instructions, catalogue)
         return select_instructions(text, instructions, catalogue, self.embedder).selected_texts
 
     def _demo_pool(self, text: str, instructions: list[str], catalogue: Catalogue, config: PipelineConfig,

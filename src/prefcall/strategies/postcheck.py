@@ -14,13 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from prefcall.retrieval.text import split_identifier
-from prefcall.schemas.model import Call, Catalogue, Function
-
-
-class MissingArgument(BaseModel):
-    function: str
-    argument: str
-    question: str
+from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument
 
 
 class CheckNote(BaseModel):
@@ -135,9 +129,11 @@ def post_check(calls: list[Call], catalogue: Catalogue) -> PostCheckResult:
         seen.add(fixed.key())
         kept.append(fixed)
     missing = [
-        MissingArgument(function=c.name, argument=a, question=question_for(catalogue.function(c.name), a))
+        MissingArgument(function=c.name, argument=a, question=question_for(function, a),
+                        description=str(function.properties.get(a, {}).get("description") or ""))
         for c in kept
-        for a in catalogue.function(c.name).required
+        for function in [catalogue.function(c.name)]
+        for a in function.required
         if a not in c.arguments
     ]
     if missing:

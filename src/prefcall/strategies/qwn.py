@@ -33,7 +33,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from prefcall.engine.base import ChatMessage, Embedder, Engine
-from prefcall.schemas.model import Call, Catalogue, Function, Turn, as_dialogue, render_dialogue
+from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, Turn, as_dialogue, render_dialogue
 from prefcall.strategies.nlt import NltUsage, select_tools
 from prefcall.strategies.qwn_draft import DraftResult, _support_block, draft_call
 
@@ -41,13 +41,6 @@ Decision = Literal["question", "continue", "limitation"]
 Policy = Literal["combined", "model", "evidence"]
 
 LIMITATION_TEXT = "Due to the limitation of toolset, I cannot solve the question"
-
-
-class MissingArgument(BaseModel):
-    function: str
-    argument: str
-    description: str = ""
-    reason: Literal["absent", "not_stated", "invalid"] = "absent"
 
 
 class ClarifyResult(BaseModel):

@@ -5,7 +5,8 @@ Measures (higher = less certain, all in [0, 1]):
 - margin_at_t: 1 - mean over tokens of (p_top1 - p_top2), from Generation.tokens[i].top (top_logprobs=2).
 - sequence_margin: 1 - (P(sequence) - P(best one-token deviation)), i.e. how close the runner-up
   sequence that differs in the single most contested token comes to the greedy sequence.
-The threshold is calibrated per model (`prefcall calibrate`) and stored in DATA_DIR/calibration.json.
+The threshold is calibrated per model (`prefcall calibrate`, `prefcall.evaluation.calibrate`) and stored in
+DATA_DIR/calibration.json; the pipeline compares the measure with it (`Pipeline._gate`).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from prefcall.engine.base import Generation
-from prefcall.errors import StoreError, ValidationError
+from prefcall.errors import StoreError
 
 Measure = Literal["least_confidence", "margin_at_t", "sequence_margin"]
 MEASURES: tuple[str, ...] = ("least_confidence", "margin_at_t", "sequence_margin")
@@ -81,38 +82,9 @@ def uncertainty(generations: Sequence[Generation]) -> dict[str, float]:
     }
 
 
-class GateDecision(BaseModel):
-    measure: str
-    value: float
-    threshold: float
-    fired: bool
+class GateCalibration(BaseModel):
+    """A calibrated threshold as stored in DATA_DIR/calibration.json (`prefcall calibrate` measures it)."""
 
-
-def gate(generations: Sequence[Generation], threshold: float, measure: str = "least_confidence") -> GateDecision:
-    """Fire (regenerate with tags) when the measure is strictly above the threshold."""
-    if measure not in MEASURES:
-        raise ValidationError(f"unknown uncertainty measure {measure!r}: use one of {', '.join(MEASURES)}")
-    value = uncertainty(generations)[measure]
-    return GateDecision(measure=measure, value=value, threshold=threshold, fired=value > threshold)
-
-
-# -- calibration ------------------------------------------------------------------------------
-class CalibrationItem(BaseModel):
-    """One dev item's outcome both ways: slot counts of the untagged and of the tagged output."""
-
-    id: str
-    uncertainty: dict[str, float]
-    untagged: tuple[int, int, int]  # true positives, false positives, false negatives
-    tagged: tuple[int, int, int]
-
-
-class SweepPoint(BaseModel):
-    threshold: float
-    f1: float
-    fire_rate: float
-
-
-class CalibrationResult(BaseModel):
     model: str
     measure: str
     threshold: float
@@ -121,37 +93,6 @@ class CalibrationResult(BaseModel):
     n_items: int
     f1_never: float  # never tag (threshold = 1)
     f1_always: float  # always tag (threshold below every value)
-    sweep: list[SweepPoint] = Field(default_factory=list)
-
-
-def _f1(tp: int, fp: int, fn: int) -> float:
-    return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
-
-
-def f1_at(items: Sequence[CalibrationItem], threshold: float, measure: str) -> tuple[float, float]:
-    """Micro slot F1 when items above the threshold take their tagged output; and the fire rate."""
-    tp = fp = fn = fired = 0
-    for item in items:
-        use_tagged = item.uncertainty.get(measure, 1.0) > threshold
-        fired += use_tagged
-        a, b, c = item.tagged if use_tagged else item.untagged
-        tp, fp, fn = tp + a, fp + b, fn + c
-    return _f1(tp, fp, fn), fired / max(1, len(items))
-
-
-def sweep_thresholds(items: Sequence[CalibrationItem], model: str, measure: str = "least_confidence") -> CalibrationResult:
-    """Try every distinct uncertainty value as a threshold; keep the best F1 (ties: fewer regenerations)."""
-    if not items:
-        raise ValidationError("calibration needs at least one dev item: raise --limit")
-    values = sorted({round(i.uncertainty.get(measure, 1.0), 6) for i in items})
-    candidates = [-1e-9] + values + [1.0]
-    sweep = [SweepPoint(threshold=t, f1=f, fire_rate=r) for t in candidates for f, r in [f1_at(items, t, measure)]]
-    best = max(sweep, key=lambda p: (round(p.f1, 9), -p.fire_rate))
-    return CalibrationResult(
-        model=model, measure=measure, threshold=max(0.0, best.threshold), f1=best.f1, fire_rate=best.fire_rate,
-        n_items=len(items), f1_never=f1_at(items, 1.0, measure)[0], f1_always=f1_at(items, -1e-9, measure)[0],
-        sweep=sweep,
-    )
 
 
 def calibration_path(data_dir: Path) -> Path:
@@ -168,9 +109,9 @@ def load_calibration(data_dir: Path) -> dict[str, dict]:
         raise StoreError(f"cannot read {path}: {exc}: delete it and run `prefcall calibrate` again") from exc
 
 
-def save_calibration(data_dir: Path, result: CalibrationResult) -> Path:
+def save_calibration(data_dir: Path, result: GateCalibration) -> Path:
     stored = load_calibration(data_dir)
-    entry = result.model_dump(exclude={"sweep"})
+    entry = result.model_dump(include=set(GateCalibration.model_fields))
     stored.setdefault(result.model, {})[result.measure] = entry
     path = calibration_path(data_dir)
     path.parent.mkdir(parents=True, exist_ok=True)

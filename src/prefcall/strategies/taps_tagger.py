@@ -19,7 +19,7 @@ from prefcall.engine.base import ChatMessage, Embedder, Engine
 from prefcall.errors import ParseError, StoreError, ValidationError
 from prefcall.retrieval.hybrid import HybridIndex
 from prefcall.schemas.model import Catalogue
-from prefcall.strategies.taps_tags import (
+from prefcall.profiles.tags import (
     MAX_SPAN_WORDS,
     SlotFill,
     build_span_tags,
@@ -251,17 +251,3 @@ def tag_spans(engine: Engine, instruction: str, catalogue: Catalogue, examples: 
         "reused": generation.usage.reused, "completion_tokens": generation.completion_tokens,
         "seconds": generation.seconds or time.perf_counter() - started,
     })
-
-
-def span_f1(gold: list[str], predicted: list[str | None]) -> dict[str, float]:
-    """Micro F1 over (intent, slot, span) triples; an invalid/absent prediction contributes no triples."""
-    from prefcall.strategies.taps_tags import span_triples
-
-    tp = fp = fn = 0
-    for g, p in zip(gold, predicted):
-        gs, ps = span_triples(g), span_triples(p) if p else set()
-        tp, fp, fn = tp + len(gs & ps), fp + len(ps - gs), fn + len(gs - ps)
-    precision = tp / (tp + fp) if tp + fp else 0.0
-    recall = tp / (tp + fn) if tp + fn else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": precision, "recall": recall, "f1": f1}

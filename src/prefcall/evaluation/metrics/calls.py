@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-import string
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
@@ -28,12 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from prefcall.errors import ConfigError, ParseError
+from prefcall.evaluation.metrics.f1 import set_prf
+from prefcall.evaluation.metrics.normalise import normalise_text
+from prefcall.schemas.calls import parse_call
 from prefcall.schemas.model import Call
 
 Triple = tuple[str, str, str]
 CallKey = tuple[str, frozenset[tuple[str, str]]]
 
-_PUNCT = str.maketrans("", "", string.punctuation)
 _UNIFIED_ARGS = {"event_type": "category", "subcategory": "category"}
 # Data typos / older names in the NLSI gold -> the schema's names (lower-case; see the module docstring).
 FUNCTION_ALIASES = {"getdenists": "getdentists"}
@@ -57,12 +58,8 @@ def _load_aliases(path: str) -> tuple[tuple[str, str], ...]:
     for key, value in raw.items():
         canon = str(value).strip().lower()
         aliases[str(key).strip().lower()] = canon
-        aliases.setdefault(_strip(str(key)), canon)
+        aliases.setdefault(normalise_text(key), canon)
     return tuple(aliases.items())
-
-
-def _strip(text: str) -> str:
-    return " ".join(text.lower().translate(_PUNCT).split())
 
 
 def normalise_value(value: Any, aliases: Mapping[str, str] | None = None) -> str:
@@ -71,7 +68,7 @@ def normalise_value(value: Any, aliases: Mapping[str, str] | None = None) -> str
     text = str(value).strip().lower()
     text = aliases.get(text, text)
     text = re.sub(r"(^|\W)versus(\W|$)", r"\1vs\2", text)
-    text = _strip(text)
+    text = normalise_text(text)
     return aliases.get(text, text)
 
 
@@ -112,17 +109,6 @@ def call_key(call: Call, aliases: Mapping[str, str] | None = None, schema_aliase
             frozenset((a, v) for _, a, v in call_triples(call, aliases, schema_aliases)))
 
 
-def set_prf(predicted: set, gold: set) -> tuple[float, float, float]:
-    """Precision, recall, F1 of one example; both empty is a perfect answer."""
-    if not predicted and not gold:
-        return 1.0, 1.0, 1.0
-    tp = len(predicted & gold)
-    if tp == 0:
-        return 0.0, 0.0, 0.0
-    precision, recall = tp / len(predicted), tp / len(gold)
-    return precision, recall, 2 * precision * recall / (precision + recall)
-
-
 def score_calls(predicted: list[Call], gold: list[Call], aliases: Mapping[str, str] | None = None, *,
                 schema_aliases: bool = True) -> dict[str, float]:
     """Per-example scores: exact_match, slot_precision/recall/f1, function_f1, and the counts for micro sums."""
@@ -156,13 +142,6 @@ def score_selection(predicted: Iterable[str], gold: Iterable[str]) -> dict[str, 
     return {"selection_precision": p, "selection_recall": r, "selection_f1": f}
 
 
-def parse_call_string(text: str) -> Call:
-    """One NLSI call string, with the schemas area's parser (the one the strategies use)."""
-    from prefcall.schemas.calls import parse_call
-
-    return parse_call(text)
-
-
 def calls_from_any(raw: Any) -> list[Call]:
     """Calls from strings, dicts ({name, arguments}) or Call objects."""
     out = []
@@ -170,7 +149,7 @@ def calls_from_any(raw: Any) -> list[Call]:
         if isinstance(entry, Call):
             out.append(entry)
         elif isinstance(entry, str):
-            out.append(parse_call_string(entry))
+            out.append(parse_call(entry))
         elif isinstance(entry, Mapping):
             out.append(Call(name=entry.get("name", ""), arguments=dict(entry.get("arguments") or {})))
         else:

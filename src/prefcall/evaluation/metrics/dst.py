@@ -12,23 +12,19 @@ at that turn). Per turn:
 
 from __future__ import annotations
 
-import string
 from collections.abc import Mapping
 from typing import Any
 
-_PUNCT = str.maketrans("", "", string.punctuation)
+from prefcall.evaluation.metrics.f1 import prf
+from prefcall.evaluation.metrics.normalise import normalise_text
 
 GoldState = dict[str, dict[str, Any]]  # service -> {"intent": str, "slots": {slot: [values]}}
 PredState = dict[str, dict[str, Any]]  # service -> {"intent": str | None, "slots": {slot: value}}
 
 
-def normalise(value: Any) -> str:
-    return " ".join(str(value).lower().translate(_PUNCT).split())
-
-
 def value_matches(predicted: Any, acceptable: list[Any]) -> bool:
-    norm = normalise(predicted)
-    return any(norm == normalise(v) for v in acceptable)
+    norm = normalise_text(predicted)
+    return any(norm == normalise_text(v) for v in acceptable)
 
 
 def frame_correct(pred_slots: Mapping[str, Any], gold_slots: Mapping[str, list[Any]]) -> bool:
@@ -53,12 +49,7 @@ def score_turn(predicted: PredState, gold: GoldState) -> dict[str, float]:
             intents_right = False
     # Slots predicted for services with no gold frame this turn are all false positives.
     n_pred = sum(len((p.get("slots") or {})) for p in predicted.values())
-    if n_pred == 0 and n_gold == 0:
-        precision = recall = f1 = 1.0
-    else:
-        precision = tp / n_pred if n_pred else 0.0
-        recall = tp / n_gold if n_gold else 0.0
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    precision, recall, f1 = prf(tp, n_pred, n_gold)
     return {
         "joint_goal_accuracy": float(joint),
         "slot_precision": precision,

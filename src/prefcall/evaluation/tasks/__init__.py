@@ -1,15 +1,59 @@
-"""Evaluation tasks, one module each, imported lazily by name (see prefcall.evaluation.task for the guide).
+"""Evaluation tasks, one module each (see prefcall.evaluation.task for the guide).
 
-Nothing is imported here, so a half-written task module never breaks the others.
+`TASKS` maps a task name to a function that imports its module and returns its `TASK`: modules load only
+when a task is asked for, and a half-written task module breaks only itself.
 """
 
 from __future__ import annotations
 
-TASK_MODULES: dict[str, str] = {
-    "nlsi": "prefcall.evaluation.tasks.nlsi",  # NLSI standing instructions -> API calls
-    "tags": "prefcall.evaluation.tasks.tags",  # TAPS structured tags of instructions
-    "tools": "prefcall.evaluation.tasks.tools",  # NLT / QwN tool selection
-    "bfcl": "prefcall.evaluation.tasks.bfcl",  # Berkeley Function Calling Leaderboard subsets
-    "acebench": "prefcall.evaluation.tasks.acebench",  # ACEBench preference / special cases
-    "dst": "prefcall.evaluation.tasks.dst",  # SGD dialogue state tracking as function calling (FnCTOD)
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from prefcall.evaluation.task import Task
+
+
+def _nlsi() -> Task:  # NLSI standing instructions -> API calls
+    from prefcall.evaluation.tasks.nlsi import TASK
+
+    return TASK
+
+
+def _tags() -> Task:  # TAPS structured tags of instructions
+    from prefcall.evaluation.tasks.tags import TASK
+
+    return TASK
+
+
+def _tools() -> Task:  # NLT / QwN tool selection
+    from prefcall.evaluation.tasks.tools import TASK
+
+    return TASK
+
+
+def _bfcl() -> Task:  # Berkeley Function Calling Leaderboard subsets
+    from prefcall.evaluation.tasks.bfcl import TASK
+
+    return TASK
+
+
+def _acebench() -> Task:  # ACEBench preference / special cases
+    from prefcall.evaluation.tasks.acebench import TASK
+
+    return TASK
+
+
+def _dst() -> Task:  # SGD dialogue state tracking as function calling (FnCTOD)
+    from prefcall.evaluation.tasks.dst import TASK
+
+    return TASK
+
+
+TASKS: dict[str, Callable[[], Task]] = {
+    "nlsi": _nlsi,
+    "tags": _tags,
+    "tools": _tools,
+    "bfcl": _bfcl,
+    "acebench": _acebench,
+    "dst": _dst,
 }

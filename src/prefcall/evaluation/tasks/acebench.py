@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from prefcall.errors import ConfigError, PrefcallError
+from prefcall.evaluation.metrics.normalise import normalise_argument
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
 from prefcall.evaluation.tasks import tools as selection
+from prefcall.schemas.importers import import_catalogue
 from prefcall.schemas.model import Catalogue, Function, Turn
 from prefcall.strategies.qwn import clarify
 from prefcall.strategies.qwn_draft import draft_call
@@ -84,11 +86,10 @@ def load_items(path: str | Path, answers_path: str | Path | None = None) -> list
 
 
 def catalogue_of(functions: list[dict[str, Any]]) -> Catalogue:
+    """The imported catalogue; the raw functions when the importer rejects them."""
     try:
-        from prefcall.schemas.importers import import_catalogue
-
         return import_catalogue(functions, name="acebench", format="functions")
-    except (ImportError, PrefcallError):
+    except PrefcallError:
         return Catalogue(name="acebench", functions=[Function.model_validate(f) for f in functions])
 
 
@@ -121,18 +122,6 @@ def predict(item: EvalItem, engine: Any, mode: str = "combined", *, embedder: An
     return prediction
 
 
-def _norm(value: Any) -> Any:
-    if isinstance(value, str):
-        return " ".join(re.findall(r"[a-z0-9]+", value.lower()))
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, list):
-        return [_norm(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _norm(v) for k, v in value.items()}
-    return value
-
-
 def missing_recall(predicted: list[str], gold: dict[str, list[str]]) -> float:
     """Share of gold missing-parameter names the question asked about; 1.0 when gold names none."""
     gold_names = {n.lower() for names in gold.values() for n in names}
@@ -149,7 +138,8 @@ def argument_scores(call: dict[str, Any] | None, gold_calls: dict[str, dict[str,
     if not call or call.get("name") != gold_name:
         return {"function_match": 0.0, "argument_accuracy": 0.0}
     arguments = call.get("arguments") or {}
-    right = sum(k in arguments and _norm(arguments[k]) == _norm(v) for k, v in gold_args.items())
+    right = sum(k in arguments and normalise_argument(arguments[k]) == normalise_argument(v)
+                for k, v in gold_args.items())
     return {"function_match": 1.0, "argument_accuracy": right / len(gold_args) if gold_args else 1.0}
 
 

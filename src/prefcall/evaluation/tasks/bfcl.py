@@ -22,6 +22,7 @@ from typing import Any
 from prefcall.errors import ConfigError, PrefcallError
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
 from prefcall.evaluation.tasks import tools as selection
+from prefcall.schemas.importers import import_catalogue
 from prefcall.schemas.model import Call, Catalogue, Function
 from prefcall.strategies.nlt import select_tools
 from prefcall.strategies.qwn_draft import draft_call
@@ -69,13 +70,11 @@ def load_items(path: str | Path, answers_path: str | Path | None = None) -> list
 
 
 def catalogue_of(functions: list[dict[str, Any]]) -> Catalogue:
-    """The catalogues area's BFCL importer when it accepts the record; else the raw functions (the draft step
-    maps BFCL's type names itself)."""
+    """The BFCL importer's catalogue (BFCL type names mapped to JSON Schema); the raw functions when the
+    importer rejects the record (the grammar cleaner maps BFCL's type names too)."""
     try:
-        from prefcall.schemas.importers import import_catalogue
-
         return import_catalogue(functions, name="bfcl", format="bfcl")
-    except (ImportError, PrefcallError):
+    except PrefcallError:
         return Catalogue(name="bfcl", functions=[Function.model_validate(f) for f in functions])
 
 

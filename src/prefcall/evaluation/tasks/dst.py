@@ -17,11 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from prefcall.errors import ParseError
-from prefcall.evaluation.data import load_catalogue, read_json, require_data, shared_data_dir
+from prefcall.evaluation.data import import_catalogue_file, load_catalogue, read_json, require_data, shared_data_dir
 from prefcall.evaluation.metrics.calls import calls_from_any
 from prefcall.evaluation.metrics.dst import score_turn
+from prefcall.evaluation.metrics.f1 import micro_prf
 from prefcall.evaluation.plots import bar_chart, group_mean
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
+from prefcall.evaluation.tasks.nlsi import (
+    add_function_selection_option,
+    config_overrides,
+    prediction_from_result,
+    slot_counts,
+)
 from prefcall.schemas.model import Call, Turn
 
 ZERO = {"joint_goal_accuracy": 0.0, "slot_precision": 0.0, "slot_recall": 0.0, "slot_f1": 0.0, "intent_accuracy": 0.0}
@@ -37,7 +44,6 @@ class DstTask(BaseTask):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--sgd-schema", help="SGD schema file (default: dev_schema.json beside --data)")
         parser.add_argument("--dialogues", type=int, help="use only the first N dialogues (all their user turns)")
-        from prefcall.evaluation.tasks.nlsi import add_function_selection_option
 
         add_function_selection_option(parser)
 
@@ -53,7 +59,6 @@ class DstTask(BaseTask):
 
     # -- prediction ---------------------------------------------------------------------------------------
     def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
-        from prefcall.evaluation.tasks.nlsi import config_overrides, prediction_from_result
         from prefcall.strategies.pipeline import Pipeline, get_config
 
         config = get_config(ctx.config, **config_overrides(ctx.args))
@@ -71,8 +76,6 @@ class DstTask(BaseTask):
             return load_catalogue(args, "sgd")
         data = Path(args.data) if getattr(args, "data", None) else shared_data_dir() / "sgd" / "x"
         schema = Path(args.sgd_schema) if getattr(args, "sgd_schema", None) else data.parent / "dev_schema.json"
-        from prefcall.evaluation.data import import_catalogue_file
-
         return import_catalogue_file(schema, "sgd")
 
     def predictions_from_file(self, item: EvalItem, record: dict[str, Any]) -> dict[str, Any]:
@@ -102,12 +105,7 @@ class DstTask(BaseTask):
     def aggregate(self, items: list[ScoredItem]) -> dict[str, Any]:
         n = len(items)
         metrics: dict[str, Any] = {k: sum(i.scores.get(k, 0.0) for i in items) / n for k in MEAN_KEYS} if n else {}
-        tp = sum(i.scores.get("tp", 0.0) for i in items)
-        n_pred = sum(i.scores.get("n_pred", 0.0) for i in items)
-        n_gold = sum(i.scores.get("n_gold", 0.0) for i in items)
-        p = tp / n_pred if n_pred else 0.0
-        r = tp / n_gold if n_gold else 0.0
-        metrics["slot_micro_f1"] = 2 * p * r / (p + r) if p + r else 0.0
+        metrics["slot_micro_f1"] = micro_prf(slot_counts(i) for i in items)[2]
         metrics["parse_error_rate"] = sum(i.status == "parse_error" for i in items) / n if n else 0.0
         metrics["failure_rate"] = sum(i.status not in ("ok", "parse_error") for i in items) / n if n else 0.0
         metrics["dialogues"] = len({i.meta.get("dialogue_id") for i in items})

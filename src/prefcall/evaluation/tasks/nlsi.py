@@ -21,6 +21,7 @@ from typing import Any
 from prefcall.errors import ParseError
 from prefcall.evaluation.data import load_catalogue, read_json, require_data, shared_data_dir
 from prefcall.evaluation.metrics.calls import calls_from_any, load_aliases, score_calls, score_selection
+from prefcall.evaluation.metrics.f1 import micro_prf
 from prefcall.evaluation.plots import (
     bar_chart,
     confidence_scatter,
@@ -85,7 +86,8 @@ class NlsiTask(BaseTask):
 
     def pipeline(self, ctx: EvalContext, config: Any) -> Any:
         """Load only what the config uses: the embedder for demonstrations, selection or tag examples."""
-        from prefcall.strategies.fcicl import DemoStore, seed_from_nlsi
+        from prefcall.storage.demos import DemoStore
+        from prefcall.strategies.fcicl import seed_from_nlsi
         from prefcall.strategies.pipeline import Pipeline
         from prefcall.strategies.taps_tagger import TagExamples
 
@@ -94,7 +96,7 @@ class NlsiTask(BaseTask):
         embedder = ctx.embedder if needs_embedder else None
         store = None
         if config.use_demos:
-            store = DemoStore(None, embedder)
+            store = DemoStore(None)
             demos = getattr(ctx.args, "demos", None) or getattr(ctx.args, "data", None)
             if demos:
                 seed_from_nlsi(store, demos, catalogue=getattr(ctx.args, "catalogue", None) or "nlsi")
@@ -151,14 +153,10 @@ class NlsiTask(BaseTask):
             values = [i.scores[key] for i in items if key in i.scores]
             if values:
                 metrics[key] = sum(values) / len(values)
-        tp = sum(i.scores.get("tp", 0.0) for i in items)
-        n_pred = sum(i.scores.get("n_pred", 0.0) for i in items)
-        n_gold = sum(i.scores.get("n_gold", 0.0) for i in items)
-        precision = tp / n_pred if n_pred else 0.0
-        recall = tp / n_gold if n_gold else 0.0
+        precision, recall, f1 = micro_prf(slot_counts(i) for i in items)
         metrics["slot_micro_precision"] = precision
         metrics["slot_micro_recall"] = recall
-        metrics["slot_micro_f1"] = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        metrics["slot_micro_f1"] = f1
         metrics["parse_error_rate"] = sum(i.status == "parse_error" for i in items) / n if n else 0.0
         metrics["failure_rate"] = sum(i.status not in ("ok", "parse_error") for i in items) / n if n else 0.0
         decisions = [i.prediction.get("decision") for i in items if i.prediction.get("decision")]
@@ -213,6 +211,11 @@ def config_overrides(args: Any) -> dict[str, Any]:
     """PipelineConfig fields set on the command line (recorded in the run's args, so reports can say so)."""
     mode = getattr(args, "function_selection", None)
     return {"function_selection": mode} if mode else {}
+
+
+def slot_counts(item: ScoredItem) -> tuple[float, float, float]:
+    """(tp, n_pred, n_gold) of one item's slot triples, for micro sums."""
+    return item.scores.get("tp", 0.0), item.scores.get("n_pred", 0.0), item.scores.get("n_gold", 0.0)
 
 
 def domain_of(calls: list[str]) -> str:

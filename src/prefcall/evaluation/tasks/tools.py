@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from prefcall.errors import ConfigError
+from prefcall.evaluation.metrics.f1 import prf
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
 from prefcall.strategies.nlt import NltResult, select_tools
 
@@ -103,17 +104,9 @@ def score(item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
     return selection_scores(prediction.get("selected"), item.gold or [], str(prediction.get("status", "ok")))
 
 
-def ratio(numerator: float, denominator: float, *, empty: float) -> float:
-    """numerator/denominator, or `empty` when the denominator is 0 (the caller decides what nothing means)."""
-    return numerator / denominator if denominator else empty
-
-
 def precision_recall(tp: float, fp: float, fn: float) -> dict[str, float]:
     """Nothing predicted and nothing expected is perfect; nothing predicted when something was expected is 0."""
-    precision = ratio(tp, tp + fp, empty=1.0 if fn == 0 else 0.0)
-    recall = ratio(tp, tp + fn, empty=1.0 if fp == 0 else 0.0)
-    f1 = ratio(2 * precision * recall, precision + recall, empty=0.0)
-    return {"precision": precision, "recall": recall, "f1": f1}
+    return dict(zip(("precision", "recall", "f1"), prf(tp, tp + fp, tp + fn)))
 
 
 def per_tool_counts(scored: list[ScoredItem]) -> dict[str, dict[str, float]]:

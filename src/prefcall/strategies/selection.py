@@ -20,10 +20,8 @@ No rule names a data set's domain: all domain vocabulary comes from the catalogu
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,7 +52,7 @@ _COND_TAIL_RE = re.compile(r"^(?P<rest>.+?)\b(?:if|when|whenever)\b(?P<cond>.+)$
 _REQUEST_RE = re.compile(
     r"\b(?:ask|asking|request|requesting|look|looking|search|searching|want|need|get|getting|make|making|"
     r"inquir\w*|seek\w*|book\w*|find\w*|go|going|comes?)\b", re.I)
-_ALSO_RE = re.compile(r"\b(?:also|too|as well)\b", re.I)
+ALSO_RE = re.compile(r"\b(?:also|too|as well)\b", re.I)
 _PLACE_RE = re.compile(r"\b(?:in|around|near)\s+(?:the\s+)?([A-Z][\w.'-]*(?:[ ,]+[A-Z][\w.'-]*)*)")
 _CONNECTORS = r"(?:is|as|=|should be|to be|must be|called|named)"
 
@@ -348,7 +346,7 @@ def select_instructions(
             met_by_dialogue = not needs[i] or _condition_met(needs[i], context_words)
             selected[i] = "direct" if met_by_dialogue else "chain"
             changed = True
-            if config.use_chains and _ALSO_RE.search(conditions[i][1]):
+            if config.use_chains and ALSO_RE.search(conditions[i][1]):
                 # "then also look at Hotels": a domain the consequence names becomes active too.
                 active |= set(model.named(_words(conditions[i][1])))
         if not config.use_chains:
@@ -409,64 +407,3 @@ def _relevance(
         hit = hits.get(i)
         out.append((hit.score, hit.bm25, hit.dense) if hit else (0.0, 0.0, None))
     return out
-
-
-# ---------------------------------------------------------------------------- evaluation
-def evaluate_selection(
-    items: Sequence[dict[str, Any]],
-    embedder: Embedder | None,
-    catalogue: Catalogue | None = None,
-    *,
-    config: SelectionConfig | None = None,
-) -> dict[str, Any]:
-    """Micro precision/recall/F1 and exact-set accuracy against NLSI `applicable_standing_instructions`."""
-    if catalogue is None:
-        from prefcall.schemas.registry import builtin_catalogue
-
-        catalogue = builtin_catalogue("nlsi")
-    tp = fp = fn = exact = 0
-    started = time.perf_counter()
-    for item in items:
-        result = select_instructions(
-            nlsi_dialogue(item["user_utterance"]), item["all_standing_instructions"], catalogue, embedder, config=config
-        )
-        predicted = set(result.selected_texts)
-        gold = set(item["applicable_standing_instructions"])
-        tp += len(predicted & gold)
-        fp += len(predicted - gold)
-        fn += len(gold - predicted)
-        exact += predicted == gold
-    n = len(items)
-    precision = tp / (tp + fp) if tp + fp else 0.0
-    recall = tp / (tp + fn) if tp + fn else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {
-        "items": n,
-        "precision": round(precision, 4),
-        "recall": round(recall, 4),
-        "f1": round(f1, 4),
-        "exact_match": round(exact / n, 4) if n else 0.0,
-        "embedder": getattr(embedder, "name", None) if embedder is not None else None,
-        "seconds": round(time.perf_counter() - started, 2),
-    }
-
-
-def nlsi_dialogue(user_utterance: str) -> list[Turn]:
-    """NLSI's `user_utterance` is a transcript ("User: ...\\nAgent: ..."); split it into turns."""
-    turns = []
-    for line in user_utterance.splitlines():
-        role, _, content = line.partition(":")
-        role = role.strip().lower()
-        if role in ("user", "agent", "assistant", "system") and content:
-            turns.append(Turn(role="user" if role == "user" else "assistant", content=content.strip()))
-        elif turns:
-            turns[-1].content += "\n" + line
-        elif line.strip():
-            turns.append(Turn(role="user", content=line.strip()))
-    return turns
-
-
-def load_items(path: str, limit: int | None = None) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as handle:
-        items = json.load(handle)
-    return items[:limit] if limit else items

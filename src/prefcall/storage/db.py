@@ -1,21 +1,25 @@
-"""The prefcall SQLite database: opening (WAL, busy timeout), numbered migrations, write transactions.
+"""The prefcall SQLite database: opening (WAL, busy timeout), numbered migrations, write transactions,
+and `Store`, the base every store (profiles, catalogues, demonstrations) builds on.
 
 Migrations follow simonw/llm's migrations.py: each is a function applied once, in order, and recorded
 by name in `_migrations`; a database created by an older prefcall is upgraded in place on open.
 Migrations run inside one `BEGIN IMMEDIATE` transaction, so two processes opening a fresh database at
-the same time cannot both apply the same migration.
+the same time cannot both apply the same migration. Every table is created here and nowhere else.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Self
 
 import sqlite_utils
 
+from prefcall.config import Settings
 from prefcall.errors import StoreError
 
 Migration = Callable[[sqlite_utils.Database], None]
@@ -60,6 +64,19 @@ def m003_catalogues(db: sqlite_utils.Database) -> None:
     )
 
 
+@migration
+def m004_demonstrations(db: sqlite_utils.Database) -> None:
+    # FC-ICL demonstrations. Before this migration the demonstration store created the table itself, so a
+    # database it wrote already has the table (same columns): keep it and its rows, add only what is missing.
+    if "demonstrations" not in db.table_names():
+        db["demonstrations"].create(
+            {"id": str, "dialogue": str, "instructions": str, "catalogue": str, "calls": str, "source": str,
+             "added_at": float},
+            pk="id",
+        )
+    db["demonstrations"].create_index(["catalogue"], if_not_exists=True)
+
+
 def applied_migrations(db: sqlite_utils.Database) -> list[str]:
     if "_migrations" not in db.table_names():
         return []
@@ -83,12 +100,16 @@ def migrate(db: sqlite_utils.Database, migrations: list[Migration] | None = None
     return applied_now
 
 
-def connect(path: str | Path, *, timeout: float = BUSY_TIMEOUT_S) -> sqlite_utils.Database:
-    """An sqlite-utils Database on a connection in WAL mode with a busy timeout; parent folders created."""
-    path = Path(path).expanduser()
+def connect(path: str | Path | None, *, timeout: float = BUSY_TIMEOUT_S) -> sqlite_utils.Database:
+    """An sqlite-utils Database on a connection in WAL mode with a busy timeout; parent folders created.
+    `path=None` is a private in-memory database (tests, one-off evaluations)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(path), timeout=timeout, check_same_thread=False)
+        if path is None:
+            conn = sqlite3.connect(":memory:", check_same_thread=False)
+        else:
+            path = Path(path).expanduser()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(str(path), timeout=timeout, check_same_thread=False)
         db = sqlite_utils.Database(conn)
         # WAL: readers never block the writer; NORMAL sync is crash-safe for process kills in WAL mode.
         db.execute("PRAGMA journal_mode=WAL")
@@ -100,7 +121,7 @@ def connect(path: str | Path, *, timeout: float = BUSY_TIMEOUT_S) -> sqlite_util
     return db
 
 
-def open_database(path: str | Path, *, timeout: float = BUSY_TIMEOUT_S) -> sqlite_utils.Database:
+def open_database(path: str | Path | None, *, timeout: float = BUSY_TIMEOUT_S) -> sqlite_utils.Database:
     db = connect(path, timeout=timeout)
     try:
         migrate(db)
@@ -127,3 +148,37 @@ def transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
         raise
     else:
         db.conn.execute("COMMIT")
+
+
+class Store:
+    """What every store shares: the migrated database (`path=None`: in memory), a lock that makes it
+    thread-safe, and `_write()`, one locked write transaction whose SQLite errors become StoreError."""
+
+    def __init__(self, path: str | Path | None = None, *, db: sqlite_utils.Database | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self.db = db if db is not None else open_database(self.path)
+        self._lock = threading.RLock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        """The store on the configured database file (PREFCALL_DB_PATH or DATA_DIR/prefcall.db)."""
+        return cls(settings.database_path())
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite_utils.Database]:
+        with self._lock:
+            try:
+                with transaction(self.db) as db:
+                    yield db
+            except sqlite3.Error as exc:
+                where = self.path or "the in-memory database"
+                raise StoreError(f"write to {where} failed (busy or unwritable): {exc}; retry") from exc

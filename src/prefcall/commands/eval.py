@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from prefcall.evaluation.tasks import TASK_MODULES
+from prefcall.commands.options import add_model_options
+from prefcall.evaluation.tasks import TASKS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,13 +17,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--out DIR writes results.jsonl (resumable), report.md, metrics.json and PNG plots.",
     )
     tasks = parser.add_subparsers(dest="task", metavar="TASK", required=True)
-    for name in TASK_MODULES:
+    for name in TASKS:
         add_task_parser(tasks, name)
 
 
 def add_task_parser(tasks: argparse._SubParsersAction, name: str) -> None:
     """One sub-parser per task: the shared options plus the task's own (a broken task only breaks itself)."""
-    from prefcall.cli import add_model_options
     from prefcall.errors import PrefcallError
     from prefcall.evaluation.task import get_task
 

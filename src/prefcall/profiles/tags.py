@@ -265,28 +265,6 @@ def tags_to_calls(tree: TagTree, catalogue: Catalogue) -> list[Call]:
     return calls
 
 
-def span_triples(tagged: str) -> set[tuple[str, str, str]]:
-    """(intent label, slot label, normalised span) triples for span-level scoring; empty when unparsable."""
-    try:
-        tree = parse_tags(tagged)
-    except ParseError:
-        return set()
-    out: set[tuple[str, str, str]] = set()
-    _spans(tree.children, "", out)
-    return out
-
-
-def _spans(children: list[TagNode | str], intent: str, out: set[tuple[str, str, str]]) -> None:
-    for child in children:
-        if isinstance(child, str):
-            continue
-        if child.kind == "IN":
-            out.add((_fold(child.label), "", ""))
-            _spans(child.children, _fold(child.label), out)
-        else:
-            out.add((intent, _fold(child.label), child.text().strip(_TRAILING_PUNCT).lower()))
-
-
 # -- span-built tags (the constrained tagger) -----------------------------------------------
 # A small model cannot copy an instruction word for word while inserting brackets, so the constrained tagger
 # only picks labels and spans (grammar-constrained to the instruction's own n-grams) and the tag string is

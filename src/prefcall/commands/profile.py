@@ -7,14 +7,13 @@ import json
 import sys
 from pathlib import Path
 
+from prefcall.commands.options import settings_from_args
 from prefcall.errors import ValidationError
+from prefcall.storage.profiles import ProfileStore
 
 
-def _store(args: argparse.Namespace):
-    from prefcall.cli import settings_from_args
-    from prefcall.profiles.store import ProfileStore
-
-    return ProfileStore(settings_from_args(args).database_path())
+def _store(args: argparse.Namespace) -> ProfileStore:
+    return ProfileStore.from_settings(settings_from_args(args))
 
 
 def _print_instructions(profile) -> None:
@@ -89,9 +88,8 @@ def cmd_delete(args):
 
 
 def cmd_evaluate_selection(args):
-    from prefcall.cli import settings_from_args
-    from prefcall.profiles.selection import evaluate_selection, load_items
-    from prefcall.schemas.registry import CatalogueStore, builtin_catalogue
+    from prefcall.evaluation.selection import evaluate_selection, load_items
+    from prefcall.schemas.registry import CatalogueRegistry
 
     if not Path(args.data).is_file():
         raise ValidationError(f"data: {args.data} not found; give NLSI dev.json")
@@ -102,11 +100,8 @@ def cmd_evaluate_selection(args):
         from prefcall.engine import load_embedder
 
         embedder = load_embedder(settings)
-    if args.catalogue == "nlsi":
-        catalogue = builtin_catalogue("nlsi")
-    else:
-        with CatalogueStore(settings.database_path()) as catalogues:
-            catalogue = catalogues.get(args.catalogue)
+    with CatalogueRegistry.from_settings(settings) as catalogues:
+        catalogue = catalogues.get(args.catalogue)
     metrics = evaluate_selection(items, embedder, catalogue)
     metrics["mode"] = "bm25" if args.bm25_only else "hybrid"
     print(json.dumps(metrics), file=sys.stdout)

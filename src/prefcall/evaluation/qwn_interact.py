@@ -18,6 +18,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from prefcall.engine.base import Embedder, Engine
+from prefcall.evaluation.metrics.normalise import normalise_argument
 from prefcall.schemas.model import Call, Catalogue, Turn, as_dialogue
 from prefcall.strategies.qwn import Decision, clarify
 from prefcall.strategies.qwn_draft import draft_call
@@ -57,22 +58,11 @@ class SimulatedUser:
         return CANNOT_HELP, False
 
 
-def _norm(value: Any) -> Any:
-    if isinstance(value, str):
-        return " ".join(value.lower().split()).strip(" .")
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, list):
-        return [_norm(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _norm(v) for k, v in value.items()}
-    return value
-
-
 def calls_match(predicted: Sequence[Call], expected: Sequence[Call]) -> bool:
-    """Same multiset of calls: names equal and arguments equal after light normalisation (case, spaces)."""
+    """Same multiset of calls: names equal and arguments equal after the metrics' value normalisation
+    (`normalise_argument`: case, punctuation, spaces, 2.0 == 2)."""
     def key(call: Call) -> str:
-        return repr((call.name, sorted((k, repr(_norm(v))) for k, v in call.arguments.items())))
+        return repr((call.name, sorted((k, repr(normalise_argument(v))) for k, v in call.arguments.items())))
 
     return sorted(map(key, predicted)) == sorted(map(key, expected))
 

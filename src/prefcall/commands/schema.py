@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from prefcall.commands.options import settings_from_args
 from prefcall.errors import ValidationError
+from prefcall.schemas.registry import CatalogueRegistry
 
 
-def _store(args: argparse.Namespace):
-    from prefcall.cli import settings_from_args
-    from prefcall.schemas.registry import CatalogueStore
-
-    return CatalogueStore(settings_from_args(args).database_path())
+def _store(args: argparse.Namespace) -> CatalogueRegistry:
+    return CatalogueRegistry.from_settings(settings_from_args(args))
 
 
 def cmd_add(args):

@@ -8,11 +8,10 @@ import shlex
 import sys
 from pathlib import Path
 from typing import Any
+from prefcall.commands.options import add_model_options, settings_from_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from prefcall.cli import add_model_options
-
     bench = subparsers.add_parser(
         "bench", help="measure speed: raw limit, prefix reuse, NLT, FnCTOD, TAPS gate, retrieval, server",
         description="Every figure is a ratio or a pair measured side by side in this one run (shared machines are "
@@ -40,7 +39,6 @@ def run_bench_command(args: argparse.Namespace, *, context_overrides: dict[str, 
     from prefcall.bench.context import BenchContext
     from prefcall.bench.report import render_table, write_outputs
     from prefcall.bench.runner import parse_only, run_bench
-    from prefcall.cli import settings_from_args
     from prefcall.errors import ValidationError
 
     names = parse_only(args.only)

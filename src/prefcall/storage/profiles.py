@@ -10,17 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sqlite3
-import threading
 import unicodedata
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from prefcall.config import Settings
-from prefcall.errors import NotFoundError, StoreError, ValidationError
-from prefcall.profiles.db import open_database, transaction, utc_now
+from prefcall.errors import NotFoundError, ValidationError
+from prefcall.storage.db import Store, utc_now
 
 MAX_INSTRUCTION_CHARS = 2000  # standing instructions are sentences; anything longer is a paste accident
 MAX_TAGS_CHARS = 8000
@@ -94,31 +90,10 @@ def clean_text(text: Any, field: str = "text", *, limit: int = MAX_INSTRUCTION_C
 
 
 # ---------------------------------------------------------------------------- the store
-class ProfileStore:
+class ProfileStore(Store):
     """Profiles in SQLite; `ProfileStore(path)` or `ProfileStore.from_settings(settings)`. Thread-safe."""
 
-    def __init__(self, path: str | Path | None = None, *, settings: Settings | None = None) -> None:
-        self.path = Path(path) if path is not None else (settings or Settings()).database_path()
-        self.db = open_database(self.path)
-        self._lock = threading.RLock()
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> ProfileStore:
-        return cls(settings.database_path())
-
-    def close(self) -> None:
-        self.db.close()
-
-    def __enter__(self) -> ProfileStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # -- helpers ----------------------------------------------------------------------
-    def _write(self):
-        return _LockedTransaction(self)
-
     def _user_row(self, user_id: str) -> dict[str, Any] | None:
         rows = list(self.db.query("select * from users where id = ?", [user_id]))
         return rows[0] if rows else None
@@ -324,34 +299,6 @@ class ProfileStore:
                      (item.get("tagged_at") or now) if tags else None, text_hash(item["text"]) if tags else None],
                 )
         return self.get_profile(target)
-
-
-class _LockedTransaction:
-    """Thread lock + SQLite write transaction; sqlite errors become StoreError with the database path."""
-
-    def __init__(self, store: ProfileStore) -> None:
-        self.store = store
-        self._tx = None
-
-    def __enter__(self) -> None:
-        self.store._lock.acquire()
-        try:
-            self._tx = transaction(self.store.db)
-            self._tx.__enter__()
-        except sqlite3.Error as exc:
-            self.store._lock.release()
-            raise StoreError(f"database {self.store.path} is busy or unwritable: {exc}; retry") from exc
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        try:
-            self._tx.__exit__(exc_type, exc, tb)  # type: ignore[union-attr]
-        except sqlite3.Error as error:
-            raise StoreError(f"write to {self.store.path} failed: {error}; retry") from error
-        finally:
-            self.store._lock.release()
-        if isinstance(exc, sqlite3.Error):
-            raise StoreError(f"write to {self.store.path} failed: {exc}; retry") from exc
-        return False
 
 
 def parse_profile(data: str | bytes | dict[str, Any]) -> dict[str, Any]:

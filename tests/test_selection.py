@@ -5,14 +5,9 @@ from __future__ import annotations
 import pytest
 
 from prefcall.engine.fake import FakeEmbedder
-from prefcall.profiles.selection import (
-    SelectionConfig,
-    evaluate_selection,
-    nlsi_dialogue,
-    select_instructions,
-    split_condition,
-)
+from prefcall.evaluation.selection import evaluate_selection, nlsi_dialogue
 from prefcall.schemas.registry import builtin_catalogue
+from prefcall.strategies.selection import SelectionConfig, select_instructions, split_condition
 
 NLSI = builtin_catalogue("nlsi")
 PROFILE = [

@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from prefcall.commands.options import add_model_options, settings_from_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from prefcall.cli import add_model_options
-
     serve = subparsers.add_parser("serve", help="run the MCP server (stdio by default, or --transport http)")
     add_model_options(serve)
     serve.add_argument("--transport", choices=("stdio", "http"), default="stdio",
@@ -27,8 +26,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from prefcall.cli import settings_from_args
-
     settings = settings_from_args(args)
     updates = {}
     if args.tokens_file:

@@ -1,0 +1,26 @@
+"""Options every model-using command shares, and the Settings they build."""
+
+from __future__ import annotations
+
+import argparse
+
+from prefcall.config import Settings
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """Options every model-using command shares; they override PREFCALL_* variables."""
+    parser.add_argument("--model", help="GGUF model path (default: PREFCALL_MODEL or the embedded SmolLM2-135M)")
+    parser.add_argument("--n-gpu-layers", type=int, help="layers to offload to CUDA/Metal (-1: all)")
+    parser.add_argument("--n-ctx", type=int, help="context window in tokens")
+    parser.add_argument("--threads", type=int, help="CPU threads")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    overrides = {
+        "model": getattr(args, "model", None),
+        "n_gpu_layers": getattr(args, "n_gpu_layers", None),
+        "n_ctx": getattr(args, "n_ctx", None),
+        "n_threads": getattr(args, "threads", None),
+        "db_path": getattr(args, "db", None),
+    }
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})
