@@ -8,7 +8,7 @@ import pytest
 from prefcall.schemas.registry import builtin_catalogue
 from prefcall.schemas.render import arguments_schema
 from prefcall.strategies.pipeline import Pipeline, get_config
-from prefcall.strategies.taps_tagger import tag_instruction
+from prefcall.strategies.taps_tagger import check_tagging, tag_instruction
 
 
 @pytest.mark.model
@@ -28,8 +28,22 @@ def test_full_pipeline_calls_validate_against_the_catalogue(real_engine, real_em
 
 
 @pytest.mark.model
-def test_tagger_output_is_either_valid_or_explicitly_invalid(real_engine):
+def test_free_text_tagging_reports_what_independent_validation_says(real_engine):
     catalogue = builtin_catalogue("nlsi")
-    result = tag_instruction(real_engine, "If I ask for Restaurants, my preferred city is Oakland.", catalogue, k=3)
-    assert result.status in ("ok", "invalid")
-    assert (result.status == "ok") == (result.reasons == []) and result.completion_tokens > 0
+    instruction = "If I ask for Restaurants, my preferred city is Oakland."
+    result = tag_instruction(real_engine, instruction, catalogue, k=3)
+    # The tagger's verdict must be the validator's verdict on the model's raw text, never a silent pass.
+    independent = check_tagging(instruction, result.raw, catalogue)
+    assert result.status == independent.status and result.reasons == independent.reasons
+    assert (result.tagged is not None) == (result.status == "ok") and result.completion_tokens > 0
+
+
+@pytest.mark.model
+def test_constrained_span_tagging_is_valid_by_construction(real_engine):
+    catalogue = builtin_catalogue("nlsi")
+    instruction = "If I ask for Restaurants, my preferred city is Oakland."
+    result = tag_instruction(real_engine, instruction, catalogue, k=3, mode="spans")
+    # Labels and spans come from a grammar over the catalogue and the instruction's own words.
+    assert result.status == "ok", result.reasons
+    assert check_tagging(instruction, result.tagged, catalogue).status == "ok"
+    assert {t.function for t in result.triples} <= set(catalogue.names) and result.triples

@@ -18,7 +18,7 @@ from prefcall.strategies.qwn import (
     parse_decision,
     question_for,
 )
-from prefcall.strategies.qwn_draft import grammar_schema
+from prefcall.schemas.render import grammar_schema
 
 FLIGHTS = Function(
     name="book_flight",
@@ -95,7 +95,7 @@ def test_grounding_of_values() -> None:
 
 def test_grammar_schema_maps_bfcl_types_and_drops_required_on_request() -> None:
     schema = {"type": "dict", "properties": {"x": {"type": "float", "default": 1}, "y": {"type": "tuple", "items": {"type": "any"}}}, "required": ["x"]}
-    out = grammar_schema(schema, keep_required=False)
+    out = grammar_schema(schema, enforce_required=False)
     assert out == {
         "type": "object",
         "properties": {"x": {"type": "number"}, "y": {"type": "array", "maxItems": 8, "items": {}}},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -29,15 +30,26 @@ def test_tokenize_splits_identifiers_folds_plurals_and_drops_function_words():
     assert tokenize("I'm NOT flying") == ["not", "flying"]
 
 
-def test_bm25_scores_match_okapi_formula_ranking_of_rank_bm25():
+class LuceneIdfOkapi(BM25Okapi):
+    """rank-bm25's Okapi BM25 with Lucene's non-negative idf, the one deliberate difference of our index."""
+
+    def _calc_idf(self, nd: dict[str, int]) -> None:
+        self.idf = {word: math.log(1.0 + (self.corpus_size - freq + 0.5) / (freq + 0.5)) for word, freq in nd.items()}
+
+
+def test_bm25_scores_equal_rank_bm25_as_reference_oracle():
+    """rank-bm25 (a test dependency only) is the reference: same k1, b, length normalisation and scores."""
+    corpus = DOCS + ["Find a cheap hotel near the airport in Seattle", "Jazz concerts in Paris this weekend",
+                     "Restaurant with outdoor seating and jazz music", "Book a table for two at a Thai restaurant"]
     index = BM25Index()
-    index.add(DOCS)
-    reference = BM25Okapi([tokenize(d) for d in DOCS])
-    for query in ["ethiopian restaurant", "flight to seattle", "room"]:
-        ours = index.scores(query)
-        theirs = reference.get_scores(tokenize(query))
-        # Same formula, different idf variant: the best document agrees.
-        assert int(np.argmax(ours)) == int(np.argmax(theirs))
+    index.add(corpus)
+    reference = LuceneIdfOkapi([tokenize(d) for d in corpus])
+    for query in ["ethiopian restaurant", "flight to seattle", "room", "jazz in paris", "thai restaurant table",
+                  "nothing matches zzz"]:
+        terms = list(dict.fromkeys(tokenize(query)))  # ours scores each query term once
+        np.testing.assert_allclose(index.scores(query), reference.get_scores(terms), rtol=1e-5, atol=1e-6)
+    stock = BM25Okapi([tokenize(d) for d in corpus])  # rank-bm25's own idf: the same ranking on this corpus
+    assert int(np.argmax(index.scores("flight to seattle"))) == int(np.argmax(stock.get_scores(tokenize("flight to seattle"))))
 
 
 def test_bm25_only_returns_only_documents_sharing_a_term():

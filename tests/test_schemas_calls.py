@@ -99,7 +99,7 @@ def test_valid_call_has_no_issues():
 def test_each_issue_kind_is_reported_precisely():
     assert kinds(Call(name="Fly", arguments={})) == [("unknown_function", None)]
     assert kinds(Call(name="Book", arguments={"city": "P", "colour": "red"})) == [("unknown_argument", "colour")]
-    assert kinds(Call(name="Book", arguments={"city": 3})) == [("wrong_type", "city")]
+    assert kinds(Call(name="Book", arguments={"city": ["P"]})) == [("wrong_type", "city")]
     assert kinds(Call(name="Book", arguments={"city": "P", "klass": "First"})) == [("not_in_enum", "klass")]
     assert kinds(Call(name="Book", arguments={})) == [("missing_required", "city")]
     assert kinds(Call(name="Book", arguments={"city": "P", "extras": ["meal", "spa"]})) == [("not_in_enum", "extras[1]")]
@@ -112,8 +112,31 @@ def test_lenient_mode_accepts_nlsi_strings_strict_does_not():
     assert validate_call(call, CATALOGUE) == []
     assert {i.argument for i in validate_call(call, CATALOGUE, strict=True)} == {"refundable", "seats", "klass"}
     assert kinds(Call(name="Book", arguments={"city": "P", "seats": "two"})) == [("wrong_type", "seats")]
+    # A number for a string argument can be written as one (NLSI `star_rating=4`); strict mode wants the string.
+    assert kinds(Call(name="Book", arguments={"city": 3})) == []
+    assert kinds(Call(name="Book", arguments={"city": 3}), strict=True) == [("wrong_type", "city")]
 
 
 def test_check_call_raises_with_every_message():
     with pytest.raises(ValidationError, match="unknown argument 'colour'.*missing required argument 'city'"):
         check_call(Call(name="Book", arguments={"colour": "red"}), CATALOGUE)
+
+
+def test_one_lenient_rule_for_validation_and_repair():
+    from prefcall.schemas.validation import coerce_value, errors
+
+    boolean, integer, number = {"type": "boolean"}, {"type": "integer"}, {"type": "number"}
+    cabin = {"type": "string", "enum": ["Economy", "Business"]}
+    assert [coerce_value(v, boolean)[0] for v in ("True", " yes", "0", False)] == [True, True, False, False]
+    assert coerce_value("3", integer) == (3, None) and coerce_value(3.0, integer) == (3, None)
+    assert coerce_value("2.5", number) == (2.5, None) and coerce_value(4, {"type": "string"}) == ("4", None)
+    assert coerce_value(" economy ", cabin) == ("Economy", None)
+    for value, schema in (("2.5", integer), ("maybe", boolean), ("nan", number), ("First", cabin), (["a"], {"type": "string"})):
+        fixed, problem = coerce_value(value, schema)
+        assert fixed is None and problem, (value, schema)
+    # What repair accepts is exactly what lenient validation accepts.
+    for value, schema in (("True", boolean), ("3", integer), ("economy", cabin), ("2.5", integer), ("nan", number)):
+        assert (errors(value, schema, strict=False) == []) == (coerce_value(value, schema)[1] is None)
+    # BFCL's type names validate as the JSON Schema types they stand for.
+    assert errors({"a": 1}, {"type": "dict"}, strict=True) == [] and errors("x", {"type": "any"}, strict=True) == []
+    assert errors("x", {"type": "float"}, strict=True)

@@ -11,7 +11,6 @@ from prefcall.schemas.render import (
     arguments_schema,
     call_schema,
     calls_schema,
-    function_name_schema,
     render_catalogue_spec,
     render_function_spec,
     render_listing,
@@ -64,7 +63,7 @@ def test_call_schema_ties_arguments_to_the_chosen_function():
 
 def test_schemas_use_only_grammar_friendly_keywords():
     allowed = {"type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "items",
-               "minItems", "maxItems"}
+               "minItems", "maxItems", "maxLength"}
 
     def keywords(node):
         if isinstance(node, dict):
@@ -92,13 +91,9 @@ def test_calls_schema_and_relaxed_required():
     jsonschema.validate({"name": "GetFlights", "arguments": {}}, relaxed)
 
 
-def test_function_scoped_and_name_schemas():
+def test_function_scoped_schema():
     args = arguments_schema(CATALOGUE.functions[1])
     assert args == {"type": "object", "properties": {"has_wifi": {"type": "boolean"}}, "additionalProperties": False}
-    jsonschema.validate(["GetHotels"], function_name_schema(CATALOGUE, many=True))
-    jsonschema.validate("none", function_name_schema(CATALOGUE, allow_none=True))
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate("none", function_name_schema(CATALOGUE))
 
 
 def test_single_function_catalogue_has_no_anyof():
@@ -113,3 +108,19 @@ def test_llama_cpp_converts_the_builtin_schemas():
 
         for schema in (call_schema(catalogue), calls_schema(catalogue), arguments_schema(catalogue.functions[0])):
             assert grammar.LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False) is not None
+
+
+def test_grammar_schemas_of_an_imported_mcp_tool_list_accept_real_calls_and_reject_invented_arguments():
+    from test_server_support import TRAVEL_TOOLS
+
+    from prefcall.schemas.importers import import_catalogue
+
+    catalogue = import_catalogue(TRAVEL_TOOLS, name="travel")
+    flights = arguments_schema(catalogue.function("GetFlights"))
+    jsonschema.Draft202012Validator.check_schema(flights)
+    jsonschema.validate({"destination_city": "Boston", "airlines": "Delta"}, flights)
+    for bad in ({"airlines": "Delta"}, {"destination_city": "Boston", "seat": "12A"}, {"destination_city": "x" * 81}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, flights)  # required missing, an argument the tool lacks, an unbounded string
+    relaxed = arguments_schema(catalogue.function("GetFlights"), enforce_required=False)
+    jsonschema.validate({"airlines": "Delta"}, relaxed)

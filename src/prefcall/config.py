@@ -30,7 +30,6 @@ class Settings(BaseSettings):
     n_threads_batch: int | None = Field(default=None, ge=1, description="threads for prompt evaluation; default: all cores")
     seed: int = 0
     prefix_cache_slots: int = Field(default=4, ge=0, description="saved KV states of shared prompt prefixes")
-    max_new_tokens: int = Field(default=256, ge=1)
     # One torch thread: a query is a few dozen tokens, and more threads contend with llama.cpp's (1.1 s vs 81 ms measured).
     embedder_threads: int = Field(default=1, ge=1, description="torch threads for the sentence embedder")
     embedder: str | None = Field(default=None, description="sentence-transformers model dir; default: packaged all-MiniLM-L6-v2")

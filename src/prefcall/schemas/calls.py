@@ -1,4 +1,4 @@
-"""NLSI-style call strings <-> `Call`s, and validation of a call against its catalogue.
+"""NLSI-style call strings <-> `Call`s (the one call-string parser), and validation of a call against its catalogue.
 
 Grammar (a small recursive-descent parser rather than regexes, so commas, parentheses and escaped
 quotes inside values are handled):
@@ -21,11 +21,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from jsonschema.exceptions import ValidationError as SchemaError
+
 from prefcall.errors import ParseError, ValidationError
 from prefcall.schemas.model import Call, Catalogue, Function
+from prefcall.schemas.validation import NUMBER_RE, closed, errors, path_text
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
-_NUMBER_RE = re.compile(r"-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 _LITERALS = {"True": True, "False": False, "None": None, "true": True, "false": False, "null": None}
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'"}
 
@@ -94,7 +96,7 @@ def _bare(cur: _Cursor) -> Any:
         raise cur.fail("a value")
     if word in _LITERALS:
         return _LITERALS[word]
-    if _NUMBER_RE.fullmatch(word):
+    if NUMBER_RE.fullmatch(word):
         return float(word) if any(c in word for c in ".eE") else int(word)
     return word
 
@@ -200,7 +202,8 @@ def format_calls(calls: list[Call], *, quote_scalars: bool = False) -> str:
 
 
 # ---------------------------------------------------------------------------- validation
-IssueKind = Literal["unknown_function", "unknown_argument", "wrong_type", "not_in_enum", "missing_required"]
+IssueKind = Literal["unknown_function", "unknown_argument", "wrong_type", "not_in_enum", "missing_required",
+                    "constraint"]  # constraint: any other JSON Schema keyword (minimum, pattern, ...)
 
 
 class CallIssue(BaseModel):
@@ -210,97 +213,64 @@ class CallIssue(BaseModel):
     message: str
 
 
-_BOOL_STRINGS = {"true", "false"}
+_KINDS: dict[str, IssueKind] = {"type": "wrong_type", "enum": "not_in_enum", "const": "not_in_enum",
+                                "required": "missing_required", "additionalProperties": "unknown_argument"}
 
 
-def _type_ok(value: Any, kind: str, *, strict: bool) -> bool:
-    if kind == "string":
-        return isinstance(value, str)
-    if kind == "boolean":
-        return isinstance(value, bool) or (not strict and isinstance(value, str) and value.lower() in _BOOL_STRINGS)
-    if kind in ("integer", "number"):
-        if isinstance(value, bool):
-            return False
-        if isinstance(value, str) and not strict:
-            return bool(_NUMBER_RE.fullmatch(value.strip())) and (kind == "number" or value.strip().lstrip("-").isdigit())
-        if kind == "integer":
-            return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-        return isinstance(value, (int, float))
-    if kind == "array":
-        return isinstance(value, list)
-    if kind == "object":
-        return isinstance(value, dict)
-    if kind == "null":
-        return value is None
-    return True
-
-
-def _enum_ok(value: Any, allowed: list[Any], *, strict: bool) -> bool:
-    if value in allowed:
-        return True
-    # Lenient: model output often differs from the enum in case or quotes numbers ("2" for 2).
-    return not strict and str(value).strip().lower() in {str(a).lower() for a in allowed}
-
-
-def _check_value(value: Any, schema: dict[str, Any], function: str, path: str, strict: bool) -> list[CallIssue]:
-    kind = schema.get("type")
-    kinds = kind if isinstance(kind, list) else [kind] if kind else []
-    if kinds and not any(_type_ok(value, k, strict=strict) for k in kinds):
-        return [CallIssue(kind="wrong_type", function=function, argument=path,
-                          message=f"{function}.{path}: expected {'/'.join(kinds)}, got {type(value).__name__} {value!r}")]
-    if "enum" in schema and not _enum_ok(value, schema["enum"], strict=strict):
-        shown = ", ".join(repr(v) for v in schema["enum"][:12])
-        return [CallIssue(kind="not_in_enum", function=function, argument=path,
-                          message=f"{function}.{path}: {value!r} is not one of {shown}")]
-    if "const" in schema and value != schema["const"]:
-        return [CallIssue(kind="not_in_enum", function=function, argument=path,
-                          message=f"{function}.{path}: {value!r} must be {schema['const']!r}")]
-    alternatives = schema.get("anyOf") or schema.get("oneOf")
-    if alternatives:
-        per_alternative = [_check_value(value, alt, function, path, strict) for alt in alternatives]
-        if all(per_alternative):
-            return per_alternative[0]
-    issues: list[CallIssue] = []
-    if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        for i, item in enumerate(value):
-            issues += _check_value(item, schema["items"], function, f"{path}[{i}]", strict)
-    if isinstance(value, dict) and ("properties" in schema or schema.get("type") == "object"):
-        issues += _check_object(value, schema, function, path, strict)
-    return issues
-
-
-def _check_object(value: dict[str, Any], schema: dict[str, Any], function: str, prefix: str, strict: bool) -> list[CallIssue]:
-    properties = schema.get("properties") or {}
-    issues: list[CallIssue] = []
-    join = (lambda k: f"{prefix}.{k}") if prefix else (lambda k: k)
-    for key, item in value.items():
-        if key not in properties:
-            if schema.get("additionalProperties") is True or (prefix and "properties" not in schema):
-                continue
-            known = ", ".join(properties) or "none"
-            issues.append(CallIssue(kind="unknown_argument", function=function, argument=join(key),
-                                    message=f"{function}: unknown argument {join(key)!r}; known: {known}"))
-            continue
-        issues += _check_value(item, properties[key], function, join(key), strict)
-    for key in schema.get("required") or []:
-        if key not in value:
-            issues.append(CallIssue(kind="missing_required", function=function, argument=join(key),
-                                    message=f"{function}: missing required argument {join(key)!r}"))
-    return issues
+def _issues(error: SchemaError, function: str) -> list[CallIssue]:
+    """CallIssues of one jsonschema error, in the words of the old hand-written checks."""
+    path = path_text(error.absolute_path)
+    where = f"{function}.{path}" if path else function
+    join = (lambda key: f"{path}.{key}") if path else (lambda key: key)
+    value = error.instance
+    kind = _KINDS.get(str(error.validator), "constraint")
+    if error.validator in ("anyOf", "oneOf"):
+        # No alternative fits: report what the first one says (the caller most likely meant it).
+        first = [e for e in error.context or [] if e.schema_path and e.schema_path[0] == 0]
+        return [issue for e in first for issue in _issues(e, function)] or [
+            CallIssue(kind="constraint", function=function, argument=path or None, message=f"{where}: {error.message}")]
+    if error.validator == "required":
+        return [CallIssue(kind=kind, function=function, argument=join(key),
+                          message=f"{function}: missing required argument {join(key)!r}")
+                for key in error.validator_value if isinstance(value, dict) and key not in value]
+    if error.validator == "additionalProperties":
+        known = error.schema.get("properties") or {}
+        listed = ", ".join(known) or "none"
+        return [CallIssue(kind=kind, function=function, argument=join(key),
+                          message=f"{function}: unknown argument {join(key)!r}; known: {listed}")
+                for key in value if key not in known]
+    if error.validator == "type":
+        kinds = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        message = f"{where}: expected {'/'.join(kinds)}, got {type(value).__name__} {value!r}"
+    elif error.validator == "enum":
+        message = f"{where}: {value!r} is not one of {', '.join(repr(v) for v in error.validator_value[:12])}"
+    elif error.validator == "const":
+        message = f"{where}: {value!r} must be {error.validator_value!r}"
+    else:
+        message = f"{where}: {error.message}"
+    return [CallIssue(kind=kind, function=function, argument=path or None, message=message)]
 
 
 def validate_call(call: Call, catalogue: Catalogue | Function, *, strict: bool = False) -> list[CallIssue]:
-    """Every problem of the call; [] when valid.
+    """Every problem of the call; [] when valid (jsonschema, see `prefcall.schemas.validation`).
 
-    strict=False accepts what NLSI-style strings produce: "True"/"false" for booleans, "3" for numbers,
-    and enum values differing only in case.
+    strict=False accepts what NLSI-style strings produce: "True"/"false" for booleans, "3" for numbers, 3 for
+    a string, and enum values differing only in case. An argument the function does not define is an issue.
     """
     function = catalogue if isinstance(catalogue, Function) else catalogue.function(call.name)
     if function is None or function.name != call.name:
         known = ", ".join(catalogue.names) if isinstance(catalogue, Catalogue) else catalogue.name
         return [CallIssue(kind="unknown_function", function=call.name,
                           message=f"unknown function {call.name!r}; known: {known}")]
-    return _check_object(call.arguments, function.parameters, function.name, "", strict)
+    schema = closed({**function.parameters, "properties": function.properties})
+    issues = [issue for error in errors(call.arguments, schema, strict=strict) for issue in _issues(error, function.name)]
+    order = list(call.arguments)
+
+    def position(issue: CallIssue) -> tuple[bool, int]:
+        top = re.split(r"[.\[]", issue.argument or "", maxsplit=1)[0]
+        return issue.kind == "missing_required", order.index(top) if top in order else len(order)
+
+    return sorted(issues, key=position)
 
 
 def check_call(call: Call, catalogue: Catalogue | Function, *, strict: bool = False) -> Call:

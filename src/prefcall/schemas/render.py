@@ -3,10 +3,11 @@
 - `render_listing`: one line per function ("name - description"), for function-selection prompts.
 - `render_function_spec` / `render_catalogue_spec`: full parameter specs, as FnCTOD gives the model
   only the chosen function's spec in its argument-generation step.
-- `call_schema` / `calls_schema` / `arguments_schema` / `function_name_schema`: JSON Schemas for
-  llama.cpp's json_schema_to_grammar. They use only object, properties, required, enum, const,
-  anyOf, array/items and the scalar types; descriptions, defaults, patterns and formats are dropped
-  because the converter either ignores them or fails on them, and they add nothing to a grammar.
+- `grammar_schema`: the one cleaner of a JSON Schema for llama.cpp's json_schema_to_grammar; and
+  `call_schema` / `calls_schema` / `arguments_schema` built with it. They use only object, properties,
+  required, enum, const, anyOf, array/items and the scalar types; descriptions, defaults, patterns and
+  formats are dropped because the converter either ignores them or fails on them, and they add nothing
+  to a grammar.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from prefcall.schemas.importers import BFCL_TYPES
 from prefcall.schemas.model import Catalogue, Function
 
 _SCALARS = ("string", "integer", "number", "boolean", "null")
+MAX_STRING_CHARS = 80
+MAX_ARRAY_ITEMS = 8
 
 
 def _short(text: str, limit: int) -> str:
@@ -84,41 +88,59 @@ def render_catalogue_spec(catalogue: Catalogue) -> str:
 
 
 # ---------------------------------------------------------------------------- grammar schemas
-def grammar_value_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """A parameter schema reduced to the keywords grammar conversion supports."""
-    out: dict[str, Any] = {}
+def grammar_schema(schema: Any, *, enforce_required: bool = True) -> Any:
+    """The one cleaner of JSON Schemas for grammar-constrained generation (every strategy uses it).
+
+    Keeps only what grammar conversion supports: type, enum, const, anyOf (oneOf and type lists become
+    anyOf), array items / minItems / maxItems, object properties / required; everything else (descriptions,
+    defaults, patterns, formats, ...) is dropped. BFCL's type names become JSON Schema types ("any": no type).
+    Objects with properties are closed (no extra keys). Bounds for small greedy models: free strings at most
+    MAX_STRING_CHARS, arrays at most MAX_ARRAY_ITEMS items. `enforce_required=False` drops the top level's
+    `required`, so a model can leave out what nobody gave (nested objects keep theirs)."""
+    out = _grammar_node(schema)
+    if not enforce_required and isinstance(out, dict):
+        out.pop("required", None)
+    return out
+
+
+def _grammar_node(schema: Any) -> Any:
+    if isinstance(schema, list):
+        return [_grammar_node(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
     if "enum" in schema:
         return {"enum": list(schema["enum"])}
     if "const" in schema:
         return {"const": schema["const"]}
-    alternatives = schema.get("anyOf") or schema.get("oneOf")
     kind = schema.get("type")
+    if isinstance(kind, str):
+        kind = BFCL_TYPES.get(kind.strip().lower(), kind)
+    alternatives = schema.get("anyOf") or schema.get("oneOf")
     if alternatives and not kind:
-        return {"anyOf": [grammar_value_schema(a) for a in alternatives]}
+        return {"anyOf": [_grammar_node(a) for a in alternatives]}
     if isinstance(kind, list):
-        return {"anyOf": [grammar_value_schema({**schema, "type": k}) for k in kind]}
-    if kind in _SCALARS:
+        return {"anyOf": [_grammar_node({**schema, "type": k}) for k in kind]}
+    out: dict[str, Any] = {}
+    if kind == "string":
+        out = {"type": "string", "maxLength": MAX_STRING_CHARS}  # a greedy small model can run digits to the token limit
+    elif kind in _SCALARS:
         out["type"] = kind
     elif kind == "array":
         out["type"] = "array"
         if isinstance(schema.get("items"), dict) and schema["items"]:
-            out["items"] = grammar_value_schema(schema["items"])
+            out["items"] = _grammar_node(schema["items"])
+        if schema.get("minItems"):
+            out["minItems"] = int(schema["minItems"])
+        out["maxItems"] = min(int(schema.get("maxItems") or MAX_ARRAY_ITEMS), MAX_ARRAY_ITEMS)
     elif kind == "object" or "properties" in schema:
-        out.update(_object_schema(schema.get("properties") or {}, list(schema.get("required") or []),
-                                  closed="properties" in schema))
-    return out
-
-
-def _object_schema(properties: dict[str, Any], required: list[str], *, closed: bool = True,
-                   enforce_required: bool = True) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "type": "object",
-        "properties": {name: grammar_value_schema(schema) for name, schema in properties.items()},
-    }
-    if enforce_required and required:
-        out["required"] = [r for r in required if r in properties]
-    if closed:
-        out["additionalProperties"] = False
+        out["type"] = "object"
+        if isinstance(schema.get("properties"), dict):
+            properties = schema["properties"]
+            out["properties"] = {name: _grammar_node(sub) for name, sub in properties.items()}
+            required = [r for r in schema.get("required") or [] if r in properties]
+            if required:
+                out["required"] = required
+            out["additionalProperties"] = False
     return out
 
 
@@ -128,7 +150,8 @@ def arguments_schema(function: Function, *, enforce_required: bool = True) -> di
     enforce_required=False lets a model leave out a required argument it cannot fill, so that a
     missing value becomes visible (and askable, QwN-style) instead of being invented.
     """
-    return _object_schema(function.properties, function.required, enforce_required=enforce_required)
+    parameters = {**function.parameters, "type": "object", "properties": function.properties}
+    return grammar_schema(parameters, enforce_required=enforce_required)
 
 
 def call_schema(catalogue: Catalogue, *, enforce_required: bool = True,
@@ -162,10 +185,3 @@ def calls_schema(catalogue: Catalogue, *, enforce_required: bool = True, min_ite
     if max_items is not None:
         out["maxItems"] = max_items
     return out
-
-
-def function_name_schema(catalogue: Catalogue, *, many: bool = False, allow_none: bool = False) -> dict[str, Any]:
-    """A function name (or a list of names) from the catalogue; `allow_none` adds "none" for "no tool fits"."""
-    names: list[Any] = list(catalogue.names) + (["none"] if allow_none else [])
-    item = {"enum": names}
-    return {"type": "array", "items": item} if many else item

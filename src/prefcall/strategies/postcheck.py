@@ -2,7 +2,8 @@
 with reasons, and turn a missing REQUIRED argument into a question for the user.
 
 Repairs are deliberately conservative (case/underscore folding, close spelling of a function name,
-enum spelling, boolean and number spellings): anything that would need guessing is dropped instead.
+enum spelling, boolean and number spellings - the lenient rules of `prefcall.schemas.validation`, checked
+with jsonschema): anything that would need guessing is dropped instead.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from prefcall.retrieval.text import split_identifier
 from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument
+from prefcall.schemas.validation import coerce_value
 
 
 class CheckNote(BaseModel):
@@ -47,35 +49,12 @@ def resolve_function(name: str, catalogue: Catalogue) -> Function | None:
     return folded[close[0]] if close else None
 
 
-def coerce_value(value: Any, spec: dict[str, Any]) -> tuple[Any, str | None]:
-    """(value fitting the spec, None) or (None, reason it cannot)."""
-    kind = spec.get("type")
-    enum = spec.get("enum")
-    if kind == "boolean":
-        if isinstance(value, bool):
-            return value, None
-        text = str(value).strip().lower()
-        if text in ("true", "yes", "1"):
-            return True, None
-        if text in ("false", "no", "0"):
-            return False, None
-        return None, f"{value!r} is not a boolean"
-    if kind in ("integer", "number") and not isinstance(value, bool):
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            return None, f"{value!r} is not a number"
-        return (int(number) if kind == "integer" and number.is_integer() else number), None
-    if kind == "string" and not isinstance(value, str):
-        value = str(value)
+def repair_value(value: Any, spec: dict[str, Any]) -> tuple[Any, str | None]:
+    """(the value as the spec wants it, None) or (None, why it cannot be): the lenient spellings of
+    `prefcall.schemas.validation` are repaired (booleans, numbers, enum case), an empty value never is."""
     if isinstance(value, str) and not value.strip():
         return None, "empty value"
-    if enum:
-        if value in enum:
-            return value, None
-        match = next((o for o in enum if str(o).lower() == str(value).lower()), None)
-        return (match, None) if match is not None else (None, f"{value!r} is not one of {enum}")
-    return value, None
+    return coerce_value(value, spec)
 
 
 def check_call(call: Call, catalogue: Catalogue, notes: list[CheckNote]) -> Call | None:
@@ -93,7 +72,7 @@ def check_call(call: Call, catalogue: Catalogue, notes: list[CheckNote]) -> Call
         if target is None:
             notes.append(CheckNote(call=function.name, action="dropped", reason=f"unknown argument {name!r}"))
             continue
-        fixed, problem = coerce_value(value, properties[target])
+        fixed, problem = repair_value(value, properties[target])
         if problem:
             notes.append(CheckNote(call=function.name, action="dropped", reason=f"{target}: {problem}"))
             continue

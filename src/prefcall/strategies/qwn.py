@@ -34,6 +34,7 @@ from pydantic import BaseModel, Field
 
 from prefcall.engine.base import ChatMessage, Embedder, Engine
 from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, Turn, as_dialogue, render_dialogue
+from prefcall.schemas.validation import errors
 from prefcall.strategies.nlt import NltUsage, select_tools
 from prefcall.strategies.qwn_draft import DraftResult, _support_block, draft_call
 
@@ -166,18 +167,14 @@ def _object_grounded(value: dict[str, Any], schema: dict[str, Any], text: str) -
 
 
 def enum_violations(value: Any, schema: dict[str, Any], path: str) -> list[str]:
-    """Paths whose value lies outside its enum (nested objects and arrays included)."""
-    bad: list[str] = []
-    if "enum" in schema and value is not None and value not in schema["enum"]:
-        bad.append(path)
-    if isinstance(value, dict):
-        for key, sub in (schema.get("properties") or {}).items():
-            if key in value:
-                bad.extend(enum_violations(value[key], sub or {}, f"{path}.{key}"))
-    if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        for item in value:
-            bad.extend(enum_violations(item, schema["items"], path))
-    return bad
+    """Paths whose value lies outside its enum (nested objects and arrays included; array items share their
+    array's path), by strict jsonschema validation."""
+    bad = []
+    for error in errors(value, schema, strict=True):
+        if error.validator == "enum":
+            where = ".".join([path, *(str(p) for p in error.absolute_path if isinstance(p, str))])
+            bad.append(where)
+    return list(dict.fromkeys(bad))
 
 
 def missing_arguments(function: Function, call: Call, support_text: str) -> list[MissingArgument]:

@@ -17,20 +17,8 @@ from pydantic import BaseModel, Field
 from prefcall.engine.base import ChatMessage, Engine
 from prefcall.errors import GrammarError, ValidationError
 from prefcall.schemas.model import Call, Catalogue, Function, Turn, as_dialogue, render_dialogue
+from prefcall.schemas.render import arguments_schema
 from prefcall.strategies.nlt import NltUsage
-
-# JSON-Schema keys a grammar cannot (or need not) enforce; dropping them keeps every catalogue convertible.
-_DROPPED_KEYS = {
-    "default", "optional", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "pattern", "minLength", "maxLength", "examples", "title", "$schema", "description",
-}  # fmt: skip
-# BFCL's python-flavoured type names.
-_TYPE_ALIASES = {"dict": "object", "float": "number", "tuple": "array", "int": "integer", "bool": "boolean", "str": "string"}
-
-
-MAX_STRING_CHARS = 80
-MAX_ARRAY_ITEMS = 8
-
 
 class DraftResult(BaseModel):
     call: Call | None = None
@@ -38,47 +26,6 @@ class DraftResult(BaseModel):
     raw_text: str | None = None
     usage: NltUsage = Field(default_factory=NltUsage)
     seconds: float = 0.0
-
-
-def grammar_schema(schema: dict[str, Any], *, keep_required: bool = True) -> dict[str, Any]:
-    """A grammar-friendly copy: BFCL type names mapped, unenforceable keys dropped, no extra properties.
-
-    With `keep_required=False` the top level makes every argument optional, so a draft can leave out what
-    the dialogue does not say (nested objects keep their own `required`)."""
-    out = _clean(schema)
-    if not keep_required:
-        out.pop("required", None)
-    return out
-
-
-def _clean(node: Any) -> Any:
-    if isinstance(node, list):
-        return [_clean(n) for n in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: _clean(v) for k, v in node.items() if k not in _DROPPED_KEYS and k not in ("properties", "items")}
-    kind = node.get("type")
-    if isinstance(kind, str):
-        kind = _TYPE_ALIASES.get(kind, kind)
-        if kind == "any":
-            out.pop("type", None)
-        else:
-            out["type"] = kind
-    if out.get("type") == "string" and "enum" not in out:
-        out["maxLength"] = MAX_STRING_CHARS  # a greedy small model can otherwise run digits to the token limit
-    if out.get("type") == "array":
-        out["maxItems"] = min(int(node.get("maxItems") or MAX_ARRAY_ITEMS), MAX_ARRAY_ITEMS)
-    if "items" in node:
-        out["items"] = _clean(node["items"])
-    if "properties" in node:
-        out["properties"] = {name: _clean(sub) for name, sub in (node.get("properties") or {}).items()}
-        out["additionalProperties"] = False
-        required = [r for r in node.get("required") or [] if r in out["properties"]]
-        if required:
-            out["required"] = required
-        else:
-            out.pop("required", None)
-    return out
 
 
 def _describe(function: Function) -> str:
@@ -129,7 +76,8 @@ def draft_arguments(
     max_tokens: int = 160,
     usage: NltUsage | None = None,
 ) -> DraftResult:
-    """Arguments for one function, constrained to its (cleaned) JSON Schema."""
+    """Arguments for one function, constrained to its JSON Schema as `schemas.render.arguments_schema` cleans it
+    (keep_required=False: the top level's required arguments may be left out)."""
     usage = usage if usage is not None else NltUsage()
     system = (
         "You fill in the arguments of a function call from the user's request. Use only values the user or their "
@@ -140,8 +88,7 @@ def draft_arguments(
     prompt = engine.format_chat(
         [ChatMessage("system", system), ChatMessage("user", dialogue_text + "\n\nAnswer with the arguments as JSON.")]
     )
-    schema = grammar_schema(function.parameters or {"type": "object", "properties": {}}, keep_required=keep_required)
-    schema.setdefault("type", "object")
+    schema = arguments_schema(function, enforce_required=keep_required)
     try:
         generation = engine.generate(prompt, max_tokens=max_tokens, json_schema=schema)
     except GrammarError as exc:
