@@ -9,6 +9,7 @@ import pytest
 
 from prefcall.engine.fake import FakeEmbedder, FakeEngine
 from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, Turn
+from prefcall.schemas.render import grammar_schema
 from prefcall.strategies.qwn import (
     LIMITATION_TEXT,
     clarify,
@@ -18,7 +19,6 @@ from prefcall.strategies.qwn import (
     parse_decision,
     question_for,
 )
-from prefcall.schemas.render import grammar_schema
 
 FLIGHTS = Function(
     name="book_flight",

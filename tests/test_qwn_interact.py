@@ -7,7 +7,6 @@ import json
 import pytest
 
 from prefcall.engine.fake import FakeEmbedder, FakeEngine
-from prefcall.schemas.model import Call, Catalogue, Function
 from prefcall.evaluation.qwn_interact import (
     CANNOT_HELP,
     Episode,
@@ -16,6 +15,7 @@ from prefcall.evaluation.qwn_interact import (
     interact,
     interaction_metrics,
 )
+from prefcall.schemas.model import Call, Catalogue, Function
 
 WEATHER = Function(
     name="get_weather",

@@ -13,6 +13,7 @@ import pytest
 from prefcall.engine.fake import FakeEmbedder, FakeEngine
 from prefcall.errors import ParseError, ValidationError
 from prefcall.evaluation.metrics.tags import read_tags, score_tags
+from prefcall.profiles.tags import build_span_tags, instruction_spans, tags_to_span_choice
 from prefcall.schemas.model import Catalogue, Function
 from prefcall.strategies.pipeline import CONFIGS, Pipeline, get_config
 from prefcall.strategies.taps_tagger import (
@@ -22,7 +23,6 @@ from prefcall.strategies.taps_tagger import (
     spans_schema,
     tag_instruction,
 )
-from prefcall.profiles.tags import build_span_tags, instruction_spans, tags_to_span_choice
 
 
 def _props(*names: str) -> dict:

@@ -1,4 +1,7 @@
-"""Runs the selected sections in order and assembles one report; a section never takes the others down."""
+"""Runs the selected sections in order and assembles one report; a section never takes the others down.
+
+The section modules import the strategies (and through them the models) inside their functions, so
+importing this registry stays cheap."""
 
 from __future__ import annotations
 
@@ -13,6 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from prefcall.bench.context import REPO_ROOT, BenchContext
+from prefcall.bench.model import section_fnctod, section_limit, section_nlt, section_prefix, section_taps
+from prefcall.bench.retrieval import section_retrieval
+from prefcall.bench.server import section_server
 from prefcall.bench.stats import load_average
 from prefcall.errors import ValidationError
 
@@ -24,57 +30,14 @@ class Section:
     run: Callable[[BenchContext], dict[str, Any]]
 
 
-# Each section's module is imported when the section runs (the model sections pull in the strategies).
-def _limit(ctx: BenchContext) -> dict[str, Any]:
-    from prefcall.bench.model import section_limit
-
-    return section_limit(ctx)
-
-
-def _prefix(ctx: BenchContext) -> dict[str, Any]:
-    from prefcall.bench.model import section_prefix
-
-    return section_prefix(ctx)
-
-
-def _nlt(ctx: BenchContext) -> dict[str, Any]:
-    from prefcall.bench.model import section_nlt
-
-    return section_nlt(ctx)
-
-
-def _fnctod(ctx: BenchContext) -> dict[str, Any]:
-    from prefcall.bench.model import section_fnctod
-
-    return section_fnctod(ctx)
-
-
-def _taps(ctx: BenchContext) -> dict[str, Any]:
-    from prefcall.bench.model import section_taps
-
-    return section_taps(ctx)
-
-
-def _retrieval(ctx: BenchContext) -> dict[str, Any]:
-    from prefcall.bench.retrieval import section_retrieval
-
-    return section_retrieval(ctx)
-
-
-def _server(ctx: BenchContext) -> dict[str, Any]:
-    from prefcall.bench.server import section_server
-
-    return section_server(ctx)
-
-
 SECTIONS: dict[str, Section] = {s.name: s for s in (
-    Section("limit", "Raw llama.cpp limit and strategy overhead", _limit),
-    Section("prefix", "Prefix reuse, cold vs warm", _prefix),
-    Section("nlt", "NLT generation vs scoring vs structured", _nlt),
-    Section("fnctod", "FnCTOD one-stage vs two-stage", _fnctod),
-    Section("taps", "TAPS gate fired vs not", _taps),
-    Section("retrieval", "Retrieval scaling", _retrieval),
-    Section("server", "MCP server", _server),
+    Section("limit", "Raw llama.cpp limit and strategy overhead", section_limit),
+    Section("prefix", "Prefix reuse, cold vs warm", section_prefix),
+    Section("nlt", "NLT generation vs scoring vs structured", section_nlt),
+    Section("fnctod", "FnCTOD one-stage vs two-stage", section_fnctod),
+    Section("taps", "TAPS gate fired vs not", section_taps),
+    Section("retrieval", "Retrieval scaling", section_retrieval),
+    Section("server", "MCP server", section_server),
 )}
 
 

@@ -8,6 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 from typing import Any
+
 from prefcall.commands.options import add_model_options, settings_from_args
 
 

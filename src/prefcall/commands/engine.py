@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from prefcall.engine.base import ChatMessage
 from prefcall.commands.options import add_model_options, settings_from_args
+from prefcall.engine.base import ChatMessage
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

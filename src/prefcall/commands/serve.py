@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+
 from prefcall.commands.options import add_model_options, settings_from_args
 
 

@@ -16,9 +16,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from prefcall.errors import ConfigError, ValidationError
+from prefcall.evaluation.data import shared_data_dir
 from prefcall.evaluation.metrics.calls import load_aliases, score_calls
 from prefcall.evaluation.metrics.f1 import micro_prf
-from prefcall.evaluation.data import shared_data_dir
 from prefcall.schemas.calls import parse_call
 from prefcall.schemas.model import Call, Catalogue
 from prefcall.strategies.pipeline import Pipeline, get_config

@@ -17,6 +17,7 @@ from prefcall.errors import NotFoundError, ValidationError
 from prefcall.schemas.importers import export_catalogue, import_catalogue, validate_catalogue
 from prefcall.schemas.model import Catalogue
 from prefcall.storage.catalogues import CatalogueInfo, CatalogueStore, check_catalogue_name
+from prefcall.storage.db import Closing
 
 BUILTIN_NAMES = ("nlsi", "sgd")
 
@@ -33,7 +34,7 @@ def builtin_catalogue(name: str) -> Catalogue:
     return Catalogue.model_validate(json.loads(_builtin_text(name)))
 
 
-class CatalogueRegistry:
+class CatalogueRegistry(Closing):
     """Built-ins + user catalogues; `CatalogueRegistry(path)`, `.from_settings(settings)` or around a store."""
 
     def __init__(self, path: str | Path | None = None, *, store: CatalogueStore | None = None) -> None:
@@ -49,12 +50,6 @@ class CatalogueRegistry:
 
     def close(self) -> None:
         self.store.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def add(self, source: str | bytes | Path | dict | list | Catalogue, *, name: str | None = None,
             description: str | None = None, replace: bool = False) -> Catalogue:

@@ -26,12 +26,10 @@ from prefcall.config import Settings
 from prefcall.engine.base import Embedder, Engine
 from prefcall.errors import NotFoundError, PrefcallError, ValidationError
 from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, Turn
+from prefcall.schemas.registry import CatalogueRegistry
 from prefcall.server import models as m
 from prefcall.server.auth import StaticTokenVerifier, resolve_user
-from prefcall.schemas.registry import CatalogueRegistry
 from prefcall.server.services import Services, Source, catalogue_summary
-from prefcall.storage.demos import DemoStore
-from prefcall.storage.profiles import ProfileStore
 from prefcall.server.validation import (
     check_text,
     check_unicode,
@@ -39,6 +37,8 @@ from prefcall.server.validation import (
     dialogue_turns,
     tool_parameters,
 )
+from prefcall.storage.demos import DemoStore
+from prefcall.storage.profiles import ProfileStore
 
 log = logging.getLogger("prefcall.server")
 

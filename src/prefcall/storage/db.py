@@ -150,7 +150,20 @@ def transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
         db.conn.execute("COMMIT")
 
 
-class Store:
+class Closing:
+    """`with thing:` closes it afterwards."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Store(Closing):
     """What every store shares: the migrated database (`path=None`: in memory), a lock that makes it
     thread-safe, and `_write()`, one locked write transaction whose SQLite errors become StoreError."""
 
@@ -166,12 +179,6 @@ class Store:
 
     def close(self) -> None:
         self.db.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @contextmanager
     def _write(self) -> Iterator[sqlite_utils.Database]:

@@ -21,10 +21,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from prefcall.engine.base import ChatMessage, Engine, Generation
+from prefcall.retrieval.text import tokenize
 from prefcall.schemas import render as schema_render
 from prefcall.schemas.model import Call, Catalogue, Function
 from prefcall.schemas.validation import coerce_value
-from prefcall.retrieval.text import tokenize
 from prefcall.storage.demos import Demonstration
 from prefcall.strategies.selection import (
     ALSO_RE,

@@ -26,15 +26,15 @@ from pydantic import ValidationError as PydanticValidationError
 
 from prefcall.engine.base import Embedder, Engine, Generation
 from prefcall.errors import ValidationError
+from prefcall.profiles.tags import TaggedInstruction
 from prefcall.schemas.model import Call, Catalogue, MissingArgument, Turn, as_dialogue, render_dialogue
-from prefcall.strategies import fnctod
 from prefcall.storage.demos import DemoStore
+from prefcall.strategies import fnctod
 from prefcall.strategies.fcicl import DemoQuery, DemoRetriever, HeuristicReranker, Reranker, ScoredDemo
 from prefcall.strategies.postcheck import post_check
 from prefcall.strategies.selection import select_instructions
 from prefcall.strategies.taps_gate import MEASURES, default_threshold, uncertainty
 from prefcall.strategies.taps_tagger import TagExamples, TagMode, TagResult, check_tagging, tag_instruction
-from prefcall.profiles.tags import TaggedInstruction
 
 Tagging = Literal["off", "always", "joint", "gated"]
 # Stage 1 of two-stage calling: "generate" = FnCTOD's grammar-constrained JSON list of names (paper-faithful);

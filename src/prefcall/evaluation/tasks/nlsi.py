@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefcall.errors import ParseError
 from prefcall.evaluation.data import load_catalogue, read_json, require_data, shared_data_dir
@@ -31,6 +31,9 @@ from prefcall.evaluation.plots import (
     threshold_curve,
 )
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
+
+if TYPE_CHECKING:
+    from prefcall.strategies.pipeline import ParseResult
 
 ZERO_SCORES = {"exact_match": 0.0, "slot_precision": 0.0, "slot_recall": 0.0, "slot_f1": 0.0, "function_f1": 0.0}
 MEAN_KEYS = ("exact_match", "slot_precision", "slot_recall", "slot_f1", "function_f1",
@@ -255,23 +258,18 @@ def breakdown(items: list[ScoredItem], key: str) -> dict[str, dict[str, float]]:
     }
 
 
-def prediction_from_result(result: Any) -> dict[str, Any]:
+def prediction_from_result(result: ParseResult) -> dict[str, Any]:
     """The pipeline's ParseResult as JSON: status, decision, calls, selection, gate, trace (tokens, timings).
     Optional `variants` ({"untagged": calls, "tagged": calls}) feeds the gate-threshold analysis."""
-    data = result.model_dump() if hasattr(result, "model_dump") else dict(vars(result))
-    calls = [c if isinstance(c, dict) else c.model_dump() for c in data.get("calls") or []]
-    out: dict[str, Any] = {"status": data.get("status", "ok"), "decision": data.get("decision"), "calls": calls}
+    data = result.model_dump()
+    out: dict[str, Any] = {"status": data["status"], "decision": data["decision"], "calls": data["calls"]}
     for key in ("instructions_used", "least_confidence", "gate_fired", "gate_threshold", "tagged", "functions",
                 "question", "notes", "demos", "raw", "errors", "variants"):
         if data.get(key) not in (None, [], ""):
             out[key] = data[key]
-    if out["status"] != "ok" and data.get("errors"):
+    if out["status"] != "ok" and data["errors"]:
         out["error"] = "; ".join(map(str, data["errors"]))[:500]
-    trace = data.get("trace") or {}
-    if isinstance(trace, dict):
-        out["trace"] = trace
-        if isinstance(trace.get("variants"), dict):
-            out.setdefault("variants", trace["variants"])
+    out["trace"] = data["trace"]
     return out
 
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefcall.evaluation.data import load_catalogue, read_json, require_data, shared_data_dir
 from prefcall.evaluation.metrics.tags import TagParse, read_tags, score_tags, span_metrics
 from prefcall.evaluation.plots import bar_chart, confidence_scatter, pearson
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem, mean_scores
+
+if TYPE_CHECKING:
+    from prefcall.strategies.taps_tagger import TagResult
 
 
 class TagsTask(BaseTask):
@@ -120,16 +123,14 @@ def confidence_pairs(items: list[ScoredItem]) -> list[tuple[float, float]]:
     ]
 
 
-def prediction_from_tagger(result: Any) -> dict[str, Any]:
-    """The tagger's TagResult (status, tagged, raw, reasons, least_confidence, token counts) or a plain string."""
-    if isinstance(result, str):
-        return {"status": "ok", "tagged": result}
-    data = result.model_dump() if hasattr(result, "model_dump") else dict(vars(result))
-    out: dict[str, Any] = {"status": data.get("status", "ok"), "tagged": data.get("tagged") or ""}
-    for key in ("raw", "reasons", "least_confidence", "error"):
+def prediction_from_tagger(result: TagResult) -> dict[str, Any]:
+    """The tagger's TagResult as JSON: status, tagged, raw, reasons, least_confidence, token counts."""
+    data = result.model_dump()
+    out: dict[str, Any] = {"status": data["status"], "tagged": data["tagged"] or ""}
+    for key in ("raw", "reasons", "least_confidence"):
         if data.get(key) not in (None, "", []):
             out[key] = data[key]
-    out["tokens"] = {k: data[k] for k in ("prompt_tokens", "evaluated", "reused", "completion_tokens") if k in data}
+    out["tokens"] = {k: data[k] for k in ("prompt_tokens", "evaluated", "reused", "completion_tokens")}
     return out
 
 
