@@ -121,3 +121,17 @@ def test_instructions_survive_a_failing_request(tmp_path: Path) -> None:
         assert [i["text"] for i in profile["instructions"]] == [DELTA]
 
     with_session(make_server(tmp_path), body)
+
+
+def test_argument_errors_are_one_line_naming_the_field_of_the_branch_meant(tmp_path: Path) -> None:
+    async def body(session: Session):
+        await seeded(session)
+        message = await session.error("parse_request", {"user_id": "alice", "catalogue": "travel",
+                                                        "dialogue": [{"role": "robot", "content": "hi"}]})
+        # The dialogue is a string or a list of turns: the error names the turn's field, not the union's branches.
+        assert message.startswith("Error executing tool parse_request: invalid argument dialogue.0.role: ")
+        assert "\n" not in message and "list[" not in message and "(and 1 more)" in message
+        message = await session.error("remove_instruction", {"user_id": "alice", "instruction_id": "first"})
+        assert message.startswith("Error executing tool remove_instruction: invalid argument instruction_id: ")
+
+    with_session(make_server(tmp_path), body)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
-from prefcall.config import Settings
-from prefcall.storage.demos import DemoStore
+if TYPE_CHECKING:
+    from prefcall.storage.demos import DemoStore
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,6 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _store(args: argparse.Namespace) -> DemoStore:
+    from prefcall.config import Settings
+    from prefcall.storage.demos import DemoStore
+
     return DemoStore.from_settings(Settings(**({"db_path": args.db} if args.db else {})))
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from prefcall.config import Settings
+if TYPE_CHECKING:
+    from prefcall.config import Settings
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -16,6 +18,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
+    from prefcall.config import Settings  # pydantic-settings: only when a command runs, not for --help
+
     overrides = {
         "model": getattr(args, "model", None),
         "n_gpu_layers": getattr(args, "n_gpu_layers", None),

@@ -6,13 +6,18 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prefcall.commands.options import settings_from_args
 from prefcall.errors import ValidationError
-from prefcall.storage.profiles import ProfileStore
+
+if TYPE_CHECKING:
+    from prefcall.storage.profiles import ProfileStore
 
 
 def _store(args: argparse.Namespace) -> ProfileStore:
+    from prefcall.storage.profiles import ProfileStore
+
     return ProfileStore.from_settings(settings_from_args(args))
 
 

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prefcall.commands.options import settings_from_args
 from prefcall.errors import ValidationError
-from prefcall.schemas.registry import CatalogueRegistry
+
+if TYPE_CHECKING:
+    from prefcall.schemas.registry import CatalogueRegistry
 
 
 def _store(args: argparse.Namespace) -> CatalogueRegistry:
+    from prefcall.schemas.registry import CatalogueRegistry
+
     return CatalogueRegistry.from_settings(settings_from_args(args))
 
 

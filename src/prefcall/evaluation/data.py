@@ -10,7 +10,6 @@ from typing import Any
 from prefcall.errors import ConfigError
 from prefcall.schemas.importers import import_catalogue
 from prefcall.schemas.model import Catalogue
-from prefcall.schemas.registry import BUILTIN_NAMES, builtin_catalogue
 
 
 def shared_data_dir() -> Path:
@@ -44,6 +43,8 @@ def require_data(args: Any, default: Path | None = None) -> Path:
 def load_catalogue(args: Any, default_name: str) -> Catalogue:
     """--schema FILE (imported, any supported format), else the built-in catalogue --catalogue NAME
     (default `default_name`)."""
+    from prefcall.schemas.registry import BUILTIN_NAMES, builtin_catalogue  # opens no database, imports storage
+
     schema = getattr(args, "schema", None)
     name = getattr(args, "catalogue", None) or default_name
     if schema:

@@ -48,15 +48,17 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
 from prefcall.commands.options import settings_from_args
-from prefcall.config import Settings
-from prefcall.engine.base import Embedder, Engine
-from prefcall.engine.loader import ModelLoader
 from prefcall.errors import ConfigError
+
+if TYPE_CHECKING:
+    from prefcall.config import Settings
+    from prefcall.engine.base import Embedder, Engine
+    from prefcall.engine.loader import ModelLoader
 
 
 class EvalItem(BaseModel):
@@ -106,6 +108,8 @@ class EvalContext:
     @property
     def models(self) -> ModelLoader:
         if self._models is None:
+            from prefcall.engine.loader import ModelLoader
+
             engine, embedder = self._injected
             self._models = ModelLoader(self.settings, engine=engine, embedder=embedder)
         return self._models

@@ -17,15 +17,17 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from jsonschema.exceptions import ValidationError as SchemaError
-
 from prefcall.errors import ParseError, ValidationError
 from prefcall.schemas.model import Call, Catalogue, Function
-from prefcall.schemas.validation import NUMBER_RE, closed, errors, path_text
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError as SchemaError
+
+NUMBER_RE = re.compile(r"-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 _LITERALS = {"True": True, "False": False, "None": None, "true": True, "false": False, "null": None}
@@ -219,6 +221,7 @@ _KINDS: dict[str, IssueKind] = {"type": "wrong_type", "enum": "not_in_enum", "co
 
 def _issues(error: SchemaError, function: str) -> list[CallIssue]:
     """CallIssues of one jsonschema error, in the words of the old hand-written checks."""
+    from prefcall.schemas.validation import path_text
     path = path_text(error.absolute_path)
     where = f"{function}.{path}" if path else function
     join = (lambda key: f"{path}.{key}") if path else (lambda key: key)
@@ -257,6 +260,8 @@ def validate_call(call: Call, catalogue: Catalogue | Function, *, strict: bool =
     strict=False accepts what NLSI-style strings produce: "True"/"false" for booleans, "3" for numbers, 3 for
     a string, and enum values differing only in case. An argument the function does not define is an issue.
     """
+    from prefcall.schemas.validation import closed, errors  # jsonschema: imported when a call is validated
+
     function = catalogue if isinstance(catalogue, Function) else catalogue.function(call.name)
     if function is None or function.name != call.name:
         known = ", ".join(catalogue.names) if isinstance(catalogue, Catalogue) else catalogue.name

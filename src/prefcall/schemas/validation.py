@@ -21,9 +21,9 @@ from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError as SchemaError
 from jsonschema.protocols import Validator
 
+from prefcall.schemas.calls import NUMBER_RE
 from prefcall.schemas.importers import BFCL_TYPES
 
-NUMBER_RE = re.compile(r"-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 INTEGER_RE = re.compile(r"-?\d+")
 BOOLEAN_WORDS = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
 

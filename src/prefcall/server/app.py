@@ -74,14 +74,14 @@ Dialogue = Annotated[
 _UNION_BRANCH = re.compile(r"(str|int|float|bool|list\[.*\]|dict\[.*\])")
 
 
-def argument_error(exc: PydanticValidationError) -> str:
+def argument_error(exc: PydanticValidationError, what: str = "argument") -> str:
     """One line from pydantic's structured errors, naming the most specific failing field (for a union, the
     branch the caller evidently meant: the deepest location)."""
     errors = exc.errors()
     deepest = max(errors, key=lambda e: len(e["loc"]))
     field = ".".join(str(p) for p in deepest["loc"] if not (isinstance(p, str) and _UNION_BRANCH.fullmatch(p)))
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"invalid argument {field or 'input'}: {deepest['msg']}{more}"
+    return f"invalid {what} {field or 'input'}: {deepest['msg']}{more}"
 
 
 # Store messages suggest CLI commands; an MCP host should hear about the equivalent tools instead.
@@ -109,7 +109,7 @@ def tool_errors() -> Iterator[None]:
     except PrefcallError as exc:
         raise ToolError(for_hosts(str(exc))) from exc
     except PydanticValidationError as exc:
-        raise ToolError(argument_error(exc)) from exc
+        raise ToolError(argument_error(exc, "input")) from exc
     except Exception as exc:  # noqa: BLE001 - last resort: say what failed, keep serving
         log.exception("unexpected failure in a tool")
         raise ToolError(f"internal error ({type(exc).__name__}: {exc}): the server is still running; "

@@ -24,7 +24,6 @@ from prefcall.engine.base import ChatMessage, Engine, Generation
 from prefcall.retrieval.text import tokenize
 from prefcall.schemas import render as schema_render
 from prefcall.schemas.model import Call, Catalogue, Function
-from prefcall.schemas.validation import coerce_value
 from prefcall.storage.demos import Demonstration
 from prefcall.strategies.selection import (
     ALSO_RE,
@@ -186,6 +185,8 @@ def select_functions(engine: Engine, catalogue: Catalogue, ctx: CallingContext, 
 
 def typed_arguments(arguments: dict[str, Any], function: Function | None) -> dict[str, Any]:
     """A demonstration's values in the spec's types ("True" -> true), matching what the grammar lets the model write."""
+    from prefcall.schemas.validation import coerce_value  # jsonschema: imported when demonstrations are shown
+
     if function is None:
         return dict(arguments)
     out = {}

@@ -177,7 +177,7 @@ class Pipeline:
                  data_dir: Any = None, tag_cache_size: int = 4096) -> None:
         self.engine = engine
         self.embedder = embedder
-        self.demos = DemoRetriever(demos, embedder) if demos is not None else None
+        self.retriever = DemoRetriever(demos, embedder) if demos is not None else None
         self.tag_examples = tag_examples
         self.reranker = reranker or HeuristicReranker()
         self.data_dir = data_dir  # where calibration.json lives; None: Settings().data_dir
@@ -242,11 +242,11 @@ class Pipeline:
 
     def _demo_pool(self, text: str, instructions: list[str], catalogue: Catalogue, config: PipelineConfig,
                    exclude: Iterable[str], meter: _Meter) -> list[ScoredDemo]:
-        if not (config.use_demos and config.n_demos and self.demos is not None):
+        if not (config.use_demos and config.n_demos and self.retriever is not None):
             return []
         started = time.perf_counter()
         query = DemoQuery(dialogue=text, instructions=instructions)
-        pool = self.demos.candidates(query, catalogue.name, config.demo_candidates, exclude)
+        pool = self.retriever.candidates(query, catalogue.name, config.demo_candidates, exclude)
         meter.time("demos", started)
         return pool
 

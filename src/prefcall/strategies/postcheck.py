@@ -16,7 +16,6 @@ from pydantic import BaseModel, Field
 
 from prefcall.retrieval.text import split_identifier
 from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument
-from prefcall.schemas.validation import coerce_value
 
 
 class CheckNote(BaseModel):
@@ -52,6 +51,8 @@ def resolve_function(name: str, catalogue: Catalogue) -> Function | None:
 def repair_value(value: Any, spec: dict[str, Any]) -> tuple[Any, str | None]:
     """(the value as the spec wants it, None) or (None, why it cannot be): the lenient spellings of
     `prefcall.schemas.validation` are repaired (booleans, numbers, enum case), an empty value never is."""
+    from prefcall.schemas.validation import coerce_value  # jsonschema: imported when calls are checked
+
     if isinstance(value, str) and not value.strip():
         return None, "empty value"
     return coerce_value(value, spec)

@@ -34,7 +34,6 @@ from pydantic import BaseModel, Field
 
 from prefcall.engine.base import ChatMessage, Embedder, Engine
 from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, Turn, as_dialogue, render_dialogue
-from prefcall.schemas.validation import errors
 from prefcall.strategies.nlt import NltUsage, select_tools
 from prefcall.strategies.qwn_draft import DraftResult, _support_block, draft_call
 
@@ -169,6 +168,7 @@ def _object_grounded(value: dict[str, Any], schema: dict[str, Any], text: str) -
 def enum_violations(value: Any, schema: dict[str, Any], path: str) -> list[str]:
     """Paths whose value lies outside its enum (nested objects and arrays included; array items share their
     array's path), by strict jsonschema validation."""
+    from prefcall.schemas.validation import errors  # jsonschema: imported when a draft is checked
     bad = []
     for error in errors(value, schema, strict=True):
         if error.validator == "enum":
