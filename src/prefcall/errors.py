@@ -49,3 +49,7 @@ class NotFoundError(PrefcallError):
 
 class StoreError(PrefcallError):
     """The profile or demonstration store failed."""
+
+
+class CancelledError(EngineError):
+    """The request was cancelled before the model finished (the client went away)."""
