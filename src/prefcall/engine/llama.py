@@ -516,6 +516,18 @@ class LlamaEngine:
             self._llm.close()
 
 
+def json_schema_gbnf(schema: dict[str, Any]) -> str:
+    """The GBNF grammar llama.cpp's converter writes for a JSON Schema (the same one the in-process engine uses).
+
+    For served engines that take a GBNF `grammar` (llama-cpp-python's server): same key order, same grammar."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    try:
+        return json_schema_to_gbnf(json.dumps(schema))  # key order matters: never sort keys
+    except Exception as exc:  # the converter raises bare exceptions for unsupported schema parts
+        raise GrammarError(f"JSON Schema cannot become a grammar ({exc}): simplify or fix the schema") from exc
+
+
 def _logsumexp(values: np.ndarray) -> float:
     top = float(values.max())
     return top + float(np.log(np.exp(values - top).sum()))
