@@ -50,6 +50,8 @@ SECTIONS: dict[str, Section] = {s.name: s for s in (
             ("prefcall.retrieval.hybrid",)),
     Section("server", "MCP server", _lazy("prefcall.bench.server", "section_server"),
             ("prefcall.server.app", "prefcall.server.http", "mcp")),
+    Section("served", "Served engine vs in-process", _lazy("prefcall.bench.served", "section_served"),
+            ("httpx",)),
 )}
 
 

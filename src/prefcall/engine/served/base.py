@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 
 from prefcall.config import Settings
 from prefcall.engine.base import (
@@ -414,7 +415,9 @@ class ChatLayout:
         """Break every control-token-shaped marker so that a tokenizer parsing special tokens keeps it as text."""
         if not text:
             return text
-        for marker in sorted(self.markers | set(_MARKER_RE.findall(text)), key=len, reverse=True):
+        with self._lock:
+            markers = set(self.markers)
+        for marker in sorted(markers | set(_MARKER_RE.findall(text)), key=len, reverse=True):
             if marker and marker in text:
                 text = text.replace(marker, marker[0] + " " + marker[1:])
         return text
@@ -450,28 +453,30 @@ def reusable(common: int, shared_len: int, scope: Scope, other: Scope, other_sha
 class ScopeLedger:
     """The last prompts sent, per scope: what a caller may be told about prefix reuse (never another user's text)."""
 
-    def __init__(self, size: int = 256) -> None:
-        self._recent: OrderedDict[tuple[Scope, tuple[int, ...]], int] = OrderedDict()
+    def __init__(self, size: int = 128) -> None:
+        self._recent: OrderedDict[tuple[Scope, bytes], tuple[np.ndarray, int]] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
 
     def allowed(self, tokens: Sequence[int], shared_len: int, scope: Scope) -> int:
         best = 0
-        key = tuple(tokens)
+        mine = np.asarray(tokens, dtype=np.int64)
         with self._lock:
-            for (other, cached), other_shared in self._recent.items():
-                common = 0
-                for a, b in zip(key, cached):
-                    if a != b:
-                        break
-                    common += 1
-                best = max(best, reusable(common, shared_len, scope, other, other_shared))
+            entries = list(self._recent.items())
+        for (other, _), (cached, other_shared) in entries:
+            if other != scope and other.shared != scope.shared:
+                continue  # nothing of a scope with other readers may be reused
+            n = min(len(mine), len(cached))
+            differ = np.flatnonzero(mine[:n] != cached[:n])
+            common = int(differ[0]) if differ.size else n
+            best = max(best, reusable(common, shared_len, scope, other, other_shared))
         return best
 
     def record(self, tokens: Sequence[int], shared_len: int, scope: Scope) -> None:
-        key = (scope, tuple(tokens))
+        array = np.asarray(tokens, dtype=np.int64)
+        key = (scope, array.tobytes())
         with self._lock:
-            self._recent[key] = shared_len
+            self._recent[key] = (array, shared_len)
             self._recent.move_to_end(key)
             while len(self._recent) > self._size:
                 self._recent.popitem(last=False)
@@ -685,8 +690,9 @@ class ServedEngine:
 
 
 def estimate_tokens(text: str) -> int:
-    """For backends without a tokenizer endpoint: ~3 characters a token (errs high, so budgets stay safe)."""
-    return max(1, math.ceil(len(text) / 3)) if text else 0
+    """For backends without a tokenizer endpoint: ~4 characters a token (English BPE; code and other scripts
+    take more tokens, so leave headroom in PREFCALL_N_CTX)."""
+    return max(1, math.ceil(len(text) / 4)) if text else 0
 
 
 def top_pairs(entries: Any, limit: int) -> tuple[tuple[str, float], ...]:

@@ -9,7 +9,7 @@
   Whether they are taken before or after the grammar is not documented: declared **raw**.
 - Candidate scoring: no prompt logprobs, so the documented choice fallback, constrained by
   `format: {"type": "string", "enum": candidates}`; the JSON quotes around the answer are not counted.
-- Token counts: no tokenizer endpoint; estimated (~3 characters a token). Context: `options.num_ctx` is set to
+- Token counts: no tokenizer endpoint; estimated (~4 characters a token). Context: `options.num_ctx` is set to
   PREFCALL_N_CTX on every request (Ollama's default is smaller and it truncates silently); `/api/show` gives the
   model's trained context. Cache counts: Ollama reports evaluated prompt tokens only; `reused` reads 0.
 """
@@ -88,7 +88,7 @@ class OllamaEngine(ServedEngine):
                    else f"not offered before Ollama {'.'.join(map(str, LOGPROBS_SINCE))}",
                    "candidate_scoring": "choice fallback (format enum)",
                    "untrusted_text": "defused (role and control markers broken up); Ollama applies its template",
-                   "token_counts": "estimated (~3 chars/token)", "prefix_cache": "server-side; unreported",
+                   "token_counts": "estimated (~4 chars/token)", "prefix_cache": "server-side; unreported",
                    "device": "server-side"},
         )
 

@@ -122,8 +122,11 @@ class OpenAICompatEngine(ServedEngine):
             n_ctx_note = "assumed PREFCALL_N_CTX (the server does not report it; it refuses longer prompts)"
         else:
             n_ctx_note = "reported by the server"
+        model_name = str(self.model)
+        if model_name.endswith(".gguf"):
+            model_name = model_name.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".gguf")
         self._info = EngineInfo(
-            model_path=f"{spec.url} ({self.model})", model_name=str(self.model), backend=self.backend,
+            model_path=f"{spec.url} ({self.model})", model_name=model_name, backend=self.backend,
             n_ctx=self.n_ctx, n_gpu_layers=0, chat_template=template,
             capabilities=self._capabilities(), extra=self._extra(n_ctx_note),
         )
@@ -163,7 +166,7 @@ class OpenAICompatEngine(ServedEngine):
 
     def _extra(self, n_ctx_note: str) -> dict[str, Any]:
         f = self.flavour
-        return {
+        extra = {
             "url": self.spec.url, "flavour": f, "template": self.template_source, "n_ctx": n_ctx_note,
             "vllm_version": ".".join(map(str, self.vllm_version)) if self.vllm_version else None,
             "prompt": {"vllm": "token ids", "llama-cpp-python": "string"}.get(f, "chat messages"),
@@ -175,9 +178,10 @@ class OpenAICompatEngine(ServedEngine):
             "prefix_cache": {"vllm": "cache_salt per user (no cross-user sharing)",
                              "llama-cpp-python": "server reuses the previous request's prefix; unreported"}.get(
                 f, "server-side; unreported"),
-            "token_counts": "server tokenizer" if f in ("vllm", "llama-cpp-python") else "estimated (~3 chars/token)",
+            "token_counts": "server tokenizer" if f in ("vllm", "llama-cpp-python") else "estimated (~4 chars/token)",
             "device": "server-side",
         }
+        return {k: v for k, v in extra.items() if v is not None}
 
     # -- templates and tokens -----------------------------------------------------------------------------------
     def _vllm_render(self, messages: list[dict[str, str]]) -> str:
@@ -260,8 +264,8 @@ class OpenAICompatEngine(ServedEngine):
         return estimate_tokens(self._chat_text(prompt))
 
     def _chat_text(self, prompt: Prompt) -> str:
-        return "".join(m.content for m in prompt.messages) + prompt.prefix + "".join(
-            "\n" * 8 for _ in prompt.messages)  # a few tokens of template per message
+        # The contents, plus room for a few template tokens per message.
+        return "".join(m.content for m in prompt.messages) + prompt.prefix + " " * 32 * len(prompt.messages)
 
     # -- contract -------------------------------------------------------------------------------------------------
     def generate(self, prompt: Prompt, *, max_tokens: int = 256, stop: Sequence[str] = (),
