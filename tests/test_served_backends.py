@@ -117,7 +117,8 @@ def test_llama_server_sends_token_ids_schema_and_greedy_settings():
     body = stub.bodies("/completion")[-1]
     ids, _ = engine.prompt_ids(prompt)
     assert body["prompt"] == ids and all(isinstance(t, int) for t in body["prompt"])
-    assert list(body["json_schema"]["properties"]) == ["zeta", "city", "alpha"]  # never sorted
+    root = next(line for line in body["grammar"].splitlines() if line.startswith("root ::="))
+    assert root.index("zeta-kv") < root.index("city-kv")  # schema order kept (required first), never sorted
     assert body["temperature"] == 0.0 and body["n_probs"] == 2 and body["cache_prompt"] is True
     assert body["stream"] is True and body["post_sampling_probs"] is False and body["n_predict"] == 32
     assert result.text == '{"city":"Paris"}' and result.finish_reason == "stop"

@@ -4,7 +4,9 @@ The server is started by the session fixture (127.0.0.1, a free port, one thread
 test_engine_llama.py run against both engines where the capability exists, and the served engine's outputs are
 compared with the in-process engine's on the same prompts:
 
-- greedy text and grammar-constrained output: equal;
+- greedy text and grammar-constrained output: equal, or diverging only at a near-tie of the in-process engine
+  (its two best tokens within 0.3 nats; seen on llama-server, whose single-token re-evaluation after a cache hit
+  moves logprobs by ~0.1);
 - per-token logprobs: the served ones are raw (llama-cpp-python reads them before the grammar), compared with the
   in-process engine's `raw_logprob`: within RAW_TOL nats;
 - candidate scores (teacher forcing on both sides): within SCORE_TOL nats, and the same best candidate.
@@ -94,6 +96,23 @@ def _once(engine: Engine, kind: str, text: str, prefix: str = "", **kwargs):
 
 def chat(text: str, prefix: str = "") -> Prompt:
     return Prompt.chat("You are a helpful assistant.", text, prefix=prefix)
+
+
+def compare_greedy(local, served, tie: float = 0.3) -> tuple[bool, float, int]:
+    """Greedy outputs of two engines: equal, or diverging only where the in-process engine saw a near-tie (its two
+    best tokens within `tie` nats, which kernel-level differences of ~0.1 can flip). Returns (equal, max raw
+    logprob difference over the common tokens, tokens compared)."""
+    worst, n = 0.0, 0
+    for i, (a, b) in enumerate(zip(local.tokens, served.tokens)):
+        if a.token != b.token:
+            alternatives = dict(a.top)
+            assert b.token in alternatives, f"diverged at token {i}: {a.token!r} vs {b.token!r}"
+            assert alternatives[a.token] - alternatives[b.token] <= tie, f"no near-tie at token {i}"
+            return False, worst, n
+        worst = max(worst, abs(a.raw_logprob - b.logprob))
+        n += 1
+    assert served.text == local.text
+    return True, worst, n
 
 
 def _free_port() -> int:
@@ -194,7 +213,7 @@ def test_grammar_writes_keys_in_schema_order(engine):
 
 
 def test_generated_logprobs_match_candidate_scoring(engine):
-    result = _once(engine, "generate", GREEDY_PROMPTS[0], max_tokens=12)
+    result = _once(engine, "generate", GREEDY_PROMPTS[0], max_tokens=12, top_logprobs=3)
     assert result.tokens and all(math.isfinite(t.logprob) and t.logprob <= 0 for t in result.tokens)
     scored = engine.score_candidates(chat(GREEDY_PROMPTS[0]), [result.text])
     assert math.isclose(scored.logprobs[0], result.sum_logprob, abs_tol=RAW_TOL)
@@ -243,14 +262,11 @@ def test_untrusted_text_never_becomes_control_tokens_on_the_server(served_engine
 def test_greedy_text_and_raw_logprobs_match_in_process(real_engine, served_engine):
     worst, n_tokens, same = 0.0, 0, 0
     for text in GREEDY_PROMPTS:
-        local = _once(real_engine, "generate", text, max_tokens=12)
-        served = _once(served_engine, "generate", text, max_tokens=12)
-        assert served.text == local.text
-        same += 1
-        for a, b in zip(local.tokens, served.tokens):
-            assert a.token == b.token
-            worst = max(worst, abs(a.raw_logprob - b.logprob))
-            n_tokens += 1
+        local = _once(real_engine, "generate", text, max_tokens=12, top_logprobs=3)
+        served = _once(served_engine, "generate", text, max_tokens=12, top_logprobs=3)
+        equal, diff, n = compare_greedy(local, served)
+        same += equal
+        worst, n_tokens = max(worst, diff), n_tokens + n
     _REPORT["greedy"] = {"prompts": len(GREEDY_PROMPTS), "identical_text": same, "tokens": n_tokens,
                          "max_abs_logprob_diff": worst}
     assert worst <= RAW_TOL

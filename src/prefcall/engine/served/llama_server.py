@@ -5,8 +5,10 @@
   missing), template text is tokenized with `parse_special: true`, message contents and the answer's prefix with
   `parse_special: false` (`POST /tokenize`). Untrusted text never becomes a control token. A server too old to
   honour `parse_special` is detected at start-up; contents are then defused instead (`prompt_pieces=False`).
-- Generation: `POST /completion` with the token ids, `json_schema` (the server's own converter: required
-  properties first, schema order kept), greedy sampling, `n_probs` and `stream: true` (cancel closes the stream).
+- Generation: `POST /completion` with the token ids, a GBNF `grammar` from the in-process engine's converter
+  (llama.cpp's JSON-Schema converter: required properties first, schema order kept; the server's own
+  `json_schema` converter would also allow newlines and indentation, so outputs would differ in whitespace),
+  greedy sampling, `n_probs` and `stream: true` (cancel closes the stream).
   `n_probs` reports the softmax of the raw logits, before the grammar: logprobs are **raw**
   (`renormalised_logprobs=False`, `forced` unknown, `raw_logprob` = `logprob`).
 - Candidate scoring: teacher forcing, one request per candidate: a one-literal grammar plus a `logit_bias` on the
@@ -96,6 +98,7 @@ class LlamaServerEngine(ServedEngine):
                                       cancellation=True),
             extra={"url": spec.url, "build": props.get("build_info"), "total_slots": self.total_slots,
                    "template": self.template_source, "logprobs": "raw (n_probs, before the grammar)",
+                   "grammar": "GBNF from llama.cpp's JSON-Schema converter (as in-process)",
                    "candidate_scoring": "teacher forcing (one-literal grammar + logit_bias)",
                    "untrusted_text": "tokenized with parse_special=false" if pieces
                    else "defused before tokenization (server ignores parse_special)",
@@ -191,7 +194,12 @@ class LlamaServerEngine(ServedEngine):
             "id_slot": self._slot(scope),
         }
         if json_schema is not None:
-            body["json_schema"] = json_schema
+            # The in-process engine's grammar (llama.cpp's Python converter), not the server's `json_schema`: the
+            # server's C++ converter also allows newlines and indentation between tokens, so the same model would
+            # write differently spaced JSON (measured: '{\n  "cuisine": ...' vs '{ "cuisine": ...').
+            from prefcall.engine.llama import json_schema_gbnf
+
+            body["grammar"] = json_schema_gbnf(json_schema)
         state = StreamState()
         with self.http.stream("/completion", body, cancel=cancel) as events:
             for event in events:
