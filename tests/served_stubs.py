@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any

@@ -568,3 +568,15 @@ def test_generation_timing_and_stop_strings_are_applied_client_side_too():
     result = engine.generate(chat("hi"), max_tokens=3, stop=[" More"])
     assert result.text == "Hello." and [t.token for t in result.tokens] == ["Hello", "."]
     assert result.finish_reason == "stop" and 0 <= result.seconds <= time.perf_counter() - started
+
+
+def test_busy_stream_is_retried_before_the_first_event():
+    stub, _ = llama_server_stub()
+    events = [{"content": "ok", "stop": False, "completion_probabilities": [{"token": "ok", "logprob": -0.1}]},
+              {"content": "", "stop": True, "stop_type": "eos"}]
+    stub.route("POST", "/completion", [httpx.Response(503, json={"error": {"message": "no slot"}}),
+                                       httpx.Response(200, content=sse(events, done=False))])
+    clock = FakeClock()
+    engine = build(stub, "llama-server:http://stub:8080", clock)
+    assert engine.generate(chat("hi"), max_tokens=2).text == "ok"
+    assert stub.count("/completion") == 2 and len(clock.sleeps) == 1
