@@ -23,5 +23,7 @@ pip=("$venv/bin/python" -m pip)
 "${pip[@]}" install --quiet --upgrade pip wheel
 "${pip[@]}" install --quiet "torch==2.13.0"
 echo "prefcall: building llama-cpp-python with CMAKE_ARGS=$CMAKE_ARGS (first time: ~5 minutes)" >&2
+# [test] includes [server]: llama-cpp-python's server extra (fastapi, starlette-context, ...) for the served-engine
+# tests; it adds Python packages only, llama-cpp-python is built once.
 "${pip[@]}" install --quiet -e "$here[test]"
 echo "prefcall: installed into $venv (activate with: source $venv/bin/activate)" >&2

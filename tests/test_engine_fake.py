@@ -1,72 +1,149 @@
 import json
 import math
+import threading
 
 import numpy as np
 import pytest
 
-from prefcall.engine.base import CandidateScores, ChatMessage, Embedder, Engine, Generation, PromptUsage, TokenLogprob
-from prefcall.engine.fake import FakeEmbedder, FakeEngine
+from prefcall.engine.base import (
+    CandidateScores,
+    ChatMessage,
+    Embedder,
+    Engine,
+    Generation,
+    Prompt,
+    PromptUsage,
+    Scope,
+    ScopedEngine,
+    TokenLogprob,
+    schema_key_order,
+)
+from prefcall.engine.fake import CannedReplyError, FakeEmbedder, FakeEngine, check_canned_json
+from prefcall.errors import CancelledError
+
+
+def ask(text: str, system: str = "S") -> Prompt:
+    return Prompt.chat(system, text)
 
 
 def test_fake_engine_satisfies_the_engine_contract():
     assert isinstance(FakeEngine(), Engine)
+    assert isinstance(ScopedEngine(FakeEngine(), Scope("u")), Engine)
     assert isinstance(FakeEmbedder(), Embedder)
 
 
 def test_rules_match_prompt_substrings_before_the_queue():
     engine = FakeEngine().reply("queued").reply("ruled", when="weather")
-    assert engine.generate("what is the weather").text == "ruled"
-    assert engine.generate("hello").text == "queued"
-    assert engine.generate("hello").text == ""  # queue empty -> default
-    assert engine.prompts == ["what is the weather", "hello", "hello"]
+    assert engine.generate(ask("what is the weather")).text == "ruled"
+    assert engine.generate(ask("hello")).text == "queued"
+    assert engine.generate(ask("hello")).text == ""  # queue empty -> default
+    assert [p.split("<|user|>\n")[1].splitlines()[0] for p in engine.prompts] == ["what is the weather", "hello", "hello"]
 
 
 def test_fake_json_mode_rejects_invalid_canned_json():
     engine = FakeEngine().reply("not json")
-    with pytest.raises(json.JSONDecodeError):
-        engine.generate("p", json_schema={"type": "object"})
+    with pytest.raises(CannedReplyError, match="not JSON"):
+        engine.generate(ask("p"), json_schema={"type": "object"})
+
+
+def test_fake_json_mode_rejects_json_the_schema_forbids():
+    schema = {"type": "object", "properties": {"city": {"enum": ["Paris"]}}, "additionalProperties": False}
+    with pytest.raises(CannedReplyError, match="validate"):
+        FakeEngine().reply('{"city": "Rome"}').generate(ask("p"), json_schema=schema)
+    with pytest.raises(CannedReplyError, match="validate"):
+        FakeEngine().reply('{"town": "Paris"}').generate(ask("p"), json_schema=schema)
+
+
+def test_fake_json_mode_rejects_keys_out_of_grammar_order():
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "arguments": {"type": "object"}},
+              "required": ["name", "arguments"]}
+    ok = FakeEngine().reply('{"name": "f", "arguments": {}}').generate(ask("p"), json_schema=schema)
+    assert json.loads(ok.text)["name"] == "f"
+    with pytest.raises(CannedReplyError, match="order"):
+        FakeEngine().reply('{"arguments": {}, "name": "f"}').generate(ask("p"), json_schema=schema)
+
+
+def test_key_order_puts_required_properties_first_like_llama_cpp():
+    schema = {"properties": {"a": {}, "b": {}, "c": {}}, "required": ["c"]}
+    assert schema_key_order(schema) == ["c", "a", "b"]
+    check_canned_json('{"c": 1, "b": 2}', schema)
+    with pytest.raises(CannedReplyError):
+        check_canned_json('{"a": 1, "c": 2}', schema)
+
+
+def test_key_order_is_checked_inside_anyof_refs_and_arrays():
+    schema = {"$defs": {"call": {"type": "object", "properties": {"name": {"const": "f"}, "args": {"type": "object"}},
+                                 "required": ["name", "args"]}},
+              "type": "array", "items": {"anyOf": [{"$ref": "#/$defs/call"}]}}
+    check_canned_json('[{"name": "f", "args": {}}]', schema)
+    with pytest.raises(CannedReplyError, match=r"\$\[0\]"):
+        check_canned_json('[{"args": {}, "name": "f"}]', schema)
 
 
 def test_fake_logprobs_and_stop():
     engine = FakeEngine().reply("Continue now. Extra", logprob=-0.5)
-    result = engine.generate("p", stop=[" Extra"])
+    result = engine.generate(ask("p"), stop=[" Extra"])
     assert result.text == "Continue now."
     assert all(t.logprob == -0.5 for t in result.tokens)
     assert math.isclose(result.least_confidence, 1 - math.exp(-0.5))
 
 
-def test_fake_usage_reports_reused_prefix():
+def test_fake_usage_reuses_a_prefix_within_a_scope_and_only_shared_messages_across_scopes():
     engine = FakeEngine()
-    first = engine.generate("system catalogue request one")
-    second = engine.generate("system catalogue request two")
+    system = "catalogue " * 20
+    first = engine.generate(Prompt.chat(system, "alice secret request one"), scope=Scope("alice"))
+    second = engine.generate(Prompt.chat(system, "alice secret request two"), scope=Scope("alice"))
+    bob = engine.generate(Prompt.chat(system, "alice secret request three"), scope=Scope("bob"))
     assert first.usage.reused == 0
-    assert second.usage.reused == 3 and second.usage.evaluated == 1
+    assert second.usage.reused > bob.usage.reused > 0
+    assert bob.usage.reused <= engine.prompt_tokens(Prompt((ChatMessage("system", system),)))
+
+
+def test_cancelled_calls_raise_a_typed_error():
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(CancelledError, match="cancelled"):
+        FakeEngine().generate(ask("p"), cancel=cancel)
+    with pytest.raises(CancelledError):
+        ScopedEngine(FakeEngine(), Scope("u"), cancel).score_candidates(ask("p"), [" a"])
+
+
+def test_scoped_engine_passes_its_scope():
+    fake = FakeEngine()
+    ScopedEngine(fake, Scope("carol", "public")).generate(ask("p"))
+    assert fake.calls[-1]["scope"] == Scope("carol", "public")
 
 
 def test_candidate_scores_probabilities_and_best():
     engine = FakeEngine(scorer={"YES": -0.1, "NO": -2.5})
-    scores = engine.score_candidates("Tool -", [" YES", " NO"])
+    scores = engine.score_candidates(ask("Tool -"), [" YES", " NO"])
     assert scores.best() == " YES"
     probs = scores.probabilities()
     assert math.isclose(sum(probs), 1.0) and probs[0] > 0.9
 
 
-def test_generation_measures():
+def test_generation_measures_ignore_forced_tokens():
     gen = Generation("ab", [TokenLogprob("a", -0.2), TokenLogprob("b", -0.4)], PromptUsage(3, 3, 0), "stop")
     assert math.isclose(gen.mean_logprob, -0.3)
     assert math.isclose(gen.least_confidence, 1 - math.exp(-0.3))
+    forced = Generation("a{", [TokenLogprob("a", -0.2), TokenLogprob("{", 0.0, forced=True)], PromptUsage(), "stop")
+    assert math.isclose(forced.least_confidence, 1 - math.exp(-0.2))
     assert Generation("", [], PromptUsage(), "stop").least_confidence == 1.0
+
+
+def test_prompt_validation():
+    with pytest.raises(ValueError, match="role"):
+        Prompt((ChatMessage("tool", "x"),))
+    with pytest.raises(ValueError, match="shared"):
+        Prompt((ChatMessage("user", "x"),), shared=2)
+    p = Prompt.chat("sys", "user", prefix="A:")
+    assert p.shared == 1 and p.continued(" b").prefix == "A: b"
 
 
 def test_fake_embedder_is_normalised_and_word_sensitive():
     vectors = FakeEmbedder().embed(["book a flight", "book a flight please", "weather in Paris"])
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0)
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
-
-
-def test_fake_chat_format_marks_roles():
-    text = FakeEngine().format_chat([ChatMessage("system", "S"), ChatMessage("user", "U")])
-    assert text.index("<|system|>") < text.index("<|user|>") < text.index("<|assistant|>")
 
 
 def test_candidate_scores_dataclass():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -21,6 +21,22 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PREFCALL_", extra="ignore")
 
     model: Path | None = Field(default=None, description="GGUF model path; default: the embedded SmolLM2-135M-Instruct")
+    # Where the model runs: unset or "llama-cpp" loads the GGUF in-process; KIND:URL uses a served engine,
+    # e.g. llama-server:http://127.0.0.1:8080, vllm:http://gpu:8000, sglang:URL, openai:URL (LM Studio and other
+    # OpenAI-compatible servers), llama-cpp-python:URL, ollama:http://127.0.0.1:11434#llama3.2 (#model optional).
+    engine: str | None = Field(default=None, description="llama-cpp (in-process) or KIND:URL[#model] of a served engine")
+    engine_model: str | None = Field(default=None, description="model name a served engine needs (Ollama, vLLM, ...)")
+    engine_api_key: SecretStr | None = Field(default=None, description="bearer token for the served engine")
+    engine_api_key_env: str | None = Field(default=None, description="name of another variable holding that token")
+    engine_timeout_s: float = Field(default=120.0, gt=0, description="read timeout per served-engine request")
+    engine_connect_timeout_s: float = Field(default=5.0, gt=0, description="connect timeout to the served engine")
+    engine_retries: int = Field(default=4, ge=0, description="retries on HTTP 429/503 and refused connections")
+    engine_pool: int = Field(default=16, ge=1, description="HTTP connections to the served engine (its queue depth)")
+    engine_chat_template: str | None = Field(
+        default=None, description="Jinja chat template (text or file) for served engines that do not expose theirs")
+    engine_pin_slots: bool = Field(default=True, description="llama-server: keep each user on one slot (id_slot)")
+    engine_cache_secret: SecretStr | None = Field(
+        default=None, description="vLLM: secret mixed into per-user cache_salt (same value on every replica)")
     n_gpu_layers: int = Field(default=0, description="layers to offload to CUDA/Metal; -1 offloads all")
     n_ctx: int = Field(default=4096, ge=256, description="context window in tokens")
     n_batch: int = Field(default=512, ge=8, description="prompt evaluation batch size")
@@ -43,3 +59,11 @@ class Settings(BaseSettings):
 
     def database_path(self) -> Path:
         return self.db_path or self.data_dir / "prefcall.db"
+
+    def engine_token(self) -> str | None:
+        """The served engine's API key: PREFCALL_ENGINE_API_KEY, else the variable PREFCALL_ENGINE_API_KEY_ENV names."""
+        if self.engine_api_key is not None and self.engine_api_key.get_secret_value():
+            return self.engine_api_key.get_secret_value()
+        if self.engine_api_key_env:
+            return os.environ.get(self.engine_api_key_env) or None
+        return None

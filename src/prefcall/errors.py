@@ -49,3 +49,23 @@ class NotFoundError(PrefcallError):
 
 class StoreError(PrefcallError):
     """The profile or demonstration store failed."""
+
+
+class CancelledError(EngineError):
+    """The request was cancelled before the model finished (the client went away)."""
+
+
+class BackendError(EngineError):
+    """A served engine (llama-server, vLLM, Ollama, ...) answered with an error or something unreadable."""
+
+
+class BackendUnavailableError(BackendError):
+    """A served engine could not be reached, or stayed busy (HTTP 429/503) through every retry."""
+
+
+class BackendTimeoutError(BackendError):
+    """A served engine did not answer within the configured timeout."""
+
+
+class MissingCapabilityError(EngineError):
+    """The engine lacks a feature a caller needs and has no documented fallback for it."""

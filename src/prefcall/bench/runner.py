@@ -19,6 +19,7 @@ from prefcall.bench.context import REPO_ROOT, BenchContext
 from prefcall.bench.model import section_fnctod, section_limit, section_nlt, section_prefix, section_taps
 from prefcall.bench.retrieval import section_retrieval
 from prefcall.bench.server import section_server
+from prefcall.bench.served import section_served
 from prefcall.bench.stats import load_average
 from prefcall.errors import ValidationError
 
@@ -38,6 +39,7 @@ SECTIONS: dict[str, Section] = {s.name: s for s in (
     Section("taps", "TAPS gate fired vs not", section_taps),
     Section("retrieval", "Retrieval scaling", section_retrieval),
     Section("server", "MCP server", section_server),
+    Section("served", "Served engine vs in-process", section_served),
 )}
 
 

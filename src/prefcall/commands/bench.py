@@ -14,13 +14,13 @@ from prefcall.commands.options import add_model_options, settings_from_args
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     bench = subparsers.add_parser(
-        "bench", help="measure speed: raw limit, prefix reuse, NLT, FnCTOD, TAPS gate, retrieval, server",
+        "bench", help="measure speed: raw limit, prefix reuse, NLT, FnCTOD, TAPS gate, retrieval, server, served engine",
         description="Every figure is a ratio or a pair measured side by side in this one run (shared machines are "
                     "noisy). The last stdout line is one JSON object with every figure.")
     add_model_options(bench)
     bench.add_argument("--out", help="folder for bench.json, bench.md and plots")
     bench.add_argument("--quick", action="store_true", help="small sizes and one repetition (tests, CI)")
-    bench.add_argument("--only", help="comma-separated sections: limit,prefix,nlt,fnctod,taps,retrieval,server")
+    bench.add_argument("--only", help="comma-separated sections: limit,prefix,nlt,fnctod,taps,retrieval,server,served")
     bench.add_argument("--reps", type=int, help="repetitions per measurement (default 1 with --quick, else 3)")
     bench.set_defaults(handler=run_bench_command)
 

@@ -30,11 +30,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_info(args: argparse.Namespace) -> int:
     from prefcall.engine import load_engine
 
+    from dataclasses import asdict
+
     settings = settings_from_args(args)
     engine = load_engine(settings)
     info = engine.info
-    print(json.dumps({"model": info.model_name, "path": info.model_path, "backend": info.backend,
-                      "n_ctx": info.n_ctx, "n_gpu_layers": info.n_gpu_layers}, indent=2))
+    report = {"model": info.model_name, "path": info.model_path, "backend": info.backend,
+              "n_ctx": info.n_ctx, "n_gpu_layers": info.n_gpu_layers, "engine": settings.engine or "llama-cpp",
+              "capabilities": asdict(info.capabilities)}
+    if info.extra:
+        report["details"] = info.extra
+    print(json.dumps(report, indent=2, default=str))
+    close = getattr(engine, "close", None)
+    if callable(close):
+        close()
     return 0
 
 

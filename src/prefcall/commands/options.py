@@ -15,6 +15,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-gpu-layers", type=int, help="layers to offload to CUDA/Metal (-1: all)")
     parser.add_argument("--n-ctx", type=int, help="context window in tokens")
     parser.add_argument("--threads", type=int, help="CPU threads")
+    parser.add_argument("--engine", help="where the model runs: llama-cpp (in-process, default) or KIND:URL[#model], "
+                                         "e.g. llama-server:http://127.0.0.1:8080, vllm:URL, ollama:URL#llama3.2 "
+                                         "(default: PREFCALL_ENGINE)")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -25,6 +28,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         "n_gpu_layers": getattr(args, "n_gpu_layers", None),
         "n_ctx": getattr(args, "n_ctx", None),
         "n_threads": getattr(args, "threads", None),
+        "engine": getattr(args, "engine", None),
         "db_path": getattr(args, "db", None),
     }
     return Settings(**{k: v for k, v in overrides.items() if v is not None})

@@ -20,7 +20,14 @@ if TYPE_CHECKING:
 
 
 def load_engine(settings: Settings) -> Engine:
-    """The real llama.cpp engine; imported here so that nothing else pulls in llama_cpp."""
+    """The engine PREFCALL_ENGINE names: the in-process llama.cpp engine (unset or `llama-cpp`), or a served one
+    (`llama-server:URL`, `vllm:URL`, `sglang:URL`, `openai:URL`, `llama-cpp-python:URL`, `ollama:URL#model`).
+
+    Imported here so that nothing else pulls in llama_cpp, and served engines never load a model in-process."""
+    from prefcall.engine.served import load_served_engine, parse_engine_spec
+
+    if parse_engine_spec(settings.engine, settings.engine_model) is not None:
+        return load_served_engine(settings)
     from prefcall.engine.llama import LlamaEngine
 
     return LlamaEngine(settings)

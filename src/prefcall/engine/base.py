@@ -1,15 +1,34 @@
 """The engine contract every strategy talks to. Only `prefcall.engine.llama` imports llama_cpp.
 
-Engines are synchronous and thread-safe (one model call at a time); `AsyncEngine` runs
-them off the event loop for the server.
+Design (one contract for the in-process engine, the served engines and the fakes):
+
+- **Prompts stay in pieces.** A `Prompt` is chat messages plus an optional start of the answer that prefcall
+  writes itself. Message contents are untrusted text (dialogues, standing instructions, tool descriptions,
+  demonstrations): an engine tokenizes them as plain text, never parsing special tokens, and chat-template
+  control tokens come only from the template. Strategies never render a prompt to a string and send it back.
+- **Cache scopes.** `Prompt.shared` counts the leading messages that do not depend on the user (the system
+  prompt with a catalogue). An engine may reuse the KV state of those across users whose `Scope.shared` is the
+  same (everyone may read a built-in catalogue); the rest only within the same `Scope.user`.
+- **Grammar-constrained JSON** follows the schema's key order (no key sorting), as llama.cpp's converter
+  writes it: required properties first, then optional ones, each group in schema order.
+- **Probabilities.** Under a grammar, a generated token's `logprob` is renormalised over the tokens the grammar
+  allows at that step; a token the grammar forces (the only one allowed) is marked `forced` and carries no
+  information about the model's confidence. `raw_logprob` is the unconstrained value, when known.
+- **Cancellation.** Every model call takes `cancel` (anything with `is_set()`, e.g. a `threading.Event`);
+  an engine checks it between tokens and raises `CancelledError`.
+
+Engines are synchronous and thread-safe (one model call at a time in-process); the server runs them on
+its model thread.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
+
+ROLES = ("system", "user", "assistant")
 
 
 @dataclass(frozen=True)
@@ -19,10 +38,65 @@ class ChatMessage:
 
 
 @dataclass(frozen=True)
+class Prompt:
+    """A chat prompt kept apart from the template: messages (untrusted contents) and the answer's start.
+
+    `prefix` is text prefcall writes as the beginning of the assistant's answer (e.g. ``Function:`` before
+    scoring names, or a forced ``Tool -``); it is tokenized as plain text too. `shared` is how many leading
+    messages are the same for every user (system prompt + a catalogue both may read)."""
+
+    messages: tuple[ChatMessage, ...]
+    prefix: str = ""
+    shared: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.messages:
+            raise ValueError("a prompt needs at least one message")
+        for message in self.messages:
+            if message.role not in ROLES:
+                raise ValueError(f"unknown chat role {message.role!r}: use one of {', '.join(ROLES)}")
+        if not 0 <= self.shared <= len(self.messages):
+            raise ValueError(f"shared={self.shared} is outside 0..{len(self.messages)} messages")
+
+    @classmethod
+    def chat(cls, system: str | None, user: str, *, prefix: str = "", shared_system: bool = True) -> Prompt:
+        """The common shape: one system message (shared across users by default) and one user message."""
+        messages = ((ChatMessage("system", system),) if system is not None else ()) + (ChatMessage("user", user),)
+        return cls(messages, prefix=prefix, shared=1 if system is not None and shared_system else 0)
+
+    def continued(self, more: str) -> Prompt:
+        """The same prompt with more of the answer already written."""
+        return replace(self, prefix=self.prefix + more)
+
+    def text_for_display(self) -> str:
+        """A readable rendering for logs and debugging (not what a model sees)."""
+        body = "\n".join(f"[{m.role}]\n{m.content}" for m in self.messages)
+        return body + f"\n[assistant]\n{self.prefix}"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Whose KV state a call may reuse. `user`: the caller (their own earlier text may be reused);
+    `shared`: who may read the shared messages (the catalogue's readers; "public" for built-ins)."""
+
+    user: str = ""
+    shared: str = "public"
+
+
+LOCAL = Scope()  # one local user (stdio, CLI, evaluation): everything may be reused
+
+
+class Cancel(Protocol):
+    def is_set(self) -> bool: ...
+
+
+@dataclass(frozen=True)
 class TokenLogprob:
     token: str
-    logprob: float  # natural log of the model's (unconstrained) probability; <= 0
-    top: tuple[tuple[str, float], ...] = ()  # runner-up tokens, best first, for margin measures
+    logprob: float  # natural log; under a grammar, renormalised over the tokens it allowed; <= 0
+    top: tuple[tuple[str, float], ...] = ()  # runner-up tokens (same normalisation), best first
+    forced: bool = False  # the grammar allowed only this token: no information about the model
+    raw_logprob: float | None = None  # the model's unconstrained log-probability, when known
 
 
 @dataclass
@@ -52,16 +126,22 @@ class Generation:
         return len(self.tokens)
 
     @property
+    def chosen(self) -> list[TokenLogprob]:
+        """The tokens the model chose (not forced by a grammar): what confidence measures read."""
+        return [t for t in self.tokens if not t.forced]
+
+    @property
     def sum_logprob(self) -> float:
         return sum(t.logprob for t in self.tokens)
 
     @property
     def mean_logprob(self) -> float:
-        return self.sum_logprob / len(self.tokens) if self.tokens else 0.0
+        chosen = self.chosen
+        return sum(t.logprob for t in chosen) / len(chosen) if chosen else 0.0
 
     @property
     def least_confidence(self) -> float:
-        """TAPS's uncertainty: 1 - exp(mean token logprob)."""
+        """TAPS's uncertainty: 1 - exp(mean logprob of the chosen tokens); 0.0 when every token was forced."""
         return 1.0 - math.exp(self.mean_logprob) if self.tokens else 1.0
 
 
@@ -87,13 +167,27 @@ class CandidateScores:
 
 
 @dataclass(frozen=True)
+class Capabilities:
+    """What an engine can do; a strategy that needs a missing one falls back or refuses with one line."""
+
+    grammar: bool = True  # JSON-Schema-constrained generation
+    logprobs: bool = True  # per-token log-probabilities of generated text
+    renormalised_logprobs: bool = True  # logprobs renormalised over grammar-allowed tokens (else raw)
+    candidate_scoring: bool = True  # log P(candidate | prompt) by teacher forcing (else: emulated)
+    prompt_pieces: bool = True  # untrusted text is kept apart from template tokens
+    prefix_cache: bool = True  # KV reuse of shared prompt prefixes
+    cancellation: bool = True  # a call stops between tokens when cancelled
+
+
+@dataclass(frozen=True)
 class EngineInfo:
     model_path: str
     model_name: str
-    backend: str  # "cpu" | "cuda" | "metal" | "fake" ...
+    backend: str  # "cpu" | "cuda" | "metal" | "fake" | "llama-server" ...
     n_ctx: int
     n_gpu_layers: int
     chat_template: str | None = None
+    capabilities: Capabilities = field(default_factory=Capabilities)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -104,26 +198,32 @@ class Engine(Protocol):
     @property
     def info(self) -> EngineInfo: ...
 
-    def format_chat(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> str:
-        """Render messages with the model's own chat template."""
+    def count_tokens(self, text: str) -> int:
+        """Tokens of plain text (no special-token parsing)."""
         ...
 
-    def count_tokens(self, text: str) -> int: ...
+    def prompt_tokens(self, prompt: Prompt) -> int:
+        """Tokens of a whole prompt as the engine would evaluate it."""
+        ...
 
     def generate(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         max_tokens: int = 256,
         stop: Sequence[str] = (),
         json_schema: dict[str, Any] | None = None,
         top_logprobs: int = 0,
+        scope: Scope = LOCAL,
+        cancel: Cancel | None = None,
     ) -> Generation:
-        """Greedy generation; with `json_schema`, output is constrained to JSON valid for it."""
+        """Greedy generation; with `json_schema`, output is constrained to JSON valid for it (key order kept)."""
         ...
 
-    def score_candidates(self, prompt: str, candidates: Sequence[str]) -> CandidateScores:
-        """Log P(candidate | prompt) for each candidate, evaluating the prompt once."""
+    def score_candidates(
+        self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope = LOCAL, cancel: Cancel | None = None
+    ) -> CandidateScores:
+        """Log P(candidate | prompt) for each candidate (plain text continuing the prompt's answer)."""
         ...
 
 
@@ -136,3 +236,42 @@ class Embedder(Protocol):
 
     def embed(self, texts: Sequence[str]) -> Any:  # numpy.ndarray of shape (n, dim), float32
         ...
+
+
+class ScopedEngine:
+    """An engine bound to one caller's cache scope: what the server hands a strategy for one request.
+
+    Strategies stay unaware of users; every call they make carries the caller's scope and cancellation."""
+
+    def __init__(self, engine: Engine, scope: Scope, cancel: Cancel | None = None) -> None:
+        self.engine = engine
+        self.scope = scope
+        self.cancel = cancel
+
+    @property
+    def info(self) -> EngineInfo:
+        return self.engine.info
+
+    def count_tokens(self, text: str) -> int:
+        return self.engine.count_tokens(text)
+
+    def prompt_tokens(self, prompt: Prompt) -> int:
+        return self.engine.prompt_tokens(prompt)
+
+    def generate(self, prompt: Prompt, *, max_tokens: int = 256, stop: Sequence[str] = (),
+                 json_schema: dict[str, Any] | None = None, top_logprobs: int = 0, scope: Scope | None = None,
+                 cancel: Cancel | None = None) -> Generation:
+        return self.engine.generate(prompt, max_tokens=max_tokens, stop=stop, json_schema=json_schema,
+                                    top_logprobs=top_logprobs, scope=self.scope, cancel=cancel or self.cancel)
+
+    def score_candidates(self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope | None = None,
+                         cancel: Cancel | None = None) -> CandidateScores:
+        return self.engine.score_candidates(prompt, candidates, scope=self.scope, cancel=cancel or self.cancel)
+
+
+def schema_key_order(schema: dict[str, Any]) -> list[str]:
+    """The order in which grammar-constrained JSON writes an object's keys (llama.cpp's converter):
+    required properties first, then the optional ones, each group in the schema's order."""
+    properties = list((schema.get("properties") or {}).keys())
+    required = set(schema.get("required") or [])
+    return [p for p in properties if p in required] + [p for p in properties if p not in required]

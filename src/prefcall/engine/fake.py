@@ -1,6 +1,9 @@
 """Test doubles: a fake engine with canned text, logprobs and candidate scores, and a fake embedder.
 
-They follow the same contracts as the real ones, so every strategy's unit tests run in milliseconds.
+They follow the same contracts as the real ones, so every strategy's unit tests run in milliseconds. The fake
+engine is strict where the real one is forced: a canned reply for a JSON-Schema-constrained call must be JSON
+that validates against the schema AND writes its keys in the order the grammar would (required properties
+first, then optional ones, each in schema order), so a test catches what a real model could never produce.
 """
 
 from __future__ import annotations
@@ -14,16 +17,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonschema
 import numpy as np
 
 from prefcall.engine.base import (
+    LOCAL,
+    Cancel,
     CandidateScores,
-    ChatMessage,
+    Capabilities,
     EngineInfo,
     Generation,
+    Prompt,
     PromptUsage,
+    Scope,
     TokenLogprob,
+    schema_key_order,
 )
+from prefcall.errors import CancelledError
 
 _TOKEN_RE = re.compile(r"\s*\S+|\s+")
 
@@ -33,11 +43,78 @@ def fake_tokenize(text: str) -> list[str]:
     return _TOKEN_RE.findall(text)
 
 
+def render_fake(prompt: Prompt) -> str:
+    """The fake's chat layout: `<|role|>` lines; what `when=` rules and recorded prompts match against."""
+    body = "".join(f"<|{m.role}|>\n{m.content}\n" for m in prompt.messages)
+    return body + "<|assistant|>\n" + prompt.prefix
+
+
+class CannedReplyError(AssertionError):
+    """A canned reply the real engine could never produce for this schema (invalid JSON, schema or key order)."""
+
+
+def check_canned_json(text: str, schema: dict[str, Any]) -> Any:
+    """Parse `text` and check it as grammar-constrained output of `schema`; raise CannedReplyError if impossible."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CannedReplyError(f"canned reply is not JSON ({exc.msg}): {text[:80]!r}") from exc
+    try:
+        jsonschema.validate(value, schema)
+    except jsonschema.ValidationError as exc:
+        raise CannedReplyError(f"canned reply does not validate against its schema: {exc.message}") from exc
+    problem = _key_order_problem(value, schema, schema, "$")
+    if problem:
+        raise CannedReplyError(f"canned reply writes keys out of the grammar's order at {problem}")
+    return value
+
+
+def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        node: Any = root
+        for part in ref[2:].split("/"):
+            node = node[part]
+        return _resolve(node, root)
+    return schema
+
+
+def _key_order_problem(value: Any, schema: Any, root: dict[str, Any], path: str) -> str | None:
+    if not isinstance(schema, dict):
+        return None
+    schema = _resolve(schema, root)
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            for branch in schema[key]:
+                if jsonschema.Draft202012Validator(_with_defs(branch, root)).is_valid(value):
+                    return _key_order_problem(value, branch, root, path)
+            return None
+    if isinstance(value, dict) and "properties" in schema:
+        order = schema_key_order(schema)
+        positions = [order.index(k) for k in value if k in order]
+        if positions != sorted(positions):
+            return f"{path}: wrote {list(value)}, grammar order {order}"
+        for k, v in value.items():
+            problem = _key_order_problem(v, schema["properties"].get(k), root, f"{path}.{k}")
+            if problem:
+                return problem
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            problem = _key_order_problem(item, schema["items"], root, f"{path}[{i}]")
+            if problem:
+                return problem
+    return None
+
+
+def _with_defs(branch: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    return {**branch, "$defs": root["$defs"]} if "$defs" in root and "$defs" not in branch else branch
+
+
 @dataclass
 class CannedReply:
     text: str
     logprob: float = -0.1  # per token
-    when: str | None = None  # substring of the prompt that selects this reply; None = next in queue
+    when: str | None = None  # substring of the rendered prompt that selects this reply; None = next in queue
     top: Sequence[tuple[str, float]] = ()
 
 
@@ -49,14 +126,17 @@ class FakeEngine:
     default: CannedReply = field(default_factory=lambda: CannedReply(text=""))
     scorer: Callable[[str, str], float] | dict[str, float] | None = None
     n_ctx: int = 4096
-    prompts: list[str] = field(default_factory=list)
+    capabilities: Capabilities = field(default_factory=Capabilities)
+    prompts: list[str] = field(default_factory=list)  # rendered (render_fake) prompts, in call order
     calls: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._queue: deque[CannedReply] = deque(r for r in self.replies if r.when is None)
         self._rules = [r for r in self.replies if r.when is not None]
         self._lock = threading.Lock()
-        self._cached_prefix: list[str] = []
+        self._cached: list[str] = []
+        self._cached_scope: Scope | None = None
+        self._cached_shared = 0
 
     # -- canned behaviour -------------------------------------------------------------
     def reply(self, text: str, *, when: str | None = None, logprob: float = -0.1) -> FakeEngine:
@@ -70,59 +150,76 @@ class FakeEngine:
                 return rule
         return self._queue.popleft() if self._queue else self.default
 
-    def _usage(self, prompt: str) -> PromptUsage:
-        # Mimic KV prefix reuse: tokens shared with the previous prompt are "reused".
-        tokens = fake_tokenize(prompt)
-        shared = 0
-        for a, b in zip(tokens, self._cached_prefix):
+    def _usage(self, prompt: Prompt, scope: Scope) -> PromptUsage:
+        # Mimic KV prefix reuse: tokens shared with the previous prompt are reused, across users only the
+        # shared messages (as the real engine's Scope rule).
+        tokens = fake_tokenize(render_fake(prompt))
+        shared_len = len(fake_tokenize(render_fake(Prompt(prompt.messages[: prompt.shared])))) - 1 \
+            if prompt.shared else 0
+        common = 0
+        for a, b in zip(tokens, self._cached):
             if a != b:
                 break
-            shared += 1
-        self._cached_prefix = tokens
-        return PromptUsage(prompt_tokens=len(tokens), evaluated=len(tokens) - shared, reused=shared)
+            common += 1
+        if self._cached_scope is None:
+            common = 0
+        elif self._cached_scope != scope:
+            common = min(common, shared_len, self._cached_shared) if self._cached_scope.shared == scope.shared else 0
+        self._cached, self._cached_scope, self._cached_shared = tokens, scope, shared_len
+        return PromptUsage(prompt_tokens=len(tokens), evaluated=len(tokens) - common, reused=common)
 
     # -- Engine contract --------------------------------------------------------------
     @property
     def info(self) -> EngineInfo:
-        return EngineInfo(model_path="<fake>", model_name="fake", backend="fake", n_ctx=self.n_ctx, n_gpu_layers=0)
-
-    def format_chat(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> str:
-        body = "".join(f"<|{m.role}|>\n{m.content}\n" for m in messages)
-        return body + ("<|assistant|>\n" if add_generation_prompt else "")
+        return EngineInfo(model_path="<fake>", model_name="fake", backend="fake", n_ctx=self.n_ctx, n_gpu_layers=0,
+                          capabilities=self.capabilities)
 
     def count_tokens(self, text: str) -> int:
         return len(fake_tokenize(text))
 
+    def prompt_tokens(self, prompt: Prompt) -> int:
+        return len(fake_tokenize(render_fake(prompt)))
+
     def generate(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         max_tokens: int = 256,
         stop: Sequence[str] = (),
         json_schema: dict[str, Any] | None = None,
         top_logprobs: int = 0,
+        scope: Scope = LOCAL,
+        cancel: Cancel | None = None,
     ) -> Generation:
+        _check(cancel)
+        rendered = render_fake(prompt)
         with self._lock:
-            self.prompts.append(prompt)
-            self.calls.append({"kind": "generate", "prompt": prompt, "json_schema": json_schema, "stop": list(stop)})
-            canned = self._pick(prompt)
+            self.prompts.append(rendered)
+            self.calls.append({"kind": "generate", "prompt": rendered, "json_schema": json_schema,
+                               "stop": list(stop), "scope": scope})
+            canned = self._pick(rendered)
             text = canned.text
             for s in stop:
                 if s and s in text:
                     text = text[: text.index(s)]
             if json_schema is not None:
-                json.loads(text)  # a fake must not hand strategies JSON the real grammar could never produce
+                check_canned_json(text, json_schema)
             pieces = fake_tokenize(text)[:max_tokens]
             finish = "length" if len(fake_tokenize(text)) > max_tokens else "stop"
             tokens = [TokenLogprob(p, canned.logprob, tuple(canned.top)) for p in pieces]
-            return Generation(text="".join(pieces), tokens=tokens, usage=self._usage(prompt), finish_reason=finish)
+            return Generation(text="".join(pieces), tokens=tokens, usage=self._usage(prompt, scope),
+                              finish_reason=finish)
 
-    def score_candidates(self, prompt: str, candidates: Sequence[str]) -> CandidateScores:
+    def score_candidates(
+        self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope = LOCAL, cancel: Cancel | None = None
+    ) -> CandidateScores:
+        _check(cancel)
+        rendered = render_fake(prompt)
         with self._lock:
-            self.prompts.append(prompt)
-            self.calls.append({"kind": "score", "prompt": prompt, "candidates": list(candidates)})
-            usage = self._usage(prompt)
-            logprobs = [self._score(prompt, c) for c in candidates]
+            self.prompts.append(rendered)
+            self.calls.append({"kind": "score", "prompt": rendered, "candidates": list(candidates), "scope": scope})
+            usage = self._usage(prompt, scope)
+            logprobs = [self._score(rendered, c) for c in candidates]
             counts = [max(1, len(fake_tokenize(c))) for c in candidates]
             return CandidateScores(list(candidates), logprobs, counts, usage)
 
@@ -132,6 +229,11 @@ class FakeEngine:
         if isinstance(self.scorer, dict):
             return float(self.scorer.get(candidate.strip(), self.scorer.get(candidate, -5.0)))
         return -1.0 * max(1, len(fake_tokenize(candidate)))
+
+
+def _check(cancel: Cancel | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise CancelledError("the request was cancelled (the client went away or gave up): nothing to do")
 
 
 class FakeEmbedder:

@@ -1,21 +1,28 @@
 """The llama.cpp engine: the only module in prefcall that imports `llama_cpp`.
 
 It drives llama.cpp token by token instead of using `create_completion`, because:
-- per-token logprobs of the generated text must not need `logits_all=True`
-  (that allocates n_ctx x n_vocab floats); we read the last row of logits after each step;
-- candidate scoring must evaluate the prompt once and branch per candidate from its KV state;
-- shared prompt prefixes (system prompt + catalogue) are kept as saved KV states between
-  calls, so alternating catalogues do not re-evaluate each other's prefix.
+- untrusted text must never become control tokens: the chat template is rendered with placeholders, its own
+  pieces are tokenized with special-token parsing and the message contents without (`_tokenize_prompt`);
+- per-token logprobs of the generated text must not need `logits_all=True` (n_ctx x n_vocab floats); we read
+  the last row of logits after each step, and under a grammar renormalise them over the allowed tokens
+  (the grammar is applied to the logits before the softmax, so a forced token reads as log 1 = 0);
+- candidate scoring evaluates the prompt once and branches per candidate from its KV state;
+- shared prompt prefixes (system prompt + catalogue) are kept as saved KV states between calls, reused across
+  users only up to the shared messages (`Scope`), and within one user as far as the tokens agree;
+- cancellation is checked between evaluation batches and between tokens.
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
+import re
+import secrets
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +30,18 @@ import numpy as np
 
 from prefcall.config import Settings
 from prefcall.engine.base import (
+    LOCAL,
+    Cancel,
     CandidateScores,
-    ChatMessage,
     EngineInfo,
     Generation,
+    Prompt,
     PromptUsage,
+    Scope,
     TokenLogprob,
 )
 from prefcall.engine.resolve import resolve_model_path
-from prefcall.errors import ContextOverflowError, EngineError, GrammarError, InvalidModelError
+from prefcall.errors import CancelledError, ContextOverflowError, EngineError, GrammarError, InvalidModelError
 
 import llama_cpp  # noqa: E402  (kept below the prefcall imports on purpose: the one import site)
 from llama_cpp import _internals as llama_internals  # noqa: E402
@@ -43,6 +53,7 @@ _FALLBACK_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 _MIN_PREFIX_TO_SAVE = 32  # tokens; shorter prefixes are cheaper to re-evaluate than to copy
+_GRAMMAR_CACHE = 64
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -54,7 +65,12 @@ def _compile_template(source: str) -> Any:
     """Compile the GGUF's chat template once (compiling costs 5-20 ms, more than rendering)."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    return ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(source)
+    def raise_exception(message: str) -> None:
+        raise ValueError(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(source)
 
 
 def detect_backend(n_gpu_layers: int) -> str:
@@ -68,6 +84,27 @@ def detect_backend(n_gpu_layers: int) -> str:
     return "gpu"
 
 
+@dataclass
+class _Saved:
+    """A saved KV state of sequence 0: its tokens, bytes, and whose text it holds."""
+
+    data: bytes
+    scope: Scope
+    shared_len: int
+
+
+def _reusable(common: int, shared_len: int, scope: Scope, other_scope: Scope | None, other_shared: int) -> int:
+    """How much of a cached context a caller may reuse: all of what agrees within one user; across users,
+    only the shared messages, and only between callers who may read the same shared text."""
+    if other_scope is None:
+        return 0
+    if other_scope == scope:
+        return common
+    if other_scope.shared == scope.shared:
+        return min(common, shared_len, other_shared)
+    return 0
+
+
 class LlamaEngine:
     """Thread-safe engine over one GGUF model; calls are serialised by a lock."""
 
@@ -76,19 +113,32 @@ class LlamaEngine:
         path = resolve_model_path(model_path or self.settings.model)
         self._lock = threading.RLock()
         self._llm = self._load(path)
+        self._vocab = self._llm._model.vocab
         self._vocab_size = self._llm.n_vocab()
         self._template = self._llm.metadata.get("tokenizer.chat_template") or _FALLBACK_TEMPLATE
         self._compiled_template = _compile_template(self._template)
-        self._saved: OrderedDict[tuple[int, ...], bytes] = OrderedDict()  # prefix tokens -> KV bytes of seq 0
+        self._bos_text = self._token_text(self._llm.token_bos())
+        self._eos_text = self._token_text(self._llm.token_eos())
+        self._merge_system = False  # templates that reject a system role get it folded into the first user turn
+        self._pieces_ok = self._probe_template()
+        self._saved: OrderedDict[tuple[int, ...], _Saved] = OrderedDict()
+        self._ctx_scope: Scope | None = None  # whose text the current KV context holds
+        self._ctx_shared = 0  # how many of its tokens are shared messages
         self._grammars: OrderedDict[str, LlamaGrammar] = OrderedDict()
+        self._candidates = llama_internals.LlamaTokenDataArray(n_vocab=self._vocab_size)
+        n_layer = llama_cpp.llama_model_n_layer(self._llm._model.model)
+        backend = detect_backend(self.settings.n_gpu_layers)
+        wanted = self.settings.n_gpu_layers
+        offloaded = 0 if backend == "cpu" else (n_layer + 1 if wanted < 0 else min(wanted, n_layer + 1))
         self._info = EngineInfo(
             model_path=str(path),
             model_name=self._llm.metadata.get("general.name") or path.stem,
-            backend=detect_backend(self.settings.n_gpu_layers),
+            backend=backend,
             n_ctx=self._llm.n_ctx(),
             n_gpu_layers=self.settings.n_gpu_layers,
             chat_template=self._template,
-            extra={"n_vocab": self._vocab_size},
+            extra={"n_vocab": self._vocab_size, "n_layer": n_layer, "n_gpu_layers_offloaded": offloaded,
+                   "template_pieces": self._pieces_ok},
         )
 
     def _load(self, path: Path) -> llama_cpp.Llama:
@@ -113,60 +163,142 @@ class LlamaEngine:
     def info(self) -> EngineInfo:
         return self._info
 
-    def format_chat(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> str:
-        return self._compiled_template.render(
-            messages=[{"role": m.role, "content": m.content} for m in messages],
-            add_generation_prompt=add_generation_prompt,
-            bos_token=self._token_text(self._llm.token_bos()),
-            eos_token=self._token_text(self._llm.token_eos()),
-        )
-
     def count_tokens(self, text: str) -> int:
-        return len(self._tokenize(text))
+        return len(self._plain(text))
+
+    def prompt_tokens(self, prompt: Prompt) -> int:
+        return len(self._tokenize_prompt(prompt)[0])
+
+    def render(self, prompt: Prompt) -> str:
+        """The prompt as the template renders it (for display and debugging only)."""
+        return self._render(self._messages(prompt), {}) + prompt.prefix
 
     def generate(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         max_tokens: int = 256,
         stop: Sequence[str] = (),
         json_schema: dict[str, Any] | None = None,
         top_logprobs: int = 0,
+        scope: Scope = LOCAL,
+        cancel: Cancel | None = None,
     ) -> Generation:
         grammar = self._grammar(json_schema) if json_schema is not None else None
-        tokens = self._tokenize(prompt)
+        tokens, shared_len = self._tokenize_prompt(prompt)
         with self._lock:
             started = time.perf_counter()
             budget = self._check_fits(len(tokens), max_tokens)
-            usage = self._evaluate_prompt(tokens)
-            sampler = self._sampler(grammar)
-            text, generated, finish = self._decode_loop(sampler, budget, stop, top_logprobs)
+            usage = self._evaluate_prompt(tokens, shared_len, scope, cancel)
+            text, generated, finish = self._decode_loop(grammar, budget, stop, top_logprobs, cancel)
             return Generation(text, generated, usage, finish, time.perf_counter() - started)
 
-    def score_candidates(self, prompt: str, candidates: Sequence[str]) -> CandidateScores:
-        prompt_tokens = self._tokenize(prompt)
-        candidate_tokens = [self._tokenize(c, add_bos=False) for c in candidates]
+    def score_candidates(
+        self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope = LOCAL, cancel: Cancel | None = None
+    ) -> CandidateScores:
+        prompt_tokens, shared_len = self._tokenize_prompt(prompt)
+        candidate_tokens = [self._plain(c) for c in candidates]
         if any(not toks for toks in candidate_tokens):
             raise EngineError("a candidate is empty: pass non-empty candidate strings")
         with self._lock:
             started = time.perf_counter()
             self._check_fits(len(prompt_tokens), max(len(t) for t in candidate_tokens))
-            usage = self._evaluate_prompt(prompt_tokens)
+            usage = self._evaluate_prompt(prompt_tokens, shared_len, scope, cancel)
             first = _log_softmax(self._last_logits())
             base = self._llm.n_tokens
-            scores = [self._score_continuation(base, first, toks) for toks in candidate_tokens]
-            # Leave the context at the prompt so the next call reuses all of it.
-            self._llm.n_tokens = base
-            self._llm._ctx.kv_cache_seq_rm(-1, base, -1)
+            scores = []
+            try:
+                for toks in candidate_tokens:
+                    _check_cancel(cancel)
+                    scores.append(self._score_continuation(base, first, toks))
+            finally:
+                # Leave the context at the prompt so the next call reuses all of it.
+                self._llm.n_tokens = base
+                self._llm._ctx.kv_cache_seq_rm(-1, base, -1)
             counts = [len(t) for t in candidate_tokens]
             return CandidateScores(list(candidates), scores, counts, usage, time.perf_counter() - started)
 
-    # -- tokens -----------------------------------------------------------------------
-    def _tokenize(self, text: str, add_bos: bool = True) -> list[int]:
-        # The chat template may already have written BOS as text; do not add a second one.
-        bos_text = self._token_text(self._llm.token_bos())
-        add_bos = add_bos and not (bos_text and text.startswith(bos_text))
+    # -- prompts: template pieces vs untrusted text ------------------------------------
+    def _messages(self, prompt: Prompt) -> list[dict[str, str]]:
+        messages = [{"role": m.role, "content": m.content.strip()} for m in prompt.messages]
+        if self._merge_system and messages and messages[0]["role"] == "system":
+            system = messages.pop(0)["content"]
+            if messages and messages[0]["role"] == "user":
+                messages[0] = {"role": "user", "content": f"{system}\n\n{messages[0]['content']}"}
+            else:
+                messages.insert(0, {"role": "user", "content": system})
+        return messages
+
+    def _render(self, messages: list[dict[str, str]], placeholders: dict[int, str]) -> str:
+        shown = [{**m, "content": placeholders.get(i, m["content"])} for i, m in enumerate(messages)]
+        return self._compiled_template.render(messages=shown, add_generation_prompt=True,
+                                              bos_token=self._bos_text, eos_token=self._eos_text)
+
+    def _probe_template(self) -> bool:
+        """Check that the template copies message contents verbatim (so placeholders can stand in for them)."""
+        probe = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                 {"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}]
+        try:
+            self._render(probe, {})
+        except Exception:  # noqa: BLE001 - templates raise their own errors for roles they do not support
+            self._merge_system = True
+            probe = probe[1:]
+        marks = {i: f"\u27e6p{i}{secrets.token_hex(4)}\u27e7" for i in range(len(probe))}
+        try:
+            rendered = self._render(probe, marks)
+        except Exception:  # noqa: BLE001
+            return False
+        return all(rendered.count(mark) == 1 for mark in marks.values())
+
+    def _tokenize_prompt(self, prompt: Prompt) -> tuple[list[int], int]:
+        """Token ids of the whole prompt and how many of them belong to the shared messages.
+
+        The template is rendered with a random placeholder per message; its own text between placeholders is
+        tokenized with special tokens parsed, the contents and the answer prefix as plain text."""
+        messages = self._messages(prompt)
+        shared = prompt.shared - (len(prompt.messages) - len(messages))  # a folded system message is no longer shared
+        nonce = secrets.token_hex(6)
+        marks = {i: f"\u27e6m{i}{nonce}\u27e7" for i in range(len(messages))}
+        rendered = self._render(messages, marks) if self._pieces_ok else None
+        if rendered is None or any(rendered.count(mark) != 1 for mark in marks.values()):
+            # A template that rewrites contents: render them, but defuse anything that reads as a special token.
+            safe = [{**m, "content": self._defuse(m["content"])} for m in messages]
+            tokens = self._special(self._render(safe, {}), first=True) + self._plain(prompt.prefix)
+            return tokens, 0
+        pattern = re.compile("|".join(re.escape(mark) for mark in marks.values()))
+        index_of = {mark: i for i, mark in marks.items()}
+        pieces: list[list[int]] = []
+        shared_until: int | None = None  # index of the last piece that belongs to the shared messages
+        position = 0
+        for match in pattern.finditer(rendered):
+            pieces.append(self._special(rendered[position:match.start()], first=not any(pieces)))
+            i = index_of[match.group()]
+            pieces.append(self._plain(messages[i]["content"]))
+            if i == shared - 1:
+                shared_until = len(pieces)  # the template text that follows (end of turn, next role) is shared too
+            position = match.end()
+        pieces.append(self._special(rendered[position:], first=not any(pieces)))
+        tokens = [t for piece in pieces for t in piece]
+        shared_len = sum(len(p) for p in pieces[: shared_until + 1]) if shared_until is not None else 0
+        return tokens + self._plain(prompt.prefix), shared_len
+
+    def _defuse(self, text: str) -> str:
+        for special in {self._bos_text, self._eos_text, "<|", "|>", "<s>", "</s>"} - {""}:
+            text = text.replace(special, " ".join(special))
+        return text
+
+    def _special(self, text: str, *, first: bool) -> list[int]:
+        """Template text: special tokens parsed; BOS added at the very start unless the template wrote it."""
+        if not text:
+            return []
+        add_bos = first and not (self._bos_text and text.startswith(self._bos_text))
         return self._llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
+
+    def _plain(self, text: str) -> list[int]:
+        """Untrusted text: never parsed for special tokens, no BOS."""
+        if not text:
+            return []
+        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
 
     def _token_text(self, token: int) -> str:
         if token < 0:
@@ -178,7 +310,7 @@ class LlamaEngine:
         size = 64
         while True:
             buffer = ctypes.create_string_buffer(size)
-            n = llama_cpp.llama_token_to_piece(self._llm._model.vocab, token, buffer, size, 0, special)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buffer, size, 0, special)
             if n >= 0:
                 return buffer.raw[:n]
             size = -n
@@ -197,7 +329,8 @@ class LlamaEngine:
         return min(max_new, n_ctx - n_prompt)
 
     # -- KV state ---------------------------------------------------------------------
-    def _common_prefix(self, tokens: Sequence[int], cached: Sequence[int]) -> int:
+    @staticmethod
+    def _common_prefix(tokens: Sequence[int], cached: Sequence[int]) -> int:
         n = 0
         for a, b in zip(tokens, cached):
             if a != b:
@@ -208,40 +341,51 @@ class LlamaEngine:
     def _current_tokens(self) -> list[int]:
         return [int(t) for t in self._llm.input_ids[: self._llm.n_tokens]]
 
-    def _evaluate_prompt(self, tokens: list[int]) -> PromptUsage:
-        """Bring the context to exactly `tokens`, evaluating only what no cached state holds."""
+    def _evaluate_prompt(self, tokens: list[int], shared_len: int, scope: Scope, cancel: Cancel | None) -> PromptUsage:
+        """Bring the context to exactly `tokens`, evaluating only what a cached state the caller may reuse holds."""
+        _check_cancel(cancel)
         current = self._current_tokens()
-        shared = self._common_prefix(tokens, current)
-        saved_key, saved_shared = self._best_saved(tokens)
-        if saved_shared > shared + _MIN_PREFIX_TO_SAVE:
+        keep_current = _reusable(self._common_prefix(tokens, current), shared_len, scope, self._ctx_scope,
+                                 self._ctx_shared)
+        saved_key, saved_keep = self._best_saved(tokens, shared_len, scope)
+        if saved_keep > keep_current + _MIN_PREFIX_TO_SAVE:
             # Take the state out first: remembering the current context may evict it.
             saved = self._saved.pop(saved_key)
             self._remember(current)
-            shared = min(self._restore(saved_key, saved), saved_shared)
-        elif len(current) - shared >= _MIN_PREFIX_TO_SAVE:
-            self._remember(current)  # about to overwrite a long context another catalogue may want back
+            restored = self._restore(saved_key, saved)
+            keep_current = min(restored, saved_keep)
+        elif len(current) - keep_current >= _MIN_PREFIX_TO_SAVE:
+            self._remember(current)  # about to overwrite a long context another request may want back
         # At least one token must be decoded so that fresh logits exist.
-        keep = min(shared, len(tokens) - 1)
+        keep = min(keep_current, len(tokens) - 1)
         self._llm.n_tokens = keep
+        self._ctx_scope, self._ctx_shared = scope, shared_len
+        batch = max(1, self.settings.n_batch)
         try:
-            self._llm.eval(tokens[keep:])
+            for start in range(keep, len(tokens), batch):
+                _check_cancel(cancel)
+                self._llm.eval(tokens[start:start + batch])
+        except CancelledError:
+            self._ctx_scope, self._ctx_shared = scope, min(shared_len, self._llm.n_tokens)
+            raise
         except Exception as exc:  # llama.cpp reports decode failures as plain exceptions
             self._llm.reset()
+            self._ctx_scope = None
             raise EngineError(f"llama.cpp failed to evaluate the prompt: {exc}") from exc
         return PromptUsage(prompt_tokens=len(tokens), evaluated=len(tokens) - keep, reused=keep)
 
-    def _best_saved(self, tokens: Sequence[int]) -> tuple[tuple[int, ...], int]:
+    def _best_saved(self, tokens: Sequence[int], shared_len: int, scope: Scope) -> tuple[tuple[int, ...], int]:
         best_key: tuple[int, ...] = ()
         best = 0
-        for key in self._saved:
-            n = self._common_prefix(tokens, key)
+        for key, saved in self._saved.items():
+            n = _reusable(self._common_prefix(tokens, key), shared_len, scope, saved.scope, saved.shared_len)
             if n > best:
                 best_key, best = key, n
         return best_key, best
 
     def _remember(self, current: list[int]) -> None:
         slots = self.settings.prefix_cache_slots
-        if slots <= 0 or len(current) < _MIN_PREFIX_TO_SAVE:
+        if slots <= 0 or len(current) < _MIN_PREFIX_TO_SAVE or self._ctx_scope is None:
             return
         key = tuple(current)
         if key in self._saved:
@@ -251,21 +395,22 @@ class LlamaEngine:
         size = llama_cpp.llama_state_seq_get_size(ctx, 0)
         buffer = (ctypes.c_uint8 * size)()
         written = llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0)
-        self._saved[key] = ctypes.string_at(buffer, written)  # bytes(buffer[:n]) costs 0.6 s per 3.6 MB
+        data = ctypes.string_at(buffer, written)  # bytes(buffer[:n]) costs 0.6 s per 3.6 MB
+        self._saved[key] = _Saved(data, self._ctx_scope, self._ctx_shared)
         while len(self._saved) > slots:
             self._saved.popitem(last=False)
 
-    def _restore(self, key: tuple[int, ...], data: bytes) -> int:
+    def _restore(self, key: tuple[int, ...], saved: _Saved) -> int:
         """Load a saved KV state of sequence 0; returns how many tokens of context it restored."""
         # Llama.load_state assumes n_tokens <= n_batch when logits_all=False; restore seq 0 directly.
-        buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        buffer = (ctypes.c_uint8 * len(saved.data)).from_buffer_copy(saved.data)
         self._llm._ctx.kv_cache_seq_rm(-1, 0, -1)
-        if llama_cpp.llama_state_seq_set_data(self._llm._ctx.ctx, buffer, len(data), 0) != len(data):
+        if llama_cpp.llama_state_seq_set_data(self._llm._ctx.ctx, buffer, len(saved.data), 0) != len(saved.data):
             self._llm.n_tokens = 0
             return 0
         self._llm.input_ids[: len(key)] = key
         self._llm.n_tokens = len(key)
-        self._saved[key] = data  # most recently used
+        self._saved[key] = saved  # most recently used
         return len(key)
 
     # -- decoding ---------------------------------------------------------------------
@@ -284,7 +429,7 @@ class LlamaEngine:
         return total
 
     def _grammar(self, schema: dict[str, Any]) -> LlamaGrammar:
-        key = json.dumps(schema, sort_keys=True)
+        key = json.dumps(schema)  # key order matters: the grammar writes keys in the schema's order
         if key in self._grammars:
             self._grammars.move_to_end(key)
             return self._grammars[key]
@@ -293,54 +438,104 @@ class LlamaEngine:
         except Exception as exc:  # the converter raises bare exceptions for unsupported schema parts
             raise GrammarError(f"JSON Schema cannot become a grammar ({exc}): simplify or fix the schema") from exc
         self._grammars[key] = grammar
-        while len(self._grammars) > 64:
+        while len(self._grammars) > _GRAMMAR_CACHE:
             self._grammars.popitem(last=False)
         return grammar
 
-    def _sampler(self, grammar: LlamaGrammar | None) -> llama_internals.LlamaSampler:
-        sampler = llama_internals.LlamaSampler()
-        if grammar is not None:
-            handle = llama_cpp.llama_sampler_init_grammar(
-                self._llm._model.vocab, grammar._grammar.encode("utf-8"), grammar._root.encode("utf-8")
-            )
-            if not handle:  # llama.cpp returns NULL for a grammar it cannot parse
-                raise GrammarError("llama.cpp rejected the grammar built from the schema: simplify the schema")
-            llama_cpp.llama_sampler_chain_add(sampler.sampler, handle)
-        sampler.add_greedy()
-        return sampler
+    def compile_grammar(self, schema: dict[str, Any]) -> None:
+        """Check that llama.cpp accepts the grammar of a schema (GrammarError if not); cached for later use."""
+        grammar = self._grammar(schema)
+        handle = self._grammar_sampler(grammar)
+        llama_cpp.llama_sampler_free(handle)
+
+    def _grammar_sampler(self, grammar: LlamaGrammar) -> Any:
+        handle = llama_cpp.llama_sampler_init_grammar(self._vocab, grammar._grammar.encode("utf-8"),
+                                                      grammar._root.encode("utf-8"))
+        if not handle:  # llama.cpp returns NULL for a grammar it cannot parse
+            raise GrammarError("llama.cpp rejected the grammar built from the schema: simplify the schema")
+        return handle
+
+    def _allowed_logits(self, handle: Any, logits: np.ndarray) -> np.ndarray:
+        """The logits with every token the grammar forbids at this step set to -inf."""
+        self._candidates.copy_logits(logits)
+        llama_cpp.llama_sampler_apply(handle, ctypes.byref(self._candidates.candidates))
+        return np.array(self._candidates.candidates_data.logit, dtype=np.float32)
 
     def _decode_loop(
-        self, sampler: llama_internals.LlamaSampler, budget: int, stop: Sequence[str], top_n: int
+        self, grammar: LlamaGrammar | None, budget: int, stop: Sequence[str], top_n: int, cancel: Cancel | None
     ) -> tuple[str, list[TokenLogprob], str]:
+        handle = self._grammar_sampler(grammar) if grammar is not None else None
         out: list[TokenLogprob] = []
         raw = b""
-        for _ in range(budget):
-            logprobs = _log_softmax(self._last_logits())
-            token = sampler.sample(self._llm._ctx, -1)  # applies the grammar, picks greedily, accepts
-            if llama_cpp.llama_vocab_is_eog(self._llm._model.vocab, token):
-                return raw.decode("utf-8", "ignore"), out, "stop"
-            piece = self._piece(token)
-            raw += piece
-            out.append(TokenLogprob(piece.decode("utf-8", "replace"), float(logprobs[token]), self._top(logprobs, top_n)))
-            text = raw.decode("utf-8", "ignore")
-            hit = next((s for s in stop if s and s in text), None)
-            if hit is not None:
-                cut = text.index(hit)
-                return text[:cut], _tokens_before(out, cut), "stop"
-            self._llm.eval([token])
-        return raw.decode("utf-8", "ignore"), out, "length"
+        try:
+            for _ in range(budget):
+                _check_cancel(cancel)
+                logits = self._last_logits()
+                raw_logprobs = _log_softmax(logits)
+                if handle is not None:
+                    allowed = self._allowed_logits(handle, logits)
+                    finite = np.isfinite(allowed)
+                    n_allowed = int(finite.sum())
+                    if n_allowed == 0:
+                        raise GrammarError("the grammar allows no token here: the schema cannot be completed")
+                    logprobs = np.where(finite, allowed - _logsumexp(allowed[finite]), -np.inf)
+                    forced = n_allowed == 1
+                else:
+                    logprobs, forced = raw_logprobs, False
+                token = int(np.argmax(logprobs))
+                if handle is not None:
+                    llama_cpp.llama_sampler_accept(handle, token)
+                if llama_cpp.llama_vocab_is_eog(self._vocab, token):
+                    return raw.decode("utf-8", "ignore"), out, "stop"
+                piece = self._piece(token)
+                raw += piece
+                out.append(TokenLogprob(piece.decode("utf-8", "replace"), float(logprobs[token]),
+                                        self._top(logprobs, top_n), forced, float(raw_logprobs[token])))
+                text = raw.decode("utf-8", "ignore")
+                hit = next((s for s in stop if s and s in text), None)
+                if hit is not None:
+                    cut = text.index(hit)
+                    return text[:cut], _tokens_before(out, cut), "stop"
+                self._llm.eval([token])
+            return raw.decode("utf-8", "ignore"), out, "length"
+        finally:
+            if handle is not None:
+                llama_cpp.llama_sampler_free(handle)
 
     def _top(self, logprobs: np.ndarray, n: int) -> tuple[tuple[str, float], ...]:
         if n <= 0:
             return ()
+        n = min(n, len(logprobs) - 1)
         best = np.argpartition(-logprobs, n)[:n]
         best = best[np.argsort(-logprobs[best])]
-        return tuple((self._token_text(int(t)), float(logprobs[t])) for t in best)
+        return tuple((self._token_text(int(t)), float(logprobs[t])) for t in best if np.isfinite(logprobs[t]))
 
     def close(self) -> None:
         with self._lock:
             self._saved.clear()
             self._llm.close()
+
+
+def json_schema_gbnf(schema: dict[str, Any]) -> str:
+    """The GBNF grammar llama.cpp's converter writes for a JSON Schema (the same one the in-process engine uses).
+
+    For served engines that take a GBNF `grammar` (llama-cpp-python's server): same key order, same grammar."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    try:
+        return json_schema_to_gbnf(json.dumps(schema))  # key order matters: never sort keys
+    except Exception as exc:  # the converter raises bare exceptions for unsupported schema parts
+        raise GrammarError(f"JSON Schema cannot become a grammar ({exc}): simplify or fix the schema") from exc
+
+
+def _logsumexp(values: np.ndarray) -> float:
+    top = float(values.max())
+    return top + float(np.log(np.exp(values - top).sum()))
+
+
+def _check_cancel(cancel: Cancel | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise CancelledError("the request was cancelled (the client went away or gave up): nothing to do")
 
 
 def _tokens_before(tokens: list[TokenLogprob], cut: int) -> list[TokenLogprob]:
