@@ -26,7 +26,7 @@ def test_settings_read_model_from_environment(monkeypatch, tmp_path: Path):
     monkeypatch.setenv("PREFCALL_MODEL", str(model))
     monkeypatch.setenv("PREFCALL_N_GPU_LAYERS", "-1")
     settings = Settings()
-    assert settings.model == model and settings.n_gpu_layers == -1
+    assert settings.model == str(model) and settings.n_gpu_layers == -1
     assert resolve_model_path(settings.model) == model
 
 

@@ -13,6 +13,7 @@ from prefcall.errors import PrefcallError
 # Each module exposes `register(subparsers)` and sets `handler=` on the parsers it adds.
 COMMAND_MODULES = (
     "prefcall.commands.engine",  # demo, info, generate
+    "prefcall.commands.model",  # model list / pull / check
     "prefcall.server.cli",  # serve
     "prefcall.profiles.cli",  # profile ...
     "prefcall.schemas.cli",  # schema ...
@@ -24,7 +25,9 @@ COMMAND_MODULES = (
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     """Options every model-using command shares; they override PREFCALL_* variables."""
-    parser.add_argument("--model", help="GGUF model path (default: PREFCALL_MODEL or the embedded SmolLM2-135M)")
+    parser.add_argument("--model", help="GGUF model: a path, hf:ORG/REPO/FILE.gguf[@REV], ollama:NAME[:TAG], "
+                        "lmstudio:PUB/REPO/FILE.gguf or a catalogue name (prefcall model list); "
+                        "default: PREFCALL_MODEL or the embedded SmolLM2-135M")
     parser.add_argument("--n-gpu-layers", type=int, help="layers to offload to CUDA/Metal (-1: all)")
     parser.add_argument("--n-ctx", type=int, help="context window in tokens")
     parser.add_argument("--threads", type=int, help="CPU threads")

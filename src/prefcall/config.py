@@ -20,7 +20,12 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="PREFCALL_", extra="ignore")
 
-    model: Path | None = Field(default=None, description="GGUF model path; default: the embedded SmolLM2-135M-Instruct")
+    # A reference, not only a path: /path/model.gguf, hf:ORG/REPO/FILE.gguf[@REV], ollama:NAME[:TAG],
+    # lmstudio:PUBLISHER/REPO/FILE.gguf or a catalogue name (prefcall model list); see engine/references.py.
+    model: str | None = Field(default=None, description="GGUF model reference; default: the embedded SmolLM2-135M-Instruct")
+    lmstudio_dir: Path | None = Field(default=None, description="LM Studio models folder; default: ~/.lmstudio/models")
+    model_dirs: str | None = Field(default=None, description="more folders of .gguf files for `prefcall model list`, "
+                                                            "separated by os.pathsep (':' on Linux and macOS)")
     n_gpu_layers: int = Field(default=0, description="layers to offload to CUDA/Metal; -1 offloads all")
     n_ctx: int = Field(default=4096, ge=256, description="context window in tokens")
     n_batch: int = Field(default=512, ge=8, description="prompt evaluation batch size")

@@ -49,3 +49,11 @@ class NotFoundError(PrefcallError):
 
 class StoreError(PrefcallError):
     """The profile or demonstration store failed."""
+
+
+class DownloadError(PrefcallError):
+    """A model download failed (hub unreachable, offline mode, file or repository not found)."""
+
+
+class IntegrityError(PrefcallError):
+    """A file's SHA-256 does not match the hub's LFS hash or prefcall's pin; it was not installed."""
