@@ -172,3 +172,14 @@ def test_pull_command_prints_the_reference_and_one_json_line(hub, capsys):
     assert main(["model", "pull", f"hf:{REPO}/bad.gguf", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("prefcall: error:") and "refused" in err[0]
+
+
+def test_concurrent_pulls_download_once(hub):
+    from concurrent.futures import ThreadPoolExecutor
+
+    data = gguf_bytes(name="shared", vocab=20000)
+    hub.add(REPO, FILE, data)
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda _: pull(f"hf:{REPO}/{FILE}", progress=False), range(3)))
+    assert all(r.path.read_bytes() == data for r in results)
+    assert len(hub.gets()) == 1 and sum(not r.already_present for r in results) == 1

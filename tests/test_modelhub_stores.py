@@ -72,3 +72,15 @@ def test_model_list_command_prints_tables_and_json(stores, capsys):
     data = json.loads(capsys.readouterr().out)
     assert {"models", "stores", "catalogue"} <= set(data)
     assert any(m["reference"] == "embedded" and m["current"] for m in data["models"])
+
+
+def test_a_pinned_catalogue_file_of_the_wrong_size_is_flagged(stores, capsys):
+    from prefcall.engine.recommended import find_recommended
+    from prefcall.modelhub.testing import add_hf_file, gguf_bytes
+
+    entry = find_recommended("qwen2.5-coder-0.5b")
+    add_hf_file(stores.hf_cache, entry.repo, entry.file, data=gguf_bytes(name="not the real file"))
+    status = next(c for c in discover().catalogue if c.model.name == entry.name)
+    assert status.installed is not None and "differs from the catalogue's" in status.reason
+    assert main(["model", "list"]) == 0
+    assert f"! {entry.name}: size" in capsys.readouterr().out

@@ -93,9 +93,10 @@ def render_list(found: Any) -> str:
         table.append([m.name, m.params, m.quantisation or "?", format_size(m.size) if m.size else (m.size_approx or "?"),
                       m.licence, "pinned" if m.verified else "unverified",
                       f"{smoke:.0%}" if isinstance(smoke, (int, float)) else "unmeasured",
-                      "yes" if status.installed else "no"])
+                      ("yes" if not status.reason else "CHECK") if status.installed else "no"])
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     lines += ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in table]
+    lines += [f"  ! {s.model.name}: {s.reason}" for s in found.catalogue if s.installed and s.reason]
     return "\n".join(lines)
 
 

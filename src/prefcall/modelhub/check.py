@@ -413,8 +413,8 @@ def render(report: CheckReport) -> str:
         "speed and memory",
         f"  prompt {_fmt(report.prompt_tps)} tok/s, generated {_fmt(report.gen_tps)} tok/s; mean s/request "
         + (", ".join(f"{k} {v}" for k, v in report.kind_seconds().items()) or "-"),
-        f"  load {_fmt(report.load_seconds)} s, model memory {format_size(report.model_rss)}, "
-        f"peak process RSS {format_size(report.peak_rss)}",
+        f"  load {_fmt(report.load_seconds)} s, +{format_size(report.model_rss)} RSS from loading (weights, KV cache, "
+        f"buffers), peak process RSS {format_size(report.peak_rss)}",
     ]
     if report.recommended_n_ctx and report.recommended_n_gpu_layers:
         lines += [

@@ -197,6 +197,11 @@ def _pull_file(repo_id: str, filename: str, revision: str, pin: str | None, *, c
     lock = cache / ".locks" / hf_repo_folder(repo_id) / f"{expected}.lock"  # where huggingface_hub keeps its locks
     lock.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(lock)):
+        if not force and blob.is_file() and file_sha256(blob, f"verifying {filename}", progress) == expected:
+            _install(storage, blob, pointer, revision, commit, from_path=None)  # another pull finished it meanwhile
+            result.already_present, result.size = True, blob.stat().st_size
+            result.seconds = time.perf_counter() - started
+            return result
         if force:
             partial.unlink(missing_ok=True)
         resume = partial.stat().st_size if partial.exists() else 0

@@ -68,7 +68,8 @@ class CatalogueStatus:
         return {"name": m.name, "title": m.title, "params": m.params, "reference": m.reference, "repo": m.repo,
                 "file": m.file, "revision": m.revision, "quantisation": m.quantisation, "size": m.size,
                 "size_approx": m.size_approx, "licence": m.licence, "sha256": m.sha256, "verified": m.verified,
-                "measured": m.measured or None, "installed": str(self.installed) if self.installed else None}
+                "measured": m.measured or None, "installed": str(self.installed) if self.installed else None,
+                "problem": self.reason if self.installed and self.reason else None}
 
 
 @dataclass
@@ -259,6 +260,11 @@ def _current(found: Discovery, model_setting: str | None, lmstudio_dir: str | Pa
 
 def _catalogue_status(model: RecommendedModel, lmstudio_dir: str | Path | None) -> CatalogueStatus:
     try:
-        return CatalogueStatus(model, resolve_reference(model.name, lmstudio_dir=lmstudio_dir).path)
+        path = resolve_reference(model.name, lmstudio_dir=lmstudio_dir).path
     except PrefcallError as exc:
         return CatalogueStatus(model, None, str(exc))
+    size = path.stat().st_size if path.exists() else 0
+    if model.size and size != model.size:  # cheap sanity check of a pinned entry; pull verifies the hash
+        return CatalogueStatus(model, path, f"size {size} differs from the catalogue's {model.size}: "
+                                            f"run `prefcall model pull {model.name} --force`")
+    return CatalogueStatus(model, path)
