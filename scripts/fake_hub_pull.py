@@ -9,8 +9,9 @@ user would (each a `prefcall model pull` subprocess):
 2. the same pull again (already downloaded: verified, not fetched);
 3. a file whose served bytes do not match the advertised hash (refused, deleted, exit status 2);
 4. an interrupted pull: a partial file left in the cache, then the pull resumes with a Range request;
-5. with --real-0.5b: the real Qwen2.5-Coder-0.5B file served as the catalogue's qwen2.5-coder-0.5b (verified against
-   the hub hash and prefcall's pin), and a copy with one byte flipped but the real hash advertised (refused).
+5. with --real-0.5b: a copy of the real Qwen2.5-Coder-0.5B file with one byte flipped, advertised under the real
+   hash (refused), then the real file as the catalogue's qwen2.5-coder-0.5b (verified against the hub's hash and
+   prefcall's pin, installed).
 Prints every command, its output and exit status, and what the fake hub saw.
 """
 
@@ -65,13 +66,15 @@ def main() -> int:
         if args.real is not None:
             entry = find_recommended("qwen2.5-coder-0.5b")
             data = args.real.read_bytes()
-            hub.add(entry.repo, entry.file, data)
-            run(["model", "pull", "qwen2.5-coder-0.5b", "--no-progress"], env)
             flipped = bytearray(data)
             flipped[len(flipped) // 2] ^= 0xFF
+            # First a tampered copy (one byte flipped) that the hub advertises under the real hash: refused.
             hub.add(entry.repo, entry.file, bytes(flipped), revisions=("tampered",), commit="f" * 40,
                     advertise_sha256=entry.sha256)
             run(["model", "pull", "qwen2.5-coder-0.5b", "--revision", "tampered", "--no-progress"], env)
+            # Then the real file: verified against the hub's hash and prefcall's pin, installed.
+            hub.add(entry.repo, entry.file, data)
+            run(["model", "pull", "qwen2.5-coder-0.5b", "--no-progress"], env)
         run(["model", "list"], {**env, "OLLAMA_MODELS": str(args.workdir / "no-ollama"),
                                 "PREFCALL_LMSTUDIO_DIR": str(args.workdir / "no-lmstudio")})
         print("# what the fake hub saw (method, path, Range):")

@@ -47,3 +47,13 @@ def test_non_gguf_file_is_rejected(tmp_path: Path):
 def test_directory_is_rejected(tmp_path: Path):
     with pytest.raises(InvalidModelError, match="not a file"):
         resolve_model_path(tmp_path)
+
+
+def test_truncated_file_is_rejected_before_llama_cpp_sees_it(tmp_path: Path):
+    from prefcall.modelhub.testing import gguf_bytes
+
+    data = gguf_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[:-64])
+    with pytest.raises(InvalidModelError, match="truncated.*pull"):
+        resolve_model_path(cut)

@@ -60,6 +60,7 @@ def test_scoring_is_lenient_but_truthful():
     assert value_matches("American", "American Airlines") and value_matches("7pm", "7 PM")
     assert value_matches(4, "4") and value_matches(3, 3.0) and not value_matches(4, 5)
     assert not value_matches("Delta", None) and not value_matches("Delta", "  ") and not value_matches("Rome", "Paris") and not value_matches("Rome", "Jerome")
+    assert not value_matches("San Francisco", "San") and value_matches("2025-03-14", "2025-03-14T09:00")
     expect = {"decision": "call", "calls": [{"name": "BookFlight", "arguments": {"origin": "Boston", "airline": "Delta"}}]}
     ok = {"decision": "call", "calls": [{"name": "BookFlight", "arguments": {"origin": "boston", "airline": "Delta Air Lines",
                                                                              "seat_class": "economy"}}]}

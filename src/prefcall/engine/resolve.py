@@ -42,6 +42,14 @@ def check_gguf(path: Path) -> Path:
         magic = handle.read(4)
     if magic != GGUF_MAGIC:
         raise InvalidModelError(f"not a GGUF model file: {path}: download a .gguf model or unset PREFCALL_MODEL")
+    from prefcall.engine.gguf_meta import read_gguf_info
+
+    header = read_gguf_info(path)  # the header only (a fraction of a second); other oddities are llama.cpp's to judge
+    if header.truncated:
+        raise InvalidModelError(
+            f"model file is truncated: {path} has {header.size} of {header.data_end} bytes (an interrupted download?): "
+            "download it again (prefcall model pull ... --force, or your tool's pull)"
+        )
     return path
 
 

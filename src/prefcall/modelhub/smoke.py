@@ -74,12 +74,13 @@ def suite_from_dict(raw: dict[str, Any]) -> SmokeSuite:
 
 # -- scoring -------------------------------------------------------------------------------------------
 def _norm(value: Any) -> str:
-    return re.sub(r"[^a-z0-9]+", " ", str(value).lower()).strip()
+    text = re.sub(r"(?<=\d)(?=[a-z])|(?<=[a-z])(?=\d)", " ", str(value).lower())  # "7pm" -> "7 pm"
+    return re.sub(r"[^a-z0-9]+", " ", text).strip()
 
 
 def value_matches(expected: Any, got: Any) -> bool:
-    """Lenient but truthful: numbers numerically; strings case/punctuation-insensitive, either containing the
-    other as whole words ("American" ~ "American Airlines", "7pm" ~ "7 PM"); an empty value never matches."""
+    """Lenient but truthful: numbers numerically; strings case- and punctuation-insensitive, the value containing
+    the expected words ("American" ~ "American Airlines", "7pm" ~ "7 PM"); an empty value never matches."""
     if got is None or (isinstance(got, str) and not got.strip()):
         return False
     if isinstance(expected, (int, float)) and not isinstance(expected, bool):
@@ -90,8 +91,9 @@ def value_matches(expected: Any, got: Any) -> bool:
     e, g = _norm(expected), _norm(got)
     if not (e and g):
         return False
-    # Whole words: "American" in "American Airlines", never "Rome" in "Jerome"; "7pm" equals "7 PM".
-    return e.replace(" ", "") == g.replace(" ", "") or f" {e} " in f" {g} " or f" {g} " in f" {e} "
+    # The expected words inside the value, as whole words: "American" in "American Airlines", never "Rome" in
+    # "Jerome", and never the other way round ("San" is not "San Francisco"); "7pm" equals "7 PM".
+    return e.replace(" ", "") == g.replace(" ", "") or f" {e} " in f" {g} "
 
 
 def score_parse(expect: dict[str, Any], got: dict[str, Any]) -> tuple[bool, str]:
