@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "prefcall.commands": 6,
     "prefcall.cli": 6,
     "prefcall.demo": 6,
+    "prefcall.modelhub": 6,
 }
 # Calls that import a module named by a string (or load one from a file): never used in src.
 STRING_IMPORTS = {"import_module", "__import__", "spec_from_file_location", "module_from_spec", "exec_module", "reload"}

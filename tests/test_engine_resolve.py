@@ -26,7 +26,7 @@ def test_settings_read_model_from_environment(monkeypatch, tmp_path: Path):
     monkeypatch.setenv("PREFCALL_MODEL", str(model))
     monkeypatch.setenv("PREFCALL_N_GPU_LAYERS", "-1")
     settings = Settings()
-    assert settings.model == model and settings.n_gpu_layers == -1
+    assert settings.model == str(model) and settings.n_gpu_layers == -1
     assert resolve_model_path(settings.model) == model
 
 
@@ -47,3 +47,13 @@ def test_non_gguf_file_is_rejected(tmp_path: Path):
 def test_directory_is_rejected(tmp_path: Path):
     with pytest.raises(InvalidModelError, match="not a file"):
         resolve_model_path(tmp_path)
+
+
+def test_truncated_file_is_rejected_before_llama_cpp_sees_it(tmp_path: Path):
+    from prefcall.modelhub.testing import gguf_bytes
+
+    data = gguf_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[:-64])
+    with pytest.raises(InvalidModelError, match="truncated.*pull"):
+        resolve_model_path(cut)

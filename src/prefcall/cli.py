@@ -8,13 +8,14 @@ import sys
 from collections.abc import Sequence
 
 from prefcall import __version__
-from prefcall.commands import bench, calibrate, demos, engine, profile, schema, serve, tag
+from prefcall.commands import bench, calibrate, demos, engine, model, profile, schema, serve, tag
 from prefcall.commands import eval as evaluate
 from prefcall.errors import PrefcallError
 
 # Each module exposes `register(subparsers)` and sets `handler=` on the parsers it adds.
 COMMAND_MODULES = (
     engine,  # demo, info, generate
+    model,  # model list / pull / check
     serve,  # serve
     profile,  # profile ...
     schema,  # schema ...

@@ -20,7 +20,12 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="PREFCALL_", extra="ignore")
 
-    model: Path | None = Field(default=None, description="GGUF model path; default: the embedded SmolLM2-135M-Instruct")
+    # A reference, not only a path: /path/model.gguf, hf:ORG/REPO/FILE.gguf[@REV], ollama:NAME[:TAG],
+    # lmstudio:PUBLISHER/REPO/FILE.gguf or a catalogue name (prefcall model list); see engine/references.py.
+    model: str | None = Field(default=None, description="GGUF model reference; default: the embedded SmolLM2-135M-Instruct")
+    lmstudio_dir: Path | None = Field(default=None, description="LM Studio models folder; default: ~/.lmstudio/models")
+    model_dirs: str | None = Field(default=None, description="more folders of .gguf files for `prefcall model list`, "
+                                                            "separated by os.pathsep (':' on Linux and macOS)")
     # Where the model runs: unset or "llama-cpp" loads the GGUF in-process; KIND:URL uses a served engine,
     # e.g. llama-server:http://127.0.0.1:8080, vllm:http://gpu:8000, sglang:URL, openai:URL (LM Studio and other
     # OpenAI-compatible servers), llama-cpp-python:URL, ollama:http://127.0.0.1:11434#llama3.2 (#model optional).

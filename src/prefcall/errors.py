@@ -69,3 +69,11 @@ class BackendTimeoutError(BackendError):
 
 class MissingCapabilityError(EngineError):
     """The engine lacks a feature a caller needs and has no documented fallback for it."""
+
+
+class DownloadError(PrefcallError):
+    """A model download failed (hub unreachable, offline mode, file or repository not found)."""
+
+
+class IntegrityError(PrefcallError):
+    """A file's SHA-256 does not match the hub's LFS hash or prefcall's pin; it was not installed."""

@@ -34,17 +34,40 @@ def run_info(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     engine = load_engine(settings)
-    info = engine.info
-    report = {"model": info.model_name, "path": info.model_path, "backend": info.backend,
-              "n_ctx": info.n_ctx, "n_gpu_layers": info.n_gpu_layers, "engine": settings.engine or "llama-cpp",
-              "capabilities": asdict(info.capabilities)}
-    if info.extra:
-        report["details"] = info.extra
+    report = info_report(engine.info, settings.model) | {
+        "engine": settings.engine or "llama-cpp", "capabilities": asdict(engine.info.capabilities)}
     print(json.dumps(report, indent=2, default=str))
     close = getattr(engine, "close", None)
     if callable(close):
         close()
     return 0
+
+
+def info_report(info, reference: str | None = None) -> dict:
+    """What `prefcall info` prints: the model, the backend it runs on and how many layers were offloaded."""
+    from pathlib import Path
+
+    from prefcall.engine.gguf_meta import read_gguf_info
+
+    extra = info.extra if isinstance(info.extra, dict) else {}
+    gguf = read_gguf_info(info.model_path) if Path(info.model_path).is_file() else None
+    layers = gguf.block_count if gguf is not None else None
+    offloaded = extra.get("n_gpu_layers_offloaded")  # reported by engines that know it
+    if offloaded is None and info.backend == "cpu":
+        offloaded = 0  # a CPU run (no GPU backend in this build, or n_gpu_layers 0) offloads nothing
+    return {
+        "model": info.model_name,
+        "reference": reference or "embedded",
+        "path": info.model_path,
+        "architecture": gguf.architecture if gguf else None,
+        "quantisation": gguf.quantisation if gguf else None,
+        "backend": info.backend,
+        "n_ctx": info.n_ctx,
+        "n_gpu_layers": info.n_gpu_layers,
+        "n_gpu_layers_offloaded": offloaded,  # null: the engine did not say
+        "n_layers": layers + 1 if layers else None,  # repeating blocks + the output layer, as llama.cpp counts them
+        "chat_template": bool(gguf.has_chat_template) if gguf else None,
+    }
 
 
 def run_generate(args: argparse.Namespace) -> int:

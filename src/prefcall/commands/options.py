@@ -11,7 +11,9 @@ if TYPE_CHECKING:
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     """Options every model-using command shares; they override PREFCALL_* variables."""
-    parser.add_argument("--model", help="GGUF model path (default: PREFCALL_MODEL or the embedded SmolLM2-135M)")
+    parser.add_argument("--model", help="GGUF model: a path, hf:ORG/REPO/FILE.gguf[@REV], ollama:NAME[:TAG], "
+                        "lmstudio:PUB/REPO/FILE.gguf or a catalogue name (prefcall model list); "
+                        "default: PREFCALL_MODEL or the embedded SmolLM2-135M")
     parser.add_argument("--n-gpu-layers", type=int, help="layers to offload to CUDA/Metal (-1: all)")
     parser.add_argument("--n-ctx", type=int, help="context window in tokens")
     parser.add_argument("--threads", type=int, help="CPU threads")

@@ -27,6 +27,7 @@ README). Two ways of prompting:
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -90,7 +91,7 @@ class OpenAICompatEngine(ServedEngine):
         self._tokens: OrderedDict[tuple[str, bool], tuple[int, ...]] = OrderedDict()
         self._tokens_lock = threading.Lock()
         self._secret = (settings.engine_cache_secret.get_secret_value() if settings.engine_cache_secret
-                        else __import__("secrets").token_hex(16))
+                        else secrets.token_hex(16))
         self._logprobs_seen: bool | None = None
         models = self._models()
         self.model = spec.model or settings.engine_model or (models[0].get("id") if models else None)
