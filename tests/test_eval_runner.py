@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from prefcall.cli import main
+from prefcall.engine.base import Prompt
 from prefcall.engine.fake import FakeEngine
 from prefcall.errors import ConfigError, EngineError
 from prefcall.evaluation.plots import accuracy_by_bucket, tool_count_bucket
@@ -35,7 +36,7 @@ class EchoTask(BaseTask):
 
     def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
         self.predicted.append(item.id)
-        generation = ctx.engine.generate(item.input["question"])
+        generation = ctx.engine.generate(Prompt.chat(None, item.input["question"]))
         if generation.text == "???":
             return {"status": "parse_error", "raw": generation.text}
         if generation.text == "boom":

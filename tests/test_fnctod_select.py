@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from prefcall.engine.fake import FakeEngine
+from prefcall.engine.fake import FakeEngine, render_fake
 from prefcall.schemas.model import Catalogue, Function
 from prefcall.strategies.fnctod import (
     CONTENT_FREE_DIALOGUES,
@@ -60,7 +60,7 @@ def test_scoring_prompt_puts_the_listing_first_and_asks_for_a_name():
     prompt = call["prompt"]
     assert prompt.endswith("Function:") and prompt.index("GetHotels - booking hotels") < prompt.index("Thai food")
     # The calibration prompts differ from a request only after the listing: one prefix for the KV cache.
-    free = scoring_prompt(engine, CATALOGUE, CONTENT_FREE_DIALOGUES[0])
+    free = render_fake(scoring_prompt(engine, CATALOGUE, CONTENT_FREE_DIALOGUES[0]))
     assert free.split("Dialogue:")[0] == prompt.split("Dialogue:")[0]
 
 

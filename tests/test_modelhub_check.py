@@ -84,7 +84,7 @@ def test_capabilities_pass_and_fail_with_reasons(tmp_path):
     assert [(c.name, c.passed) for c in good] == [
         ("chat_template", True), ("json_grammar", True), ("logprobs", True), ("candidate_scoring", True)]
     assert "Lisbon" in good[1].detail
-    bad = FakeEngine(replies=[CannedReply('{"city": 5}', when="Lisbon")], scorer={"Paris": -9.0, "Banana": -1.0})
+    bad = FakeEngine(enforce_schema=False, replies=[CannedReply('{"city": 5}', when="Lisbon")], scorer={"Paris": -9.0, "Banana": -1.0})
     no_template = read_gguf_info(write_gguf(tmp_path / "m.gguf", chat_template=None))
     results = {c.name: c for c in check_capabilities(bad, no_template)}
     assert not results["chat_template"].passed and "no tokenizer.chat_template" in results["chat_template"].detail

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from prefcall.engine.fake import FakeEmbedder, FakeEngine
+from prefcall.engine.fake import FakeEmbedder, FakeEngine, render_fake
 from prefcall.errors import ValidationError
 from prefcall.profiles.tags import SlotFill, TaggedInstruction
 from prefcall.schemas.model import Call, Catalogue, Function
@@ -31,7 +31,7 @@ def engine(args: str = '[{"cuisine": "Ethiopian"}]', *, logprob: float = -0.01, 
     fake = FakeEngine()
     fake.reply(tagger, when="You tag")
     fake.reply('["GetRestaurants"]', when="Functions:\nGetRestaurants - ")
-    fake.reply(tagged_args or '[{"cuisine": "Ethiopian", "city": "San Fran"}]', when="- [IN:GET_RESTAURANTS")
+    fake.reply(tagged_args or '[{"city": "San Fran", "cuisine": "Ethiopian"}]', when="- [IN:GET_RESTAURANTS")
     fake.reply(args, when="Calls for GetRestaurants:", logprob=logprob)
     return fake
 
@@ -159,7 +159,7 @@ def test_parse_error_is_explicit():
     original = fake.generate
 
     def cut(prompt, **kwargs):
-        if "Calls for GetRestaurants:" in prompt:
+        if "Calls for GetRestaurants:" in render_fake(prompt):
             kwargs["json_schema"] = None
         return original(prompt, **kwargs)
 

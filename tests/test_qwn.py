@@ -212,7 +212,7 @@ def test_no_repeated_question_once_asked() -> None:
 
 
 def test_failed_draft_falls_back_to_the_model() -> None:
-    engine = FakeEngine(scorer=_relevant(0.9))
+    engine = FakeEngine(scorer=_relevant(0.9), enforce_schema=False)  # a backend that ignores the schema
     engine.reply("Question: When do you want to fly?", when="Before calling a tool")
     engine.reply("[1]", when="fill in the arguments")  # valid JSON, but not an arguments object
     result = clarify(engine, "Fly me to Paris", CATALOGUE)
@@ -221,7 +221,7 @@ def test_failed_draft_falls_back_to_the_model() -> None:
 
 
 def test_evidence_policy_without_evidence_is_a_parse_error() -> None:
-    engine = FakeEngine(scorer=_relevant(0.9)).reply("[1]", when="fill in the arguments")
+    engine = FakeEngine(scorer=_relevant(0.9), enforce_schema=False).reply("[1]", when="fill in the arguments")
     result = clarify(engine, "Fly me to Paris", CATALOGUE, policy="evidence")
     assert result.status == "parse_error" and result.model_said is None
 

@@ -26,8 +26,10 @@ CATALOGUE = Catalogue(name="w", functions=[WEATHER])
 EXPECTED = [Call(name="get_weather", arguments={"city": "Oslo"})]
 
 
-def _engine(draft_before: str, draft_after: str) -> FakeEngine:
+def _engine(draft_before: str, draft_after: str, first: tuple[str, str] | None = None) -> FakeEngine:
     engine = FakeEngine()
+    if first:  # (reply, when): checked before the others
+        engine.reply(first[0], when=first[1])
     engine.reply("Continue", when="Before calling a tool")
     # The draft prompt changes once the user's answer is in the dialogue.
     engine.reply(draft_after, when="User: Oslo")
@@ -55,7 +57,9 @@ def test_episode_asks_the_expected_question_then_calls_correctly() -> None:
 
 
 def test_unexpected_question_is_redundant_and_not_repeated() -> None:
-    engine = _engine(json.dumps({}), json.dumps({"city": "Oslo"}))
+    # After the user could not help, a draft that must name the required city names a wrong one.
+    engine = _engine(json.dumps({}), json.dumps({"city": "Oslo"}), first=(json.dumps({"city": "Bergen"}),
+                                                                          f"User: {CANNOT_HELP}"))
     episode = interact(
         engine, "What's the weather like?", CATALOGUE, expected_question="Do you want Celsius or Fahrenheit units?",
         answer="Celsius", expected_calls=EXPECTED, embedder=FakeEmbedder(), threshold=0.9, check_relevance=False,

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from prefcall.config import Settings
-from prefcall.engine.base import Generation, TokenLogprob
-from prefcall.engine.fake import FakeEmbedder, FakeEngine, fake_tokenize
+from prefcall.engine.base import LOCAL, Generation, Prompt, Scope, TokenLogprob, schema_key_order
+from prefcall.engine.fake import FakeEmbedder, FakeEngine, check_canned_json, fake_tokenize, render_fake
 
 Reply = str | Callable[[str], str]
 
@@ -61,7 +61,8 @@ def minimal_instance(schema: dict[str, Any]) -> Any:
         kind = kind[0]
     if kind == "object" or "properties" in schema:
         props = schema.get("properties", {})
-        return {k: minimal_instance(props.get(k, {})) for k in schema.get("required", [])}
+        required = set(schema.get("required", []))
+        return {k: minimal_instance(props.get(k, {})) for k in schema_key_order(schema) if k in required}
     if kind == "array":
         return [minimal_instance(schema.get("items", {})) for _ in range(schema.get("minItems", 0))]
     return {"string": "x", "integer": 0, "number": 0, "boolean": False, "null": None}.get(kind, "x")
@@ -75,25 +76,28 @@ class RuleEngine(FakeEngine):
         self.rules = list(rules or [])
         self.default_text = default
 
-    def generate(self, prompt: str, *, max_tokens: int = 256, stop=(), json_schema=None, top_logprobs: int = 0):
+    def generate(self, prompt: Prompt, *, max_tokens: int = 256, stop=(), json_schema=None, top_logprobs: int = 0,
+                 scope: Scope = LOCAL, cancel=None):
+        rendered = render_fake(prompt)
         with self._lock:
-            self.prompts.append(prompt)
-            self.calls.append({"kind": "generate", "prompt": prompt, "json_schema": json_schema})
+            self.prompts.append(rendered)
+            self.calls.append({"kind": "generate", "prompt": rendered, "json_schema": json_schema, "scope": scope})
             text = None
             for needle, reply in self.rules:
-                if needle in prompt:
-                    text = reply(prompt) if callable(reply) else reply
+                if needle in rendered:
+                    text = reply(rendered) if callable(reply) else reply
                     break
             if text is None:
                 text = json.dumps(minimal_instance(json_schema)) if json_schema is not None else self.default_text
-            if json_schema is not None:
-                json.loads(text)
             for s in stop:
                 if s and s in text:
                     text = text[: text.index(s)]
+            if json_schema is not None:
+                check_canned_json(text, json_schema)
             pieces = fake_tokenize(text)[:max_tokens] or [""]
             tokens = [TokenLogprob(p, -0.05) for p in pieces]
-            return Generation(text="".join(pieces), tokens=tokens, usage=self._usage(prompt), finish_reason="stop")
+            return Generation(text="".join(pieces), tokens=tokens, usage=self._usage(prompt, scope),
+                              finish_reason="stop")
 
 
 def airline_from_instructions(prompt: str) -> str:

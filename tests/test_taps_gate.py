@@ -75,7 +75,7 @@ def test_calibrate_command_stores_a_threshold(tmp_path, monkeypatch, capsys):
     fake = FakeEngine()
     fake.reply("[IN:GET_RESTAURANTS I like [SL:CITY Oakland ]. ]", when="You tag")
     fake.reply('["GetRestaurants"]', when="Functions:\nGetBanks - ")
-    fake.reply('[{"cuisine": "Thai", "city": "Oakland"}]', when="- [IN:GET_RESTAURANTS")
+    fake.reply('[{"city": "Oakland", "cuisine": "Thai"}]', when="- [IN:GET_RESTAURANTS")
     fake.reply('[{"cuisine": "Thai"}]', when="Calls for GetRestaurants:", logprob=-1.5)
     monkeypatch.setattr(engine_module, "load_engine", lambda settings: fake)
     monkeypatch.setattr(engine_module, "load_embedder", lambda settings: FakeEmbedder())

@@ -15,7 +15,7 @@ import numpy as np
 
 from prefcall.bench.context import BenchContext, WorkItem
 from prefcall.bench.stats import overhead_ratio, ratio, raw_seconds, summarize, target
-from prefcall.engine.base import ChatMessage, Engine
+from prefcall.engine.base import Engine, Prompt
 
 # -- raw llama.cpp limit ---------------------------------------------------------------------------
 COUNT_REQUEST = "Count from 1 to 300, one number after another, separated by commas."
@@ -23,9 +23,9 @@ NUMBERS_SCHEMA = {"type": "object", "properties": {"numbers": {"type": "array", 
                   "required": ["numbers"]}
 
 
-def _fresh_prompt(engine: Engine, system: str, user: str) -> str:
+def _fresh_prompt(engine: Engine, system: str, user: str) -> Prompt:
     # A unique first line: nothing cached can share more than the BOS token with it.
-    return engine.format_chat([ChatMessage("system", f"Run {uuid.uuid4().hex}.\n{system}"), ChatMessage("user", user)])
+    return Prompt.chat(f"Run {uuid.uuid4().hex}.\n{system}", user)
 
 
 def measure_raw(ctx: BenchContext) -> dict[str, Any]:
@@ -76,16 +76,13 @@ def micro_costs(ctx: BenchContext) -> dict[str, Any]:
     from prefcall.schemas.render import render_listing
 
     listing = render_listing(ctx.catalogue())
-    messages = [ChatMessage("system", listing), ChatMessage("user", "Find me a flight.")]
+    prompt = Prompt.chat(listing, "Find me a flight.")
     n = 5 if ctx.quick else 20
     started = time.perf_counter()
     for _ in range(n):
-        prompt = engine.format_chat(messages)
-    format_ms = (time.perf_counter() - started) / n * 1000
-    started = time.perf_counter()
-    for _ in range(n):
-        tokens = engine.count_tokens(prompt)
+        tokens = engine.prompt_tokens(prompt)  # renders the template with placeholders and tokenizes the pieces
     tokenize_ms = (time.perf_counter() - started) / n * 1000
+    format_ms = tokenize_ms
     vocab = int(engine.info.extra.get("n_vocab", 49152))
     logits = np.random.default_rng(0).standard_normal(vocab).astype(np.float32)
     started = time.perf_counter()

@@ -7,7 +7,7 @@ import json
 import sys
 
 from prefcall.commands.options import add_model_options, settings_from_args
-from prefcall.engine.base import ChatMessage
+from prefcall.engine.base import Prompt
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -75,7 +75,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
     engine = load_engine(settings_from_args(args))
     schema = json.loads(open(args.schema, encoding="utf-8").read()) if args.schema else None
-    prompt = engine.format_chat([ChatMessage("user", args.prompt)])
+    prompt = Prompt.chat(None, args.prompt)
     result = engine.generate(prompt, max_tokens=args.max_tokens, json_schema=schema)
     print(result.text)
     print(json.dumps({"tokens": result.completion_tokens, "least_confidence": round(result.least_confidence, 4),

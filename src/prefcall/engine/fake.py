@@ -127,6 +127,7 @@ class FakeEngine:
     scorer: Callable[[str, str], float] | dict[str, float] | None = None
     n_ctx: int = 4096
     capabilities: Capabilities = field(default_factory=Capabilities)
+    enforce_schema: bool = True  # False: a backend that silently ignores the JSON Schema (canned text passes as is)
     prompts: list[str] = field(default_factory=list)  # rendered (render_fake) prompts, in call order
     calls: list[dict[str, Any]] = field(default_factory=list)
 
@@ -202,7 +203,7 @@ class FakeEngine:
             for s in stop:
                 if s and s in text:
                     text = text[: text.index(s)]
-            if json_schema is not None:
+            if json_schema is not None and self.enforce_schema:
                 check_canned_json(text, json_schema)
             pieces = fake_tokenize(text)[:max_tokens]
             finish = "length" if len(fake_tokenize(text)) > max_tokens else "stop"

@@ -136,14 +136,10 @@ def _round(value: float | None, digits: int = 2) -> float | None:
 
 # -- capabilities ---------------------------------------------------------------------------------------
 def chat_prompt(engine: Any, system: str | None, user: str) -> Any:
-    """A prompt in the form the engine contract in use takes: a string rendered by `format_chat` (today's
-    contract), or a `Prompt` of messages (the contract the engine layer is moving to, without format_chat)."""
+    """A chat prompt in pieces (the engine keeps the template's tokens apart from the text)."""
     from prefcall.engine import base
 
-    if hasattr(engine, "format_chat"):
-        messages = ([base.ChatMessage("system", system)] if system is not None else []) + [base.ChatMessage("user", user)]
-        return engine.format_chat(messages)
-    return base.Prompt.chat(system, user)  # type: ignore[attr-defined]
+    return base.Prompt.chat(system, user)
 
 
 def _rendered(engine: Any, prompt: Any) -> str | None:

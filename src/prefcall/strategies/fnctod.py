@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from prefcall.engine.base import ChatMessage, Engine, Generation
+from prefcall.engine.base import Engine, Generation, Prompt
 from prefcall.retrieval.text import tokenize
 from prefcall.schemas import render as schema_render
 from prefcall.schemas.model import Call, Catalogue, Function
@@ -159,7 +159,7 @@ def _joint(calls: dict[str, Any]) -> dict[str, Any]:
 
 # -- stages --------------------------------------------------------------------------------------
 def _run(engine: Engine, stage: str, system: str, user: str, schema: dict[str, Any], max_tokens: int) -> StageOutput:
-    prompt = engine.format_chat([ChatMessage("system", system), ChatMessage("user", user)])
+    prompt = Prompt.chat(system, user)  # the system part is instructions + catalogue only: shared across users
     started = time.perf_counter()
     generation = engine.generate(prompt, max_tokens=max_tokens, json_schema=schema, top_logprobs=2)
     seconds = generation.seconds or (time.perf_counter() - started)
@@ -296,11 +296,10 @@ class FunctionScores(BaseModel):
                 for n, r, c, p, s in zip(self.names, self.raw, self.calibration, self.prior, self.combined)}
 
 
-def scoring_prompt(engine: Engine, catalogue: Catalogue, dialogue: str) -> str:
+def scoring_prompt(engine: Engine, catalogue: Catalogue, dialogue: str) -> Prompt:
     """Catalogue listing first (shared by every request and by the calibration prompts: KV reuse), dialogue last."""
     system = SCORE_SYSTEM.format(listing=render_listing(catalogue))
-    chat = engine.format_chat([ChatMessage("system", system), ChatMessage("user", f"Dialogue:\n{dialogue}")])
-    return chat + "Function:"
+    return Prompt.chat(system, f"Dialogue:\n{dialogue}", prefix="Function:")
 
 
 def candidate_names(catalogue: Catalogue, allow_none: bool = False) -> list[str]:

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from prefcall.engine.base import ChatMessage, Engine, PromptUsage
+from prefcall.engine.base import Engine, Prompt, PromptUsage
 from prefcall.errors import ValidationError
 from prefcall.schemas.model import Catalogue, Function
 
@@ -148,13 +148,11 @@ def _user_prompt(message: str, context: str | None) -> str:
     return "\n".join(parts)
 
 
-def nlt_prompt(engine: Engine, specs: Sequence[ToolSpec], message: str, context: str | None = None) -> str:
-    return engine.format_chat(
-        [ChatMessage("system", nlt_system_prompt(specs)), ChatMessage("user", _user_prompt(message, context))]
-    )
+def nlt_prompt(engine: Engine, specs: Sequence[ToolSpec], message: str, context: str | None = None) -> Prompt:
+    return Prompt.chat(nlt_system_prompt(specs), _user_prompt(message, context))
 
 
-def structured_prompt(engine: Engine, specs: Sequence[ToolSpec], message: str, context: str | None = None) -> str:
+def structured_prompt(engine: Engine, specs: Sequence[ToolSpec], message: str, context: str | None = None) -> Prompt:
     definitions = [
         {"name": s.name, "description": s.description, "parameters": s.parameters or {"type": "object", "properties": {}}}
         for s in specs
@@ -165,7 +163,7 @@ def structured_prompt(engine: Engine, specs: Sequence[ToolSpec], message: str, c
         + '\n\nAnswer with JSON {"tools": [...]} listing the names of the functions needed to answer the message; '
         "an empty list when none fits."
     )
-    return engine.format_chat([ChatMessage("system", system), ChatMessage("user", _user_prompt(message, context))])
+    return Prompt.chat(system, _user_prompt(message, context))
 
 
 def selection_schema(names: Sequence[str]) -> dict[str, Any]:
@@ -248,7 +246,7 @@ def parse_nlt_output(text: str, names: Sequence[str]) -> NltResult:
 def _generate_mode(engine: Engine, specs: list[ToolSpec], message: str, context: str | None) -> NltResult:
     # The answer is primed with "Thinking:" so that small models start in the format instead of answering
     # the user's question directly.
-    prompt = nlt_prompt(engine, specs, message, context) + _THINKING_PRIME
+    prompt = nlt_prompt(engine, specs, message, context).continued(_THINKING_PRIME)
     names = [s.name for s in specs]
     # Budget: reasoning plus one short line per tool; the finish marker stops generation early.
     budget = 64 + sum(engine.count_tokens(f"{s.name} - YES\n") for s in specs)
@@ -265,12 +263,12 @@ def _generate_mode(engine: Engine, specs: list[ToolSpec], message: str, context:
     return result
 
 
-def _repair(engine: Engine, prompt: str, first_text: str, names: list[str], budget: int, usage: NltUsage) -> NltResult:
+def _repair(engine: Engine, prompt: Prompt, first_text: str, names: list[str], budget: int, usage: NltUsage) -> NltResult:
     """Second try when no tool line parsed (tiny models copy the example's tool names): keep the model's
     reasoning line and force the first listed tool's name, so the decision lines start on the real names."""
     reasoning = first_text.strip().splitlines()[0].strip() if first_text.strip() else "I check each tool."
     forced = f" {reasoning}\n{names[0]} -"
-    generation = engine.generate(prompt + forced, max_tokens=budget, stop=(FINISH_MARKER,))
+    generation = engine.generate(prompt.continued(forced), max_tokens=budget, stop=(FINISH_MARKER,))
     result = parse_nlt_output(f"{_THINKING_PRIME}{forced}{generation.text}", names)
     result.raw_text = f"{first_text}\n--- repaired ---\n{names[0]} -{generation.text}"
     result.repaired = True
@@ -283,10 +281,10 @@ def tool_yes_probabilities(
     engine: Engine, specs: Sequence[ToolSpec], message: str, context: str | None, usage: NltUsage
 ) -> dict[str, float]:
     """P(YES) per tool from the next token after the forced `ToolName -` (softmax over YES/NO)."""
-    prefix = nlt_prompt(engine, specs, message, context) + _SKIPPED_THINKING
+    prefix = nlt_prompt(engine, specs, message, context).continued(_SKIPPED_THINKING)
     probabilities: dict[str, float] = {}
     for spec in specs:
-        scores = engine.score_candidates(prefix + f"{spec.name} -", [" YES", " NO"])
+        scores = engine.score_candidates(prefix.continued(f"{spec.name} -"), [" YES", " NO"])
         usage.add(scores.usage)
         probabilities[spec.name] = scores.probabilities()[0]
     return probabilities

@@ -32,7 +32,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from prefcall.engine.base import ChatMessage, Embedder, Engine
+from prefcall.engine.base import Embedder, Engine, Prompt
 from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, Turn, as_dialogue, render_dialogue
 from prefcall.strategies.nlt import NltUsage, select_tools
 from prefcall.strategies.qwn_draft import DraftResult, _support_block, draft_call
@@ -75,7 +75,7 @@ def qwn_prompt(
     instructions: Sequence[str],
     asked: Sequence[str],
     context: str | None,
-) -> str:
+) -> Prompt:
     rules = (
         "Before calling a tool, decide whether you can call it now.\n"
         "- If key details the tool needs are missing, unclear or look wrong, answer 'Question: ' followed by "
@@ -86,12 +86,16 @@ def qwn_prompt(
     )
     system = "You are an assistant that uses tools to help the user.\nTools:\n"
     system += "\n".join(_tool_line(f) for f in catalogue.functions) + "\n\n" + rules
+    # The system part holds only the tools (shared across users); the user's profile and questions go with
+    # the dialogue.
+    user = render_dialogue(turns)
     support = _support_block(instructions, context)
     if support:
-        system += "\n\n" + support
+        user = support + "\n\n" + user
     if asked:
-        system += "\n\nQuestions you already asked (do not ask them again):\n" + "\n".join(f"- {q}" for q in asked)
-    return engine.format_chat([ChatMessage("system", system), ChatMessage("user", render_dialogue(turns))])
+        user = "Questions you already asked (do not ask them again):\n" + "\n".join(f"- {q}" for q in asked) \
+            + "\n\n" + user
+    return Prompt.chat(system, user)
 
 
 _QUESTION_RE = re.compile(r"question\s*[:：]\s*(?P<q>.*)", re.IGNORECASE | re.DOTALL)

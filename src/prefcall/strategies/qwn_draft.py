@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from prefcall.engine.base import ChatMessage, Engine
+from prefcall.engine.base import Engine, Prompt
 from prefcall.errors import GrammarError, ValidationError
 from prefcall.schemas.model import Call, Catalogue, Function, Turn, as_dialogue, render_dialogue
 from prefcall.schemas.render import arguments_schema
@@ -52,11 +52,8 @@ def choose_function(
         return functions[0].name
     listing = "\n".join(f"- {f.name}: {f.description}" for f in functions)
     system = f"You choose the one function that serves the user's request.\nFunctions:\n{listing}"
-    if support:
-        system += "\n\n" + support
-    prompt = engine.format_chat(
-        [ChatMessage("system", system), ChatMessage("user", dialogue_text + '\n\nAnswer as JSON {"name": ...}.')]
-    )
+    user = (support + "\n\n" if support else "") + dialogue_text + '\n\nAnswer as JSON {"name": ...}.'
+    prompt = Prompt.chat(system, user)
     schema = {"type": "object", "properties": {"name": {"enum": [f.name for f in functions]}}, "required": ["name"]}
     generation = engine.generate(prompt, max_tokens=64, json_schema=schema)
     usage.add(generation.usage, generation.completion_tokens)
@@ -83,11 +80,8 @@ def draft_arguments(
         "You fill in the arguments of a function call from the user's request. Use only values the user or their "
         "profile states; leave out arguments nobody gave.\nFunction: " + _describe(function)
     )
-    if support:
-        system += "\n\n" + support
-    prompt = engine.format_chat(
-        [ChatMessage("system", system), ChatMessage("user", dialogue_text + "\n\nAnswer with the arguments as JSON.")]
-    )
+    user = (support + "\n\n" if support else "") + dialogue_text + "\n\nAnswer with the arguments as JSON."
+    prompt = Prompt.chat(system, user)
     schema = arguments_schema(function, enforce_required=keep_required)
     try:
         generation = engine.generate(prompt, max_tokens=max_tokens, json_schema=schema)

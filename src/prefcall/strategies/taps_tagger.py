@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from prefcall.engine.base import ChatMessage, Embedder, Engine
+from prefcall.engine.base import ChatMessage, Embedder, Engine, Prompt
 from prefcall.errors import ParseError, StoreError, ValidationError
 from prefcall.profiles.tags import (
     MAX_SPAN_WORDS,
@@ -113,12 +113,12 @@ def render_labels(catalogue: Catalogue) -> str:
     )
 
 
-def tagger_prompt(engine: Engine, instruction: str, catalogue: Catalogue, shots: list[TagExample]) -> str:
+def tagger_prompt(engine: Engine, instruction: str, catalogue: Catalogue, shots: list[TagExample]) -> Prompt:
     messages = [ChatMessage("system", TAGGER_SYSTEM.format(labels=render_labels(catalogue)))]
     for shot in shots:
         messages += [ChatMessage("user", shot.instruction), ChatMessage("assistant", shot.tagged)]
     messages.append(ChatMessage("user", instruction))
-    return engine.format_chat(messages)
+    return Prompt(tuple(messages), shared=1)
 
 
 def check_tagging(instruction: str, tagged: str, catalogue: Catalogue) -> TagResult:
@@ -199,14 +199,14 @@ def spans_schema(instruction: str, catalogue: Catalogue, max_words: int = MAX_SP
             "anyOf": branches}
 
 
-def spans_prompt(engine: Engine, instruction: str, catalogue: Catalogue, shots: list[TagExample]) -> str:
+def spans_prompt(engine: Engine, instruction: str, catalogue: Catalogue, shots: list[TagExample]) -> Prompt:
     messages = [ChatMessage("system", SPANS_SYSTEM.format(labels=render_span_labels(catalogue)))]
     for shot in shots:
         choice = tags_to_span_choice(shot.tagged, catalogue)
         if choice is not None:  # a demo whose intent is not in this catalogue would teach a label we forbid
             messages += [ChatMessage("user", shot.instruction), ChatMessage("assistant", json.dumps(choice))]
     messages.append(ChatMessage("user", instruction))
-    return engine.format_chat(messages)
+    return Prompt(tuple(messages), shared=1)
 
 
 def read_span_choice(raw: str) -> tuple[str, list[tuple[str, str]], list[str]]:
