@@ -45,10 +45,10 @@ def kinds(fake: FakeEngine) -> list[str]:
 
 
 def test_configs_and_overrides():
-    assert set(CONFIGS) == {"default", "ext-tag", "joint-tag", "taps", "full"}
+    assert set(CONFIGS) == {"default", "ext-tag", "joint-tag", "taps", "fnctod-full", "full"}
     assert get_config("taps", gate_threshold=0.3).gate_threshold == 0.3
     assert CONFIGS["taps"].gate_threshold is None  # overrides never touch the shared config
-    with pytest.raises(ValidationError, match="default, ext-tag, joint-tag, taps, full"):
+    with pytest.raises(ValidationError, match="default, ext-tag, joint-tag, taps, fnctod-full, full"):
         get_config("fastest")
     with pytest.raises(ValidationError):
         get_config("full", n_demos=-1)
@@ -139,7 +139,7 @@ def test_full_config_uses_demos_with_leave_one_out_selection_and_post_checks():
                                   calls=[Call(name="GetRestaurants", arguments={"cuisine": "Thai"})])])
     fake = engine(args='[{"cuisine": "Ethiopian"}]', logprob=-0.01)
     result = Pipeline(fake, FakeEmbedder(), store).parse(
-        DIALOGUE, [CITY, BANK], CATALOGUE, get_config("full", gate_threshold=0.5), exclude_demo_ids={"7"})
+        DIALOGUE, [CITY, BANK], CATALOGUE, get_config("fnctod-full", gate_threshold=0.5), exclude_demo_ids={"7"})
     assert result.demos == ["8"] and "Thai food" in fake.prompts[-1]
     assert result.instructions_used == [CITY]  # the banking instruction is about another domain
     assert result.decision == "call"

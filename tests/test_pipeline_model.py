@@ -20,10 +20,15 @@ def test_full_pipeline_calls_validate_against_the_catalogue(real_engine, real_em
         catalogue, get_config("full", use_demos=False, gate_threshold=1.0),
     )
     assert result.status == "ok" and result.decision in ("call", "ask") and result.calls
+    said = "I'm looking for a spot to grab some grub. I definitely want Ethiopian food. " + \
+        "If I'm looking for Restaurants, my go-to city is San Fran."
     for call in result.calls:
         function = catalogue.function(call.name)
         assert function is not None
         jsonschema.validate(call.arguments, arguments_schema(function, enforce_required=False))
+        for value in call.arguments.values():  # grounded: every string value was written by the user
+            assert not isinstance(value, str) or value.lower() in said.lower() or \
+                value in str(function.properties), value
     assert result.trace.model_calls >= 2 and result.trace.prompt_tokens > 0
 
 

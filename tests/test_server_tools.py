@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -113,8 +114,23 @@ def test_parse_request_fills_calls_from_the_users_instructions(tmp_path: Path) -
     with_session(make_server(tmp_path), body)
 
 
+def _prefers(function: str, **values: str):
+    """A scorer for the fake: stage 1 likes `function`; for argument A (the prompt ends in `{"A": `) the model
+    likes values[A] and otherwise null, as a model reading the request would."""
+    def score(prompt: str, candidate: str) -> float:
+        argument = re.search(r'\{"(\w+)": $', prompt)
+        if argument is None:
+            return -0.1 if candidate.strip() == function else -4.0
+        wanted = values.get(argument.group(1))
+        if wanted is None:
+            return -0.1 if candidate == "null" else -6.0
+        return -0.1 if candidate == json.dumps(wanted) else -6.0
+    return score
+
+
 def test_parse_request_accepts_turns_with_earlier_calls_and_the_full_config(tmp_path: Path) -> None:
     engine = travel_engine()
+    engine.scorer = _prefers("GetFlights", destination_city="Boston", airlines="Delta")
 
     async def body(session: Session):
         await seeded(session)
@@ -126,9 +142,12 @@ def test_parse_request_accepts_turns_with_earlier_calls_and_the_full_config(tmp_
         ]
         result = await session.ok("parse_request", {"user_id": "alice", "dialogue": dialogue,
                                                     "catalogue": "travel", "config": "full"})
-        assert result["config"] == "full" and result["decision"] == "call"
-        # The full config (selection, scored stage 1, post-check) still applies alice's standing instruction.
+        assert result["config"] == "full" and result["decision"] == "call", json.dumps(result)
+        # The full config (scored stage 1, grounded values, preferences from tags, post-check): the city comes from
+        # the user's words, the airline from alice's standing instruction, and the result says who set what.
         assert result["calls"][0]["arguments"] == {"destination_city": "Boston", "airlines": "Delta"}
+        origins = {p["argument"]: (p["origin"], p.get("instruction")) for p in result["provenance"]}
+        assert origins == {"destination_city": ("user", None), "airlines": ("instruction", DELTA)}
         prompt = "\n".join(engine.prompts)
         assert "And a hotel there" in prompt and "GetFlights" in prompt  # earlier turns and calls reach the model
 

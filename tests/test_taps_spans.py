@@ -181,7 +181,8 @@ def test_unknown_mode_and_empty_instruction():
 
 # -- wiring -----------------------------------------------------------------------------------------
 def test_pipeline_passes_the_tag_mode_and_full_uses_spans():
-    assert CONFIGS["full"].tag_mode == "spans" and CONFIGS["taps"].tag_mode == "text"
+    assert CONFIGS["fnctod-full"].tag_mode == "spans" and CONFIGS["taps"].tag_mode == "text"
+    assert CONFIGS["full"].tag_mode == "structured"
     city = "If I'm looking for events, my go-to city is Boston."
     fake = FakeEngine()
     fake.reply(answer("GET_EVENTS", [("CITY", "Boston")]), when="answer in JSON")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -23,6 +23,12 @@ class Settings(BaseSettings):
     # A reference, not only a path: /path/model.gguf, hf:ORG/REPO/FILE.gguf[@REV], ollama:NAME[:TAG],
     # lmstudio:PUBLISHER/REPO/FILE.gguf or a catalogue name (prefcall model list); see engine/references.py.
     model: str | None = Field(default=None, description="GGUF model reference; default: the embedded SmolLM2-135M-Instruct")
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_path_as_reference(cls, value: object) -> object:
+        """A path object is a reference like any other (a file path)."""
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
     lmstudio_dir: Path | None = Field(default=None, description="LM Studio models folder; default: ~/.lmstudio/models")
     model_dirs: str | None = Field(default=None, description="more folders of .gguf files for `prefcall model list`, "
                                                             "separated by os.pathsep (':' on Linux and macOS)")

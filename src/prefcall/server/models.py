@@ -70,6 +70,15 @@ class Trace(BaseModel):
     seconds: float = 0.0
 
 
+class ValueProvenance(BaseModel):
+    function: str
+    argument: str
+    value: Any
+    origin: Literal["user", "instruction", "call", "default"]
+    instruction: str | None = Field(default=None, description="the standing instruction that set it")
+    source: str | None = Field(default=None, description="the words it was read from")
+
+
 class ParseRequestResult(BaseModel):
     """The calls to make for this request, or the question to ask, or a refusal."""
 
@@ -89,6 +98,10 @@ class ParseRequestResult(BaseModel):
     functions: list[str] = Field(default_factory=list, description="functions stage 1 selected")
     demonstrations: list[str] = Field(default_factory=list, description="ids of the few-shot demonstrations shown")
     notes: list[str] = Field(default_factory=list, description="post-check repairs and drops")
+    provenance: list[ValueProvenance] = Field(default_factory=list,
+                                              description="who set each value: the user's words, an earlier call, "
+                                                          "or which standing instruction")
+    skipped: dict[str, str] = Field(default_factory=dict, description="instruction -> why it did not apply")
     trace: Trace = Field(default_factory=Trace)
     errors: list[str] = Field(default_factory=list)
     raw: list[str] = Field(default_factory=list, description="raw model outputs, for debugging parse errors")

@@ -80,6 +80,8 @@ def parse_result_out(result: ParseResult, *, user_id: str, catalogue: str, confi
         functions=list(result.functions),
         demonstrations=list(result.demos),
         notes=list(result.notes),
+        provenance=[m.ValueProvenance(**p) for p in result.provenance],
+        skipped=dict(result.skipped),
         errors=list(result.errors),
         raw=[r for r in result.raw if r],
     )

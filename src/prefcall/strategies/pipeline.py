@@ -29,9 +29,10 @@ from prefcall.errors import ValidationError
 from prefcall.profiles.tags import TaggedInstruction
 from prefcall.schemas.model import Call, Catalogue, MissingArgument, Turn, as_dialogue, render_dialogue
 from prefcall.storage.demos import DemoStore
-from prefcall.strategies import fnctod
+from prefcall.strategies import fnctod, grounded
 from prefcall.strategies.fcicl import DemoQuery, DemoRetriever, HeuristicReranker, Reranker, ScoredDemo
 from prefcall.strategies.postcheck import post_check
+from prefcall.strategies.preferences import apply_preferences
 from prefcall.strategies.selection import select_instructions
 from prefcall.strategies.taps_gate import MEASURES, default_threshold, uncertainty
 from prefcall.strategies.taps_tagger import TagExamples, TagMode, TagResult, check_tagging, tag_instruction
@@ -40,6 +41,9 @@ Tagging = Literal["off", "always", "joint", "gated"]
 # Stage 1 of two-stage calling: "generate" = FnCTOD's grammar-constrained JSON list of names (paper-faithful);
 # "score" = every name scored, calibrated against a content-free dialogue; "hybrid" = score + domain prior.
 FunctionSelection = Literal["generate", "score", "hybrid"]
+# Stage 2: "generate" = FnCTOD's grammar-constrained JSON arguments (free values: BFCL-style catalogues);
+# "grounded" = values chosen among spans of the user's turns, preferences applied from tags (strategies.grounded).
+Filling = Literal["generate", "grounded"]
 
 
 class PipelineConfig(BaseModel):
@@ -63,6 +67,7 @@ class PipelineConfig(BaseModel):
     record_variants: bool = False  # gated: also run the tagged pass when the gate holds, for threshold analysis
     function_selection: FunctionSelection = "generate"
     prior_weight: float = Field(default=1.0, ge=0.0)  # hybrid: weight of the domain log prior
+    filling: Filling = "generate"
 
 
 CONFIGS: dict[str, PipelineConfig] = {
@@ -70,9 +75,13 @@ CONFIGS: dict[str, PipelineConfig] = {
     "ext-tag": PipelineConfig(name="ext-tag", tagging="always"),
     "joint-tag": PipelineConfig(name="joint-tag", tagging="joint"),
     "taps": PipelineConfig(name="taps", tagging="gated"),
-    "full": PipelineConfig(name="full", select_instructions=True, use_demos=True, n_demos=3, two_stage=True,
-                           tagging="gated", post_check=True, merge_tag_slots=True, tag_mode="spans",
-                           function_selection="hybrid"),
+    "fnctod-full": PipelineConfig(name="fnctod-full", select_instructions=True, use_demos=True, n_demos=3,
+                                  two_stage=True, tagging="gated", post_check=True, merge_tag_slots=True,
+                                  tag_mode="spans", function_selection="hybrid"),
+    # The shipped default: scored stage 1, grounded values, preferences from structured tags, post-check.
+    "full": PipelineConfig(name="full", select_instructions=True, use_demos=True, n_demos=0, two_stage=True,
+                           tagging="always", post_check=True, tag_mode="structured", function_selection="hybrid",
+                           filling="grounded"),
 }
 
 
@@ -120,6 +129,8 @@ class ParseResult(BaseModel):
     raw: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
     variants: dict[str, list[Call]] = Field(default_factory=dict)  # gated: {"untagged": [...], "tagged": [...]}
+    provenance: list[dict[str, Any]] = Field(default_factory=list)  # grounded: who set each value
+    skipped: dict[str, str] = Field(default_factory=dict)  # grounded: instruction -> why it did not apply
 
 
 class _Meter:
@@ -181,10 +192,13 @@ class Pipeline:
         self.tag_examples = tag_examples
         self.reranker = reranker or HeuristicReranker()
         self.data_dir = data_dir  # where calibration.json lives; None: Settings().data_dir
-        self._tag_cache: OrderedDict[tuple[str, str, str], TagResult] = OrderedDict()
+        self._tag_cache: OrderedDict[str, TagResult] = OrderedDict()
         self._tag_cache_size = tag_cache_size
         self._calibration: dict[tuple[str, tuple[str, ...], bool], list[float]] = {}
         self._lock = threading.Lock()
+        self.demos = demos
+        self._memories = grounded.MemoryCache()
+        self._weights: grounded.GroundingWeights | None = None
 
     # -- public ------------------------------------------------------------------------
     def parse(self, dialogue: list[Turn] | str, instructions: Sequence[str] | Sequence[TaggedInstruction],
@@ -193,6 +207,11 @@ class Pipeline:
         result = ParseResult(config=config.name)
         meter = _Meter(result.trace)
         started = time.perf_counter()
+        if config.filling == "grounded":
+            self._parse_grounded(dialogue, _as_tagged(instructions), catalogue, config, applicable,
+                                 frozenset(exclude_demo_ids), result, meter)
+            meter.time("total", started)
+            return result
         text = transcript(dialogue)
         chosen = self._select(text, _as_tagged(instructions), catalogue, config, applicable, meter)
         result.instructions_used = [i.instruction for i in chosen]
@@ -221,6 +240,83 @@ class Pipeline:
         self._finish(result, calling, catalogue, config, meter)
         meter.time("total", started)
         return result
+
+    # -- grounded ----------------------------------------------------------------------
+    def _parse_grounded(self, dialogue: list[Turn] | str, instructions: list[TaggedInstruction], catalogue: Catalogue,
+                        config: PipelineConfig, applicable: list[str] | None, exclude: frozenset[str],
+                        result: ParseResult, meter: _Meter) -> None:
+        turns = grounded.split_turns(dialogue)
+        users = "\n".join(f"User: {t.content}" for t in turns if t.role == "user" and t.content)
+        chosen = self._select(users, instructions, catalogue, config, applicable, meter)
+        result.instructions_used = [i.instruction for i in chosen]
+        grounder = self._grounder(catalogue, exclude)
+
+        started = time.perf_counter()
+        ctx = fnctod.CallingContext(dialogue=render_dialogue(turns), instructions=result.instructions_used)
+        selection = self._select_functions(catalogue, ctx, config, result, meter)
+        meter.time("select_functions", started)
+        if isinstance(selection.usage, fnctod.FunctionScores):
+            meter.scoring(selection.usage)
+        result.raw.append(selection.raw)
+        if selection.error:
+            result.status, result.decision = "parse_error", "refuse"
+            result.errors.append(f"select: {selection.error}")
+            return
+        result.functions = list(selection.value or [])
+
+        started = time.perf_counter()
+        sources = grounded.user_sources(turns)
+        context = grounded.transcript([t for t in turns if t.role == "user"])
+        drafts, confidences = [], []
+        for name in result.functions:
+            function = catalogue.function(name)
+            if function is None:
+                continue
+            filled = grounder.fill(function, sources, context)
+            self._count(meter, filled)
+            confidences.append(1.0 - filled.least_confidence)
+            drafts.append(grounded.draft_from_fill(filled))
+        meter.time("fill", started)
+
+        preferences = []
+        if chosen and drafts:
+            started = time.perf_counter()
+            for item in chosen:
+                tag = self._tag_one(item, catalogue, config, meter, grounder)
+                result.tags.append(tag)
+                if tag.status != "ok":
+                    result.errors.append(f"tagging {item.instruction!r} invalid: {'; '.join(tag.reasons)}")
+                    continue
+                preference = grounded.preference_of(tag, catalogue)
+                if preference is not None:
+                    preferences.append(preference)
+            meter.time("tagging", started)
+            result.tagged = bool(preferences)
+        applied = apply_preferences(drafts, preferences, catalogue)
+        result.skipped = applied.skipped
+        result.provenance = grounded.provenance_of(applied.drafts)
+        result.confidence = min(confidences) if confidences else 0.0
+        result.least_confidence = 1.0 - result.confidence if confidences else None
+        started = time.perf_counter()
+        checked = post_check(grounded.calls_of(applied.drafts), catalogue)
+        result.calls, result.missing, result.question = checked.calls, checked.missing, checked.question
+        result.notes = [f"{n.action} {n.call}: {n.reason}" for n in checked.notes]
+        result.decision = checked.decision
+        meter.time("post_check", started)
+
+    def _grounder(self, catalogue: Catalogue, exclude: frozenset[str]) -> grounded.Grounder:
+        if self._weights is None:
+            self._weights = grounded.load_weights(self.engine.info.model_name)
+        memory = self._memories.get(catalogue.name, self.demos.all(catalogue.name)) if self.demos is not None else None
+        return grounded.Grounder(self.engine, self.embedder, self._weights, memory, exclude)
+
+    @staticmethod
+    def _count(meter: _Meter, filled: grounded.FillResult) -> None:
+        trace = meter.trace
+        trace.prompt_tokens += filled.prompt_tokens
+        trace.evaluated += filled.evaluated
+        trace.reused += filled.reused
+        trace.model_calls += filled.model_calls
 
     # -- steps -------------------------------------------------------------------------
     def _select(self, text: str, instructions: list[TaggedInstruction], catalogue: Catalogue, config: PipelineConfig,
@@ -354,16 +450,21 @@ class Pipeline:
         meter.time("tagging", started)
         return out
 
-    def _tag_one(self, item: TaggedInstruction, catalogue: Catalogue, config: PipelineConfig, meter: _Meter) -> TagResult:
+    def _tag_one(self, item: TaggedInstruction, catalogue: Catalogue, config: PipelineConfig, meter: _Meter,
+                 grounder: grounded.Grounder | None = None) -> TagResult:
         if item.tagged:
             return check_tagging(item.instruction, item.tagged, catalogue)  # pre-tagged: validate, never trust
-        key = (item.instruction, catalogue.name, config.tag_mode)
+        key = grounded.tag_key(item.instruction, catalogue, config.tag_mode, self.engine.info.model_name)
         with self._lock:
             if key in self._tag_cache:
                 self._tag_cache.move_to_end(key)
                 return self._tag_cache[key]
-        tag = tag_instruction(self.engine, item.instruction, catalogue, self.tag_examples, k=config.tag_shots,
-                              mode=config.tag_mode)
+        if config.tag_mode == "structured":
+            tag = grounded.tag_structured(grounder or self._grounder(catalogue, frozenset()), item.instruction,
+                                          catalogue)
+        else:
+            tag = tag_instruction(self.engine, item.instruction, catalogue, self.tag_examples, k=config.tag_shots,
+                                  mode=config.tag_mode)
         meter.tag(tag)
         with self._lock:
             self._tag_cache[key] = tag

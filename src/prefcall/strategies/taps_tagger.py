@@ -33,7 +33,7 @@ from prefcall.profiles.tags import (
 from prefcall.retrieval.hybrid import HybridIndex
 from prefcall.schemas.model import Catalogue
 
-TagMode = Literal["text", "spans"]
+TagMode = Literal["text", "spans", "structured"]  # structured: strategies.grounded.tag_structured
 TAG_MODES: tuple[str, ...] = ("text", "spans")
 
 TAGGER_SYSTEM = (

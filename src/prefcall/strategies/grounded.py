@@ -1,0 +1,192 @@
+"""Grounded calling: functions scored, arguments chosen among spans of the request, preferences applied from tags.
+
+The `grounded` pipeline configuration (the server's default) composes small steps:
+1. the dialogue is split into turns; instruction selection and argument values read the user's turns only
+   (the assistant's questions are not the user's words); earlier calls are a source too;
+2. stage 1 scores every function name against a content-free calibration (`fnctod.select_by_score`) and may
+   return none: that is a refusal, not a guess;
+3. each selected function's arguments are filled by `grounding.fill` from candidate spans of the user's turns
+   and earlier calls (numbers, booleans and enum values normalised from the schema); a value is never written
+   by the model, so it cannot be invented, and never comes from a demonstration (demonstrations only inform
+   the value memory that ranks spans);
+4. each applicable standing instruction is tagged by the same filler run on the instruction alone
+   (`tag_structured`: intent from the instruction's domain words, slots = the spans chosen, chains from the
+   functions its consequence names); a validated tag becomes a `Preference` that rules apply to the calls
+   (conditions, chains, the dialogue wins), with the instruction that set each value recorded;
+5. several calls of one function only when the request or an instruction coordinates several values;
+6. post-check: ask for required arguments still missing (the question per argument reaches the host),
+   call otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from prefcall.engine.base import Embedder, Engine
+from prefcall.errors import ConfigError, ParseError
+from prefcall.profiles.tags import build_span_tags, intent_label, parse_tags, slot_label
+from prefcall.schemas.model import Call, Catalogue, Function, Turn, as_dialogue
+from prefcall.storage.demos import Demonstration
+from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, ValueMemory, Weights
+from prefcall.strategies.grounding.fill import FillResult, GroundingWeights, fill_arguments, transcript
+from prefcall.strategies.grounding.values import Source, call_sources
+from prefcall.strategies.preferences import Draft, Preference, Provenance, preference_from_tags
+from prefcall.strategies.selection import DomainModel, SelectionConfig, instruction_domains, split_condition
+from prefcall.strategies.taps_tagger import TagResult, check_tagging
+
+_SPEAKER = re.compile(r"^\s*(User|Agent|Assistant|System)\s*:\s?(.*)$", re.I)
+_ROLES = {"user": "user", "agent": "assistant", "assistant": "assistant", "system": "system"}
+
+
+# ---------------------------------------------------------------------------- turns
+def split_turns(dialogue: str | list[Turn]) -> list[Turn]:
+    """Turns of a dialogue; a rendered transcript ("User: ...\\nAgent: ...") is split back into its turns."""
+    if not isinstance(dialogue, str):
+        return as_dialogue(dialogue)
+    turns: list[Turn] = []
+    for line in dialogue.splitlines():
+        match = _SPEAKER.match(line)
+        if match:
+            turns.append(Turn(role=_ROLES[match.group(1).lower()], content=match.group(2).strip()))
+        elif line.strip() and turns:
+            turns[-1] = turns[-1].model_copy(update={"content": (turns[-1].content + "\n" + line.strip()).strip()})
+        elif line.strip():
+            turns.append(Turn(role="user", content=line.strip()))
+    return turns or [Turn(role="user", content=dialogue.strip())]
+
+
+def user_sources(turns: list[Turn]) -> list[Source]:
+    """The user's turns and the calls made earlier in the dialogue: where a value may come from."""
+    sources = [Source("user", t.content, f"turn {i}") for i, t in enumerate(turns) if t.role == "user" and t.content]
+    return sources + call_sources(c for t in turns for c in t.calls)
+
+
+# ---------------------------------------------------------------------------- weights and memory
+def load_weights(model_name: str = "", path: Path | None = None) -> GroundingWeights:
+    """Structural weights shipped in data/grounding.json, with the combination calibrated for `model_name`
+    when one is listed (else the defaults)."""
+    text = path.read_text(encoding="utf-8") if path else \
+        (resources.files("prefcall") / "data" / "grounding.json").read_text(encoding="utf-8")
+    data = json.loads(text)
+    s = data["structure"]
+    if tuple(s.get("features", FEATURES)) != FEATURES:
+        raise ConfigError("grounding weights were fitted for other features: refit them with the current code")
+    weights = GroundingWeights(structure=Weights(tuple(s["mean"]), tuple(s["scale"]), tuple(s["weights"]),
+                                                 float(s["bias"])))
+    combination = {**data.get("combination", {}).get("default", {}),
+                   **data.get("combination", {}).get(model_name, {})}
+    return weights.model_copy(update={k: tuple(v) if isinstance(v, list) else v for k, v in combination.items()})
+
+
+@dataclass
+class MemoryCache:
+    """Value memories per catalogue, rebuilt when the demonstrations change (count and newest id)."""
+
+    _items: dict[str, tuple[tuple[int, str], ValueMemory]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, catalogue: str, demos: list[Demonstration]) -> ValueMemory:
+        stamp = (len(demos), demos[-1].id if demos else "")
+        with self._lock:
+            cached = self._items.get(catalogue)
+            if cached is not None and cached[0] == stamp:
+                return cached[1]
+        memory = ValueMemory()
+        for demo in demos:
+            for call in demo.calls:
+                for argument, value in call.arguments.items():
+                    memory.add(call.name, argument, value, demo.id)
+        with self._lock:
+            self._items[catalogue] = (stamp, memory)
+        return memory
+
+
+# ---------------------------------------------------------------------------- filling
+@dataclass
+class Grounder:
+    """What filling needs besides the function and the text: engine, embedder, weights, value memory."""
+
+    engine: Engine | None
+    embedder: Embedder | None
+    weights: GroundingWeights
+    memory: ValueMemory | None = None
+    exclude: frozenset[str] = frozenset()
+
+    def fill(self, function: Function, sources: list[Source], context: str) -> FillResult:
+        features = FeatureContext(function, self.embedder, self.memory, self.exclude,
+                                  sources_text="\n".join(s.text for s in sources))
+        return fill_arguments(self.engine, function, sources, context, features, self.weights)
+
+
+def draft_from_fill(result: FillResult, origin: str = "user") -> Draft:
+    draft = Draft(name=result.function)
+    for choice in result.choices:
+        kind = choice.sources[0].split(":", 1)[0] if choice.sources else origin
+        draft.set(choice.argument, choice.values, Provenance(
+            argument=choice.argument, value=choice.values[0] if len(choice.values) == 1 else choice.values,
+            origin="call" if kind == "call" else "user", source=" | ".join(choice.texts)))
+    return draft
+
+
+# ---------------------------------------------------------------------------- structured tags
+def tag_key(instruction: str, catalogue: Catalogue, mode: str, model: str) -> str:
+    """Stored tags are keyed by the instruction's text hash, the catalogue (name and content), mode and model."""
+    digest = hashlib.sha256(instruction.encode()).hexdigest()[:16]
+    listing = hashlib.sha256(json.dumps([f.model_dump() for f in catalogue.functions], sort_keys=True,
+                                        default=str).encode()).hexdigest()[:12]
+    return f"{digest}:{catalogue.name}@{listing}:{mode}:{model}"
+
+
+def tag_structured(grounder: Grounder, instruction: str, catalogue: Catalogue,
+                   domains: DomainModel | None = None) -> TagResult:
+    """Tag an instruction with the grounded filler: intent = the function its words name, slots = the spans the
+    filler chooses in it, further intents = other functions its consequence names (chains)."""
+    domains = domains or DomainModel.build(catalogue)
+    found = instruction_domains(domains, instruction, None, SelectionConfig())
+    if not found:
+        return TagResult(instruction=instruction, status="invalid", mode="structured",
+                         reasons=["no function of the catalogue matches this instruction"])
+    main = catalogue.function(found[0])
+    assert main is not None
+    filled = grounder.fill(main, [Source("instruction", instruction, instruction)],
+                           transcript([], [instruction]))
+    slots = [(slot_label(c.argument), text) for c in filled.choices for text in c.texts if text]
+    condition, consequence = split_condition(instruction)
+    also = []
+    if condition is not None:
+        named = domains.named(re.findall(r"[a-z0-9]+", consequence.lower()))
+        also = [intent_label(n) for n in named if n != main.name]
+    try:
+        built = build_span_tags(instruction, intent_label(main.name), slots, also)
+    except ParseError as exc:
+        return TagResult(instruction=instruction, status="invalid", mode="structured", reasons=[str(exc)])
+    result = check_tagging(instruction, built.tagged, catalogue)
+    return result.model_copy(update={"mode": "structured", "notes": built.dropped,
+                                     "least_confidence": filled.least_confidence,
+                                     "prompt_tokens": filled.prompt_tokens, "evaluated": filled.evaluated,
+                                     "reused": filled.reused})
+
+
+def preference_of(tag: TagResult, catalogue: Catalogue) -> Preference | None:
+    """The preference a validated tag expresses (None for invalid tags or intents outside the catalogue)."""
+    if tag.status != "ok" or not tag.tagged:
+        return None
+    return preference_from_tags(tag.instruction, parse_tags(tag.tagged), catalogue)
+
+
+def calls_of(drafts: list[Draft]) -> list[Call]:
+    return [call for draft in drafts for call in draft.calls()]
+
+
+def provenance_of(drafts: list[Draft]) -> list[dict[str, Any]]:
+    """Which instruction (or the user's words) set each value, for the caller."""
+    return [{"function": d.name, "argument": p.argument, "value": p.value, "origin": p.origin,
+             **({"instruction": p.instruction} if p.instruction else {}), **({"source": p.source} if p.source else {})}
+            for d in drafts for p in d.provenance.values()]

@@ -1,0 +1,307 @@
+"""Structural evidence that a candidate span is the value of an argument, without the language model.
+
+Each (argument, candidate) pair gets a feature vector; a logistic model (weights in data/grounding.json, fitted
+by `prefcall calibrate grounding` on public dev data) turns it into a log-odds. The features:
+- cue: the argument's own name words right before the span ("my preferred city is X") or right after it
+  ("X as my city"), with only connective words between; 1 / (1 + words between);
+- memory: the nearest value of the same argument among the demonstrations the caller may read (cosine of
+  sentence embeddings) and whether the exact value was seen; a flag says whether any memory exists, so the
+  model also learns what to do without it;
+- description: cosine between the span and "argument words: description";
+- format: date / time / number shape of the span against the argument's class (from its name, description and
+  type), and a mismatch flag;
+- shape: number of words, share of capitalised words, whether the span starts and ends at a chunk boundary or
+  cuts a capitalised name, whether a joining word ("and", "of", "&") follows;
+- domain: the span is only words of the function's name (it names the request's domain, not a value), or it is
+  an enum value of another argument of the same function;
+- source: user turn, standing instruction, earlier call, profile.
+Everything comes from the schema, the text and the demonstrations: no data set's vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from prefcall.engine.base import Embedder
+from prefcall.retrieval.text import split_identifier, tokenize
+from prefcall.schemas.model import Function
+
+from prefcall.strategies.grounding.values import Candidate, words
+
+FEATURES = (
+    "cue", "memory", "memory_sq", "memory_exact", "has_memory", "description", "context", "format", "format_mismatch",
+    "n_words", "one_word", "capitals", "open_left", "close_right", "cuts_name", "joins_right", "domain_words",
+    "other_enum", "sentence_initial", "from_user", "from_instruction", "from_call",
+)  # fmt: skip
+
+CONNECTIVES = frozenset(
+    """is are was be been to of the my a an as for at in on by with called named should must will would i'd
+    i prefer preferred favourite favorite usually always go-to : = - which that it""".split())
+JOINERS = frozenset({"and", "of", "&", "de", "la", "le", "vs", "vs.", "versus", "on", "at", "the"})
+MONTHS = ("january february march april may june july august september october november december "
+          "jan feb mar apr jun jul aug sep sept oct nov dec").split()
+DAYS = "monday tuesday wednesday thursday friday saturday sunday today tomorrow tonight weekend".split()
+_DATE_RE = re.compile(r"\b(" + "|".join(MONTHS + DAYS) + r"|\d{1,2}(st|nd|rd|th)|\d{4}-\d{2}-\d{2}|"
+                      r"\d{1,2}/\d{1,2}(/\d{2,4})?|next week|this week|next month)\b", re.I)
+_TIME_RE = re.compile(r"\b(\d{1,2}(:\d{2})?\s*(am|pm|a\.m\.|p\.m\.)|\d{1,2}:\d{2}|o'?clock|noon|midnight|"
+                      r"morning|afternoon|evening|night)\b", re.I)
+_NUMBER_RE = re.compile(r"^\$?\d+(\.\d+)?%?$|^(one|two|three|four|five|six|seven|eight|nine|ten)$", re.I)
+_DATE_ARG = re.compile(r"\b(date|day|dates|birthday|deadline)\b")
+_TIME_ARG = re.compile(r"\b(time|hour)\b")
+_NUMBER_ARG = re.compile(r"\b(number|count|size|amount|price|cost|rating|stars?|passengers|adults|children|"
+                         r"rooms|beds|baths|tickets|seats|people|guests|stops|quantity|age|year|percent)\b")
+
+
+def argument_words(name: str, schema: dict[str, Any]) -> str:
+    """'pickup_city' -> 'pickup city', plus the description when there is one."""
+    text = split_identifier(name).lower()
+    description = str(schema.get("description") or "").strip()
+    return f"{text}: {description}" if description else text
+
+
+def argument_class(name: str, schema: dict[str, Any]) -> str:
+    text = split_identifier(name).lower() + " " + str(schema.get("description") or "").lower()
+    if schema.get("type") in ("integer", "number"):
+        return "number"
+    if schema.get("format") in ("date", "date-time") or _DATE_ARG.search(text):
+        return "date"
+    if schema.get("format") == "time" or _TIME_ARG.search(text):
+        return "time"
+    if _NUMBER_ARG.search(text):
+        return "number"
+    return "text"
+
+
+def value_class(text: str) -> str:
+    if _TIME_RE.search(text):
+        return "time"
+    if _DATE_RE.search(text):
+        return "date"
+    if _NUMBER_RE.match(text.strip()):
+        return "number"
+    return "text"
+
+
+def normal(text: Any) -> str:
+    return " ".join(re.findall(r"[a-z0-9]+", str(text).lower()))
+
+
+# ---------------------------------------------------------------------------- value memory
+@dataclass
+class ValueMemory:
+    """Values each argument took in demonstrations: {(function, argument): [(value, demo id)]}."""
+
+    values: dict[tuple[str, str], list[tuple[str, str]]] = field(default_factory=dict)
+    _vectors: dict[tuple[str, str], tuple[int, list[str], np.ndarray]] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, function: str, argument: str, value: Any, demo_id: str) -> None:
+        if isinstance(value, bool) or value is None or isinstance(value, (dict, list)):
+            return
+        self.values.setdefault((function, argument), []).append((str(value), demo_id))
+        self._vectors.pop((function, argument), None)
+
+    def has(self, function: str, argument: str, exclude: frozenset[str] = frozenset()) -> bool:
+        return any(d not in exclude for _, d in self.values.get((function, argument), ()))
+
+    def vectors(self, function: str, argument: str, embedder: Embedder) -> tuple[list[str], list[str], np.ndarray]:
+        """(values, demo ids, unit vectors), one row per stored value; each distinct value is embedded once."""
+        key = (function, argument)
+        entries = self.values.get(key, [])
+        with self._lock:
+            cached = self._vectors.get(key)
+        if cached is None or cached[0] != len(entries):
+            unique = list(dict.fromkeys(v for v, _ in entries))
+            matrix = np.asarray(embedder.embed(unique), dtype=np.float32) if unique else np.zeros((0, 1), np.float32)
+            cached = (len(entries), unique, matrix)
+            with self._lock:
+                self._vectors[key] = cached
+        _, unique, matrix = cached
+        index = {t: i for i, t in enumerate(unique)}
+        return [v for v, _ in entries], [d for _, d in entries], matrix[[index[v] for v, _ in entries]]
+
+
+# ---------------------------------------------------------------------------- features
+def _cue(candidate: Candidate, name_words: set[str]) -> float:
+    """Argument name words just before the span (over connectives) or just after it."""
+    if candidate.source is None or candidate.start < 0:
+        return 0.0
+    tokens = [(w.lower(), s, e) for w, s, e in words(candidate.source.text)]
+    first = next((i for i, t in enumerate(tokens) if t[1] >= candidate.start), None)
+    last = max((i for i, t in enumerate(tokens) if t[2] <= candidate.end), default=None)
+    if first is None or last is None:
+        return 0.0
+    best, between = 0.0, 0
+    for i in range(first - 1, max(-1, first - 8), -1):
+        word = tokens[i][0]
+        if word in name_words:
+            best = max(best, 1.0 / (1 + between))
+            continue
+        if word not in CONNECTIVES and not word.startswith("prefer"):
+            break
+        between += 1
+    between = 0
+    for i in range(last + 1, min(len(tokens), last + 6)):
+        word = tokens[i][0]
+        if word in name_words:
+            return max(best, 0.8 / (1 + between))
+        if word not in CONNECTIVES:
+            break
+        between += 1
+    return best
+
+
+def _shape(candidate: Candidate) -> dict[str, float]:
+    if candidate.source is None or candidate.start < 0:
+        return {"open_left": 1.0, "close_right": 1.0, "cuts_name": 0.0, "joins_right": 0.0}
+    text = candidate.source.text
+    left = text[:candidate.start].rstrip()
+    right = text[candidate.end:].lstrip()
+    lw = left.split()[-1] if left.split() else ""
+    rw = right.split()[0] if right.split() else ""
+    l_punct = not lw or lw[-1] in ",.;:!?\"(" or lw.lower() in CONNECTIVES
+    r_punct = not rw or text[candidate.end:candidate.end + 1] in ",.;:!?\")" or rw[0] in ",.;:!?"
+    capital = candidate.text[:1].isupper()
+    l_cap = bool(lw) and lw[0].isupper() and not (lw[-1] in ",.;:!?") and lw.lower() not in CONNECTIVES
+    r_cap = bool(rw) and rw[0].isupper() and not r_punct
+    return {"open_left": float(l_punct), "close_right": float(r_punct or rw.lower() in CONNECTIVES),
+            "cuts_name": float(capital and (l_cap or r_cap)), "joins_right": float(rw.lower().strip(",.") in JOINERS)}
+
+
+@dataclass
+class FeatureContext:
+    """Per-request state: the function, its argument texts and the memory to consult."""
+
+    function: Function
+    embedder: Embedder | None
+    memory: ValueMemory | None = None
+    exclude: frozenset[str] = frozenset()  # demonstration ids not to consult (the item itself in evaluation)
+    sources_text: str = ""  # all source text, for evidence that is not about one span (booleans)
+    _vectors: dict[str, np.ndarray] = field(default_factory=dict)  # per-request embedding cache
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit vectors of texts, each embedded once per request (arguments share candidates)."""
+        assert self.embedder is not None
+        missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        if missing:
+            for text, vector in zip(missing, np.asarray(self.embedder.embed(missing), dtype=np.float32)):
+                self._vectors[text] = vector
+        return np.stack([self._vectors[t] for t in texts])
+    _domain: set[str] = field(default_factory=set)
+    _enums: dict[str, set[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._domain = set(tokenize(self.function.name)) - {"get", "find", "search", "book", "make", "check"}
+        self._enums = {a: {normal(v) for v in s.get("enum") or [] if v is not None}
+                       for a, s in self.function.properties.items()}
+
+
+def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
+             candidates: Sequence[Candidate]) -> np.ndarray:
+    """One row of FEATURES per candidate (grounded spans; other candidates get source-free defaults)."""
+    if not candidates:
+        return np.zeros((0, len(FEATURES)), dtype=np.float32)
+    name_words = set(split_identifier(argument).lower().split())
+    name_words |= {w + "s" for w in name_words} | {w[:-1] for w in name_words if w.endswith("s")}
+    klass = argument_class(argument, schema)
+    texts = [c.text or str(c.value) for c in candidates]
+    description = context = memory = None
+    has_memory = 0.0
+    memory_exact = [0.0] * len(candidates)
+    if ctx.embedder is not None:
+        contexts = [_left_context(c) + t for c, t in zip(candidates, texts)]
+        vectors = ctx.embed([argument_words(argument, schema), *texts, *contexts])
+        arg_vec, cand_vecs, ctx_vecs = vectors[0], vectors[1:1 + len(texts)], vectors[1 + len(texts):]
+        description, context = cand_vecs @ arg_vec, ctx_vecs @ arg_vec
+        if ctx.memory is not None and ctx.memory.has(ctx.function.name, argument, ctx.exclude):
+            values, ids, matrix = ctx.memory.vectors(ctx.function.name, argument, ctx.embedder)
+            keep = [i for i, d in enumerate(ids) if d not in ctx.exclude]
+            if keep:
+                has_memory = 1.0
+                sims = cand_vecs @ matrix[keep].T
+                memory = sims.max(axis=1)
+                seen = {normal(values[i]) for i in keep}
+                memory_exact = [float(normal(t) in seen) for t in texts]
+    other_enums = set().union(*(v for a, v in ctx._enums.items() if a != argument)) if ctx._enums else set()
+    rows = []
+    for i, (c, t) in enumerate(zip(candidates, texts)):
+        tokens = [w for w, _, _ in words(t)]
+        n = max(1, len(tokens))
+        vclass = value_class(t)
+        kind = c.source.kind if c.source is not None else ""
+        m = float(memory[i]) if memory is not None else 0.0
+        row = {
+            "cue": _cue(c, name_words),
+            "memory": m, "memory_sq": m * m, "memory_exact": memory_exact[i], "has_memory": has_memory,
+            "description": float(description[i]) if description is not None else 0.0,
+            "context": float(context[i]) if context is not None else 0.0,
+            "format": float(klass != "text" and vclass == klass),
+            "format_mismatch": float(vclass != "text" and vclass != klass),
+            "n_words": float(n), "one_word": float(n == 1),
+            "capitals": sum(w[:1].isupper() for w in tokens) / n,
+            **_shape(c),
+            "domain_words": float(bool(tokens) and set(tokenize(t)) <= ctx._domain and bool(ctx._domain)),
+            "other_enum": float(normal(t) in other_enums),
+            "sentence_initial": _sentence_initial(c),
+            "from_user": float(kind == "user"), "from_instruction": float(kind in ("instruction", "profile")),
+            "from_call": float(kind == "call"),
+        }
+        rows.append([row[f] for f in FEATURES])
+    return np.asarray(rows, dtype=np.float32)
+
+
+def _sentence_initial(candidate: Candidate) -> float:
+    """The span starts a sentence: its capital letter may be only the sentence's."""
+    if candidate.source is None or candidate.start < 0:
+        return 0.0
+    before = candidate.source.text[:candidate.start].rstrip()
+    return float(not before or before[-1] in ".!?:\n")
+
+
+def _left_context(candidate: Candidate, n_words: int = 3) -> str:
+    if candidate.source is None or candidate.start < 0:
+        return ""
+    before = candidate.source.text[:candidate.start].split()[-n_words:]
+    return (" ".join(before) + " ") if before else ""
+
+
+# ---------------------------------------------------------------------------- the logistic model
+@dataclass(frozen=True)
+class Weights:
+    """Standardised logistic weights over FEATURES: logit = ((x - mean) / scale) . weights + bias."""
+
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    weights: tuple[float, ...]
+    bias: float
+
+    def logits(self, rows: np.ndarray) -> np.ndarray:
+        if len(rows) == 0:
+            return np.zeros(0, dtype=np.float32)
+        z = (rows - np.asarray(self.mean, np.float32)) / np.asarray(self.scale, np.float32)
+        return z @ np.asarray(self.weights, np.float32) + np.float32(self.bias)
+
+
+def fit_logistic(rows: np.ndarray, labels: np.ndarray, *, l2: float = 1e-2, iterations: int = 4000,
+                 step: float = 0.5) -> Weights:
+    """Plain gradient-descent logistic regression with positives up-weighted (few spans are values)."""
+    mean = rows.mean(axis=0)
+    scale = rows.std(axis=0) + 1e-6
+    z = (rows - mean) / scale
+    w = np.zeros(z.shape[1])
+    b = 0.0
+    positives = max(1.0, float(labels.sum()))
+    weight = np.where(labels == 1, math.sqrt((len(labels) - positives) / positives), 1.0)
+    for _ in range(iterations):
+        p = 1.0 / (1.0 + np.exp(-(z @ w + b)))
+        g = (p - labels) * weight
+        w -= step * (z.T @ g / len(labels) + l2 * w)
+        b -= step * float(g.mean())
+    return Weights(tuple(map(float, mean)), tuple(map(float, scale)), tuple(map(float, w)), float(b))

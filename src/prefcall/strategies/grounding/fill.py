@@ -1,0 +1,228 @@
+"""Grounded argument filling: structure proposes, the model scores, a calibrated rule decides.
+
+For one function and the text the caller sent (user turns, applicable instructions, earlier calls):
+1. candidates per argument from its schema (`values`): spans, enum values, booleans, numbers;
+2. structural evidence (`evidence`) ranks span and number candidates; arguments whose best candidate is far below
+   the threshold (`prune`) are left out without asking the model;
+3. the model scores the top candidates and `null` as the value of that argument, in one JSON-prefix prompt per
+   argument (`{"city": ` + `"Calistoga"` / `null`); the prompt's system and user parts are shared by all
+   arguments, so the engine re-evaluates only the argument's key;
+4. a calibrated logistic rule per model (`GroundingWeights`) combines the structural log-odds and the model's
+   log-odds of the candidate against null; a value is set when its probability passes 0.5;
+5. one span of a source fills at most one argument (the more probable keeps it); a second value of the same
+   argument is kept only when the text coordinates it with the first ("Italian or Mexican") and it passes too.
+Values are grounded by construction: the model chooses among candidates read from the request, never writes one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from prefcall.engine.base import ChatMessage, Engine, Prompt, PromptUsage
+from prefcall.schemas.model import Function, Turn
+from prefcall.schemas.render import render_function_spec
+
+from prefcall.strategies.grounding.evidence import FeatureContext, Weights, argument_words, features
+from prefcall.strategies.grounding.values import ArgumentCandidates, Candidate, Source, argument_candidates
+
+TOP_K = 3
+NULL = "null"
+SYSTEM = (
+    "You fill in the arguments of the API function {name} from a user's request. Each argument is either words "
+    "copied exactly from the request or its standing instructions, or null when they do not give it.\n\n{spec}"
+)
+_COORDINATION = re.compile(r"^\s*(,\s*)?(or|and|,|/)\s*(maybe\s+|perhaps\s+)?$", re.I)
+
+
+class GroundingWeights(BaseModel):
+    """Per-model calibration of the combination (fitted by `prefcall calibrate grounding`)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    structure: Weights
+    span: tuple[float, float, float] = (1.0, 0.5, 0.0)  # (structure log-odds, model log-odds, bias)
+    enum: tuple[float, float, float] = (2.0, 0.5, -1.0)  # (value written in the text, model log-odds, bias)
+    boolean: tuple[float, float, float] = (2.0, 0.5, -1.5)  # (argument named in the text, model log-odds, bias)
+    prune: float = -4.0  # structure log-odds under which the model is not asked
+    use_model: bool = True
+
+
+class Choice(BaseModel):
+    """What one argument was set to, with its probability and where it came from."""
+
+    argument: str
+    values: list[Any]
+    texts: list[str] = Field(default_factory=list)
+    sources: list[str] = Field(default_factory=list)  # source kind + ref of each value
+    probability: float
+    model_probability: float | None = None  # the model's share of this answer vs the other candidates and null
+
+
+class FillResult(BaseModel):
+    function: str
+    choices: list[Choice] = Field(default_factory=list)
+    considered: dict[str, float] = Field(default_factory=dict)  # argument -> best probability, set or not
+    decisions: list[float] = Field(default_factory=list)  # the model's probability of each answer it gave
+    model_calls: int = 0
+    prompt_tokens: int = 0
+    evaluated: int = 0
+    reused: int = 0
+
+    @property
+    def arguments(self) -> dict[str, list[Any]]:
+        return {c.argument: c.values for c in self.choices}
+
+    @property
+    def least_confidence(self) -> float:
+        """1 - geometric mean of the model's probability for each answer it gave (value or null)."""
+        if not self.decisions:
+            return 0.0
+        return 1.0 - math.exp(sum(math.log(max(p, 1e-9)) for p in self.decisions) / len(self.decisions))
+
+
+def transcript(turns: Sequence[Turn], instructions: Sequence[str] = ()) -> str:
+    lines = [f"{'User' if t.role == 'user' else 'Assistant'}: {t.content}" for t in turns if t.content.strip()]
+    text = "Request:\n" + "\n".join(lines)
+    if instructions:
+        text += "\nStanding instructions:\n" + "\n".join(f"- {i}" for i in instructions)
+    return text
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, x))))
+
+
+class _Scorer:
+    """The model's log-probabilities of candidate values for one argument, null included."""
+
+    def __init__(self, engine: Engine | None, function: Function, context: str, result: FillResult) -> None:
+        self.engine = engine
+        self.system = SYSTEM.format(name=function.name, spec=render_function_spec(function))
+        self.context = context
+        self.result = result
+
+    def __call__(self, argument: str, values: Sequence[Any]) -> np.ndarray | None:
+        if self.engine is None:
+            return None
+        prompt = Prompt((ChatMessage("system", self.system), ChatMessage("user", self.context)),
+                        prefix="{" + json.dumps(argument) + ": ", shared=1)
+        candidates = [json.dumps(v, ensure_ascii=False) for v in values] + [NULL]
+        scores = self.engine.score_candidates(prompt, candidates)
+        usage: PromptUsage = scores.usage
+        self.result.model_calls += 1
+        self.result.prompt_tokens += usage.prompt_tokens
+        self.result.evaluated += usage.evaluated
+        self.result.reused += usage.reused
+        logprobs = np.asarray(scores.logprobs, dtype=np.float64)
+        return logprobs - np.logaddexp.reduce(logprobs)  # renormalised over the candidates and null
+
+
+def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[Source], context: str,
+                   features_ctx: FeatureContext, weights: GroundingWeights, *,
+                   skip: Sequence[str] = ()) -> FillResult:
+    """Choose each argument's value among grounded candidates (see the module docstring)."""
+    result = FillResult(function=function.name)
+    scorer = _Scorer(engine if weights.use_model else None, function, context, result)
+    pending: list[tuple[float, str, list[tuple[float, Candidate, float | None]], ArgumentCandidates]] = []
+    for name, schema in function.properties.items():
+        if name in skip:
+            continue
+        pool = argument_candidates(name, schema, sources)
+        ranked = _rank(pool, features_ctx, weights, scorer, result)
+        if ranked:
+            result.considered[name] = ranked[0][0]
+            pending.append((ranked[0][0], name, ranked, pool))
+    # The most probable arguments claim their spans first; a span fills one argument.
+    taken: list[tuple[Source | None, int, int]] = []
+    for _, name, ranked, pool in sorted(pending, key=lambda p: -p[0]):
+        chosen = next(((p, c, m) for p, c, m in ranked if p >= 0.5 and not _overlaps(c, taken)), None)
+        if chosen is None:
+            continue
+        probability, candidate, model_p = chosen
+        picks = [(probability, candidate)]
+        if pool.kind == "span":
+            picks += [(p, c) for p, c, _ in ranked if c is not candidate and p >= 0.5 and _coordinated(candidate, c)
+                      and not _overlaps(c, taken)]
+        for _, c in picks:
+            if c.source is not None:
+                taken.append((c.source, c.start, c.end))
+        result.choices.append(Choice(
+            argument=name, values=[c.value for _, c in picks], texts=[c.text for _, c in picks],
+            sources=[f"{c.source.kind}:{c.source.ref}" if c.source else "schema" for _, c in picks],
+            probability=probability, model_probability=model_p))
+    order = list(function.properties)
+    result.choices.sort(key=lambda c: order.index(c.argument))
+    return result
+
+
+def _rank(pool: ArgumentCandidates, ctx: FeatureContext, weights: GroundingWeights, scorer: _Scorer,
+          result: FillResult) -> list[tuple[float, Candidate, float | None]]:
+    """(probability, candidate, model probability) best first; empty when nothing can be a value."""
+    if not pool.candidates or pool.kind == "free":
+        return []
+    if pool.kind in ("span", "number"):
+        logits = weights.structure.logits(features(ctx, pool.name, pool.schema, pool.candidates))
+        order = np.argsort(-logits)[:TOP_K]
+        top = [pool.candidates[i] for i in order]
+        structure = [float(logits[i]) for i in order]
+        if structure[0] < weights.prune:
+            return [(_sigmoid(structure[0]), top[0], None)]
+        lm = scorer(pool.name, [c.value for c in top])
+        a, b, c = weights.span
+        out = []
+        for i, (cand, s) in enumerate(zip(top, structure)):
+            odds = float(lm[i] - lm[-1]) if lm is not None else 0.0
+            out.append((_sigmoid(a * s + b * odds + c), cand, math.exp(lm[i]) if lm is not None else None))
+        _record(result, lm)
+        return sorted(out, key=lambda t: -t[0])
+    lm = scorer(pool.name, [c.value for c in pool.candidates])
+    _record(result, lm)
+    a, b, c = weights.enum if pool.kind == "enum" else weights.boolean
+    out = []
+    for i, cand in enumerate(pool.candidates):
+        evidence = float(cand.grounded) if pool.kind == "enum" else _named(pool, ctx, cand)
+        odds = float(lm[i] - lm[-1]) if lm is not None else 0.0
+        out.append((_sigmoid(a * evidence + b * odds + c), cand, math.exp(lm[i]) if lm is not None else None))
+    return sorted(out, key=lambda t: -t[0])
+
+
+def _record(result: FillResult, lm: np.ndarray | None) -> None:
+    if lm is not None:
+        result.decisions.append(float(math.exp(lm.max())))
+
+
+_NEGATION = re.compile(r"\b(no|not|without|don't|dont|doesn't|never|non)\b", re.I)
+
+
+def _named(pool: ArgumentCandidates, ctx: FeatureContext, candidate: Candidate) -> float:
+    """Boolean evidence: the argument's words appear in a source; negated mentions support False."""
+    words = [w for w in argument_words(pool.name, {}).split() if len(w) > 2 and w not in ("has", "is", "are")]
+    texts = ctx.sources_text if hasattr(ctx, "sources_text") else ""
+    if not words or not texts:
+        return 0.0
+    hits = [m for m in re.finditer(r"\b(" + "|".join(map(re.escape, words)) + r")\w*", texts, re.I)]
+    if not hits:
+        return 0.0
+    negated = any(_NEGATION.search(texts[max(0, h.start() - 25):h.start()]) for h in hits)
+    return 1.0 if (candidate.value is False) == negated else -1.0
+
+
+def _overlaps(candidate: Candidate, taken: list[tuple[Source | None, int, int]]) -> bool:
+    if candidate.source is None:
+        return False
+    return any(s is candidate.source and candidate.start < e and st < candidate.end for s, st, e in taken)
+
+
+def _coordinated(first: Candidate, other: Candidate) -> bool:
+    """Two spans of one source joined only by a coordinator ("Italian or Mexican", "A, B and C")."""
+    if first.source is None or other.source is not first.source:
+        return False
+    a, b = (first, other) if first.start < other.start else (other, first)
+    return bool(_COORDINATION.match(a.source.text[a.end:b.start]))

@@ -1,0 +1,249 @@
+"""Candidate values: what an argument may be set to, grounded in the text the caller sent.
+
+A string argument without an enum is a span of a source: a user turn, an applicable standing instruction, or a
+value of an earlier call in the dialogue. Enum arguments take one of their values, booleans true/false, numbers a
+number written in a source (digits or number words, normalised to the schema's type). Whether an argument is
+grounded or free is decided from its schema alone (`argument_kind`): arrays, objects and strings whose
+description asks for a syntax (code, an expression, JSON, a URL pattern ...) are free; everything else is grounded.
+
+Spans are word n-grams (at most MAX_SPAN_WORDS words) that neither start nor end with a function word, trimmed
+of surrounding punctuation; quoted strings are kept whole. Nothing here knows a data set: the only vocabulary is
+English function words and number words.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from prefcall.retrieval.text import STOP_WORDS
+
+SourceKind = Literal["user", "instruction", "call", "profile"]
+ArgumentKind = Literal["span", "enum", "boolean", "number", "free"]
+
+MAX_SPAN_WORDS = 8
+_EDGE = " \t\n,.;:!?\"'()[]{}<>"
+_WORD_RE = re.compile(r"\S+")
+_QUOTED_RE = re.compile(r"[\"“]([^\"”]{1,120})[\"”]")
+# Words that open or close no value: function words, and the verbs and fillers requests are phrased with.
+EDGE_WORDS = frozenset(STOP_WORDS | set(
+    """want wants wanted need needs like likes would please i'm im i'd id i'll ill let let's lets can't cannot
+    dont don't doesn't isn't aren't won't wont also really some any anything something one ones thing things
+    get got find look looking search searching prefer preferred usually always often""".split()))
+NUMBER_WORDS = {
+    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+    "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15, "sixteen": 16,
+    "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50,
+    "hundred": 100, "single": 1, "couple": 2, "pair": 2,
+}  # fmt: skip
+_NUMBER_RE = re.compile(r"^[-+]?(\d{1,3}(,\d{3})+|\d+)(\.\d+)?$")
+_FREE_HINTS = re.compile(
+    r"\b(python|syntax|expression|formula|equation|code|snippet|json|regex|regular expression|sql|query string|"
+    r"url|uri|path|list of|array of|base64|hex)\b", re.I)
+TRUE_WORDS = frozenset({"true", "yes", "1"})
+FALSE_WORDS = frozenset({"false", "no", "0"})
+
+
+@dataclass(frozen=True)
+class Source:
+    """A text values may come from, with where it came from (for provenance)."""
+
+    kind: SourceKind
+    text: str
+    ref: str = ""  # e.g. the instruction text or "turn 2"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One possible value of one argument: the value in the schema's type and the text it was read from."""
+
+    value: Any
+    text: str  # the words as written ("" for booleans and unmatched enum values)
+    source: Source | None = None
+    start: int = -1  # character offsets in source.text
+    end: int = -1
+
+    @property
+    def grounded(self) -> bool:
+        return self.source is not None
+
+
+@dataclass
+class ArgumentCandidates:
+    name: str
+    schema: dict[str, Any]
+    kind: ArgumentKind
+    candidates: list[Candidate] = field(default_factory=list)
+
+
+def argument_kind(schema: dict[str, Any]) -> ArgumentKind:
+    """How an argument's value is found, from its schema alone."""
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), None)
+    if "enum" in schema and schema["enum"]:
+        return "enum"
+    if kind == "boolean":
+        return "boolean"
+    if kind in ("integer", "number"):
+        return "number"
+    if kind in ("array", "object") or ("properties" in schema and kind is None):
+        return "free"
+    if _FREE_HINTS.search(str(schema.get("description") or "")) or schema.get("format") in ("uri", "regex"):
+        return "free"
+    return "span"
+
+
+def words(text: str) -> list[tuple[str, int, int]]:
+    """(word, start, end) with surrounding punctuation trimmed from each word's offsets."""
+    out = []
+    for match in _WORD_RE.finditer(text):
+        raw = match.group()
+        left = len(raw) - len(raw.lstrip(_EDGE))
+        right = len(raw.rstrip(_EDGE))
+        if right > left:
+            out.append((raw[left:right], match.start() + left, match.start() + right))
+    return out
+
+
+def _edge_word(word: str) -> bool:
+    """Words a value never starts or ends with: function words and bare punctuation ("&", "-")."""
+    return word.lower().strip(_EDGE) in EDGE_WORDS or not re.search(r"[A-Za-z0-9]", word)
+
+
+def spans(source: Source, max_words: int = MAX_SPAN_WORDS) -> list[Candidate]:
+    """Word n-grams of a source that could be a value (first distinct occurrence of each text)."""
+    text = source.text
+    tokens = words(text)
+    if source.kind == "call":  # "destination city: Boston": only the value is a value, the name is a cue
+        offset = text.find(": ") + 2 if ": " in text else 0
+        tokens = [t for t in tokens if t[1] >= offset]
+    seen: dict[str, Candidate] = {}
+    for match in _QUOTED_RE.finditer(text):
+        inner = match.group(1).strip(_EDGE)
+        if inner:
+            start = match.start(1) + match.group(1).index(inner)
+            seen.setdefault(inner, Candidate(inner, inner, source, start, start + len(inner)))
+    for i, (first, start, _) in enumerate(tokens):
+        if _edge_word(first):
+            continue
+        for j in range(i, min(len(tokens), i + max_words)):
+            last, _, end = tokens[j]
+            if j > i and _breaks(text, tokens[j - 1], tokens[j][1]):
+                break  # a span never crosses a sentence end or a line
+            if _edge_word(last):
+                continue
+            value = text[start:end].strip(_EDGE)
+            if value and '"' not in value and re.search(r"[A-Za-z0-9]", value):
+                seen.setdefault(value, Candidate(value, value, source, start, start + len(value)))
+    return list(seen.values())
+
+
+_ABBREVIATION_RE = re.compile(r"^([A-Z][a-z]{0,2}|[A-Za-z](\.[A-Za-z])+)$")  # Dr. St. Mr. M.D. U.S.
+
+
+def _breaks(text: str, previous: tuple[str, int, int], next_start: int) -> bool:
+    """Does the gap after `previous` end a sentence or a line?"""
+    word, _, end = previous
+    gap = text[end:next_start]
+    if "\n" in gap:
+        return True
+    closing = gap.strip()[:1]
+    return closing in (".", "!", "?", ";") and not (closing == "." and _ABBREVIATION_RE.match(word))
+
+
+def parse_number(word: str) -> int | float | None:
+    w = word.lower().strip(_EDGE)
+    if w in NUMBER_WORDS:
+        return NUMBER_WORDS[w]
+    if _NUMBER_RE.match(w):
+        number = float(w.replace(",", ""))
+        return int(number) if number.is_integer() and "." not in w else number
+    return None
+
+
+def numbers(source: Source, integer: bool) -> list[Candidate]:
+    out = []
+    for word, start, end in words(source.text):
+        value = parse_number(word)
+        if value is None:
+            continue
+        if integer:
+            if isinstance(value, float):
+                continue
+        out.append(Candidate(value, word, source, start, end))
+    return out
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def enum_candidates(schema: dict[str, Any], sources: Sequence[Source]) -> list[Candidate]:
+    """Every enum value; those written in a source carry where (case, plural and punctuation folded)."""
+    out = []
+    for option in schema.get("enum") or []:
+        if option is None:
+            continue
+        key = _norm(str(option))
+        found = None
+        if key:
+            pattern = re.compile(r"\b" + r"\W*".join(map(re.escape, key.split())) + r"(?:e?s)?\b", re.I)
+            for source in sources:
+                match = pattern.search(source.text)
+                if match:
+                    found = Candidate(option, match.group(), source, match.start(), match.end())
+                    break
+        out.append(found or Candidate(option, ""))
+    return out
+
+
+def boolean_candidates() -> list[Candidate]:
+    return [Candidate(True, ""), Candidate(False, "")]
+
+
+def coerce_text(value: str, schema: dict[str, Any]) -> Any:
+    """A grounded text in the schema's type ("two" -> 2 for an integer); the text itself for strings."""
+    kind = argument_kind(schema)
+    if kind == "number":
+        number = parse_number(value)
+        return number if number is not None else value
+    if kind == "boolean":
+        low = value.strip().lower()
+        return True if low in TRUE_WORDS else False if low in FALSE_WORDS else value
+    return value
+
+
+def argument_candidates(name: str, schema: dict[str, Any], sources: Sequence[Source]) -> ArgumentCandidates:
+    """Every value this argument could take from these sources. An earlier call's value is carried over only to
+    an argument of the same name (its destination city is not the next call's origin)."""
+    sources = [s for s in sources if s.kind != "call" or s.ref.rsplit(".", 1)[-1] == name]
+    kind = argument_kind(schema)
+    out = ArgumentCandidates(name=name, schema=schema, kind=kind)
+    if kind == "enum":
+        out.candidates = enum_candidates(schema, sources)
+    elif kind == "boolean":
+        out.candidates = boolean_candidates()
+    elif kind == "number":
+        integer = schema.get("type") == "integer"
+        out.candidates = [c for s in sources for c in numbers(s, integer)]
+    elif kind == "span":
+        seen: set[str] = set()
+        for source in sources:
+            for candidate in spans(source):
+                if candidate.text not in seen:
+                    seen.add(candidate.text)
+                    out.candidates.append(candidate)
+    return out
+
+
+def call_sources(calls: Iterable[Any]) -> list[Source]:
+    """Earlier calls' argument values as sources (`name=value`, so the parameter name is a cue)."""
+    out = []
+    for call in calls:
+        for key, value in (getattr(call, "arguments", None) or {}).items():
+            if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+                out.append(Source("call", f"{key.replace('_', ' ')}: {value}", ref=f"{call.name}.{key}"))
+    return out

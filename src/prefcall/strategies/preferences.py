@@ -1,0 +1,209 @@
+"""Standing instructions as preferences, applied to calls by rules over their tags.
+
+A validated TAPS tag of an instruction becomes a `Preference`: the function it is about, the argument values it
+requires (`conditions`: slots inside the instruction's condition clause, "If cuisine is Steakhouse ..."), the values
+it sets (`actions`: the other slots; several values of one argument mean one call each), and further functions
+it asks to call as well (`also`: "If I ask for Travel, then also look at Hotels"), with their own values.
+
+`apply_preferences` runs the rules to a fixpoint over the calls the dialogue produced:
+- a preference applies to a call of its function when every condition holds on that call's values;
+- the dialogue wins: an argument the user stated is never overwritten, and a preference whose condition the user
+  contradicts does not apply; among instructions, the first one (profile order) to set an argument wins;
+- conditions may be met by values other preferences set ("Request Sports events" + "If event type is Sports then
+  look for category as Baseball"), hence the fixpoint;
+- `also` adds a call of the named function (once) when a call of the preference's function is made;
+- every value records which instruction set it (`Provenance`).
+The model never re-derives a preference's values: they come from the tag, deterministically.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from prefcall.profiles.tags import (
+    TagNode,
+    TagTree,
+    argument_for_slot,
+    function_for_intent,
+    slot_value,
+)
+from prefcall.schemas.model import Call, Catalogue, Function
+from prefcall.strategies.selection import split_condition
+
+Origin = Literal["user", "instruction", "call", "default"]
+_EDGE = " .,;:!?\"'"
+
+
+class Provenance(BaseModel):
+    argument: str
+    value: Any
+    origin: Origin
+    instruction: str | None = None  # the standing instruction that set it
+    source: str = ""  # the words it was read from
+
+
+class Preference(BaseModel):
+    instruction: str
+    function: str
+    conditions: dict[str, Any] = Field(default_factory=dict)
+    actions: dict[str, list[Any]] = Field(default_factory=dict)
+    also: dict[str, dict[str, list[Any]]] = Field(default_factory=dict)  # function -> its actions
+
+    @property
+    def empty(self) -> bool:
+        return not (self.actions or self.also)
+
+
+class Draft(BaseModel):
+    """A call being built: each argument's values (several -> one call each) and where they came from."""
+
+    name: str
+    values: dict[str, list[Any]] = Field(default_factory=dict)
+    provenance: dict[str, Provenance] = Field(default_factory=dict)
+
+    def set(self, argument: str, values: list[Any], provenance: Provenance) -> None:
+        self.values[argument] = list(values)
+        self.provenance[argument] = provenance
+
+    def calls(self) -> list[Call]:
+        """One call per combination of multi-valued arguments (usually one call)."""
+        keys = list(self.values)
+        combos = itertools.product(*(self.values[k] for k in keys)) if keys else [()]
+        return [Call(name=self.name, arguments=dict(zip(keys, combo))) for combo in combos]
+
+
+class Applied(BaseModel):
+    drafts: list[Draft]
+    used: list[str] = Field(default_factory=list)  # instructions that set a value or added a call, in order
+    skipped: dict[str, str] = Field(default_factory=dict)  # instruction -> why it did not apply
+
+
+# ---------------------------------------------------------------------------- tags -> preference
+def preference_from_tags(instruction: str, tree: TagTree, catalogue: Catalogue) -> Preference | None:
+    """The preference a validated tag expresses; None when its intent is not in the catalogue."""
+    tops = [c for c in tree.children if isinstance(c, TagNode) and c.kind == "IN"]
+    if not tops:
+        return None
+    main = function_for_intent(tops[0].label, catalogue)
+    if main is None:
+        return None
+    condition_range = _condition_range(instruction)
+    preference = Preference(instruction=instruction, function=main.name)
+    _collect(tops[0].children, main, main, preference, instruction, condition_range, catalogue)
+    for other in tops[1:]:  # side-by-side intents: "Check out both RentalCars and Hotels"
+        function = function_for_intent(other.label, catalogue)
+        if function is not None and function.name != main.name:
+            preference.also.setdefault(function.name, {})
+            _collect(other.children, main, function, preference, instruction, condition_range, catalogue)
+    return preference
+
+
+def _condition_range(instruction: str) -> tuple[int, int] | None:
+    condition, _ = split_condition(instruction)
+    if not condition:
+        return None
+    start = instruction.find(condition)
+    return (start, start + len(condition)) if start >= 0 else None
+
+
+def _collect(children: Sequence[TagNode | str], main: Function, intent: Function, preference: Preference,
+             instruction: str, condition_range: tuple[int, int] | None, catalogue: Catalogue) -> None:
+    for child in children:
+        if isinstance(child, str):
+            continue
+        if child.kind == "IN":
+            function = function_for_intent(child.label, catalogue)
+            if function is None:
+                continue
+            if function.name != main.name:
+                preference.also.setdefault(function.name, {})
+            _collect(child.children, main, function, preference, instruction, condition_range, catalogue)
+            continue
+        argument = argument_for_slot(child.label, intent)
+        span = child.text().strip(_EDGE)
+        if argument is None or not span:
+            continue
+        value = slot_value(span, intent.properties[argument])
+        position = instruction.lower().find(span.lower())
+        in_condition = condition_range is not None and condition_range[0] <= position < condition_range[1]
+        if intent.name != main.name:
+            preference.also.setdefault(intent.name, {}).setdefault(argument, []).append(value)
+        elif in_condition:
+            preference.conditions[argument] = value
+        elif value not in preference.actions.setdefault(argument, []):
+            preference.actions[argument].append(value)
+
+
+# ---------------------------------------------------------------------------- application
+def same_value(a: Any, b: Any) -> bool:
+    def norm(v: Any) -> str:
+        return " ".join(re.findall(r"[a-z0-9]+", str(v).lower()))
+    return norm(a) == norm(b)
+
+
+def apply_preferences(drafts: list[Draft], preferences: Sequence[Preference], catalogue: Catalogue,
+                      *, max_rounds: int = 6) -> Applied:
+    """Apply preferences to the drafts (the dialogue's calls) until nothing changes; see the module docstring."""
+    drafts = [d.model_copy(deep=True) for d in drafts]
+    used: list[str] = []
+    skipped: dict[str, str] = {}
+    for _ in range(max_rounds):
+        changed = False
+        for preference in preferences:
+            for draft in [d for d in drafts if d.name == preference.function]:
+                unmet = _unmet(preference, draft)
+                if unmet:
+                    skipped.setdefault(preference.instruction, unmet)
+                    continue
+                function = catalogue.function(draft.name)
+                for argument, values in preference.actions.items():
+                    if argument in draft.values or function is None or argument not in function.properties:
+                        if argument in draft.values and draft.provenance[argument].origin == "user":
+                            skipped.setdefault(preference.instruction, f"the user stated {argument}")
+                        continue
+                    draft.set(argument, values, Provenance(argument=argument, value=values[0] if len(values) == 1
+                                                           else values, origin="instruction",
+                                                           instruction=preference.instruction))
+                    changed = True
+                    _mark(used, preference.instruction)
+                for name, actions in preference.also.items():
+                    if catalogue.function(name) is None:
+                        continue
+                    chained = next((d for d in drafts if d.name == name), None)
+                    if chained is None:
+                        chained = Draft(name=name)
+                        drafts.append(chained)
+                        changed = True
+                        _mark(used, preference.instruction)
+                    for argument, values in actions.items():
+                        if argument not in chained.values:
+                            chained.set(argument, values, Provenance(argument=argument, value=values[0],
+                                                                     origin="instruction",
+                                                                     instruction=preference.instruction))
+                            changed = True
+                            _mark(used, preference.instruction)
+        if not changed:
+            break
+    for instruction in used:
+        skipped.pop(instruction, None)
+    return Applied(drafts=drafts, used=used, skipped=skipped)
+
+
+def _unmet(preference: Preference, draft: Draft) -> str | None:
+    for argument, wanted in preference.conditions.items():
+        have = draft.values.get(argument)
+        if not have:
+            return f"condition {argument}={wanted!r} not met"
+        if not any(same_value(v, wanted) for v in have):
+            return f"condition {argument}={wanted!r} contradicted by {have[0]!r}"
+    return None
+
+
+def _mark(used: list[str], instruction: str) -> None:
+    if instruction not in used:
+        used.append(instruction)

@@ -1,0 +1,130 @@
+"""Grounded calling: values are spans of the request, preferences come from tags by rules, one call per function
+unless values are coordinated, turns are split so only the user's words are sources."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from prefcall.engine.fake import FakeEmbedder, FakeEngine
+from prefcall.schemas.model import Call, Catalogue, Function, Turn
+from prefcall.strategies import grounded
+from prefcall.strategies.grounding.values import Source, argument_candidates, argument_kind
+from prefcall.strategies.pipeline import Pipeline, get_config
+from prefcall.strategies.preferences import Draft, Preference, Provenance, apply_preferences
+
+RESTAURANTS = Function(name="GetRestaurants", description="Find restaurants in a city.", parameters={
+    "type": "object", "properties": {
+        "city": {"type": "string", "description": "city of the restaurant"},
+        "cuisine": {"type": "string", "description": "type of food"},
+        "restaurant_name": {"type": "string", "description": "name of the restaurant"},
+        "price_range": {"enum": ["cheap", "moderate", "expensive"]},
+        "serves_alcohol": {"type": "boolean"},
+        "party_size": {"type": "integer"}},
+    "required": ["city"]})
+HOTELS = Function(name="GetHotels", description="Find hotels in a city.", parameters={
+    "type": "object", "properties": {"location": {"type": "string", "description": "city of the hotel"}},
+    "required": ["location"]})
+TRAVEL = Function(name="GetTravel", description="Find attractions to visit.", parameters={
+    "type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]})
+CATALOGUE = Catalogue(name="food", functions=[RESTAURANTS, HOTELS, TRAVEL])
+
+
+def scorer(function: str, **values: object):
+    """The fake model: stage 1 likes `function`; for argument A it likes values[A] (a list: each of them), else null."""
+    def score(prompt: str, candidate: str) -> float:
+        argument = re.search(r'\{"(\w+)": $', prompt)
+        if argument is None:
+            return -0.1 if candidate.strip() == function else -5.0
+        wanted = values.get(argument.group(1))
+        if wanted is None:
+            return -0.1 if candidate == "null" else -6.0
+        wanted = wanted if isinstance(wanted, list) else [wanted]
+        return -0.1 if candidate in [json.dumps(w) for w in wanted] else -6.0
+    return score
+
+
+def parse(engine: FakeEngine, dialogue, instructions=(), **overrides):
+    return Pipeline(engine, FakeEmbedder()).parse(dialogue, list(instructions), CATALOGUE,
+                                                  get_config("full", **overrides), applicable=list(instructions))
+
+
+def test_kinds_come_from_the_schema():
+    properties = RESTAURANTS.properties
+    assert [argument_kind(properties[a]) for a in ("city", "price_range", "serves_alcohol", "party_size")] == [
+        "span", "enum", "boolean", "number"]
+    assert argument_kind({"type": "string", "description": "a Python expression"}) == "free"
+    pool = argument_candidates("party_size", properties["party_size"], [Source("user", "a table for 4 people")])
+    assert [c.value for c in pool.candidates] == [4]
+
+
+def test_a_value_the_model_prefers_but_nobody_wrote_is_never_produced():
+    # The model "wants" Dallas; Dallas is not a span of the request, so it cannot be chosen.
+    engine = FakeEngine(scorer=scorer("GetRestaurants", city="Dallas", cuisine="Thai"))
+    result = parse(engine, "User: Thai food in Oakland please")
+    assert result.status == "ok" and result.functions == ["GetRestaurants"]
+    assert result.calls and result.calls[0].arguments.get("city") != "Dallas"
+    for value in result.calls[0].arguments.values():
+        assert str(value) in "Thai food in Oakland please"
+
+
+def test_coordinated_values_make_one_call_each_and_single_values_one_call():
+    engine = FakeEngine(scorer=scorer("GetRestaurants", city="Boston", cuisine=["Italian", "Mexican"]))
+    result = parse(engine, "User: Italian or Mexican restaurants in Boston")
+    assert sorted(c.arguments["cuisine"] for c in result.calls) == ["Italian", "Mexican"]
+    assert all(c.arguments["city"] == "Boston" for c in result.calls) and result.decision == "call"
+    single = parse(FakeEngine(scorer=scorer("GetRestaurants", city="Boston", cuisine="Italian")),
+                   "User: Italian restaurants in Boston")
+    assert single.calls == [Call(name="GetRestaurants", arguments={"city": "Boston", "cuisine": "Italian"})]
+
+
+def test_only_the_users_turns_are_sources():
+    engine = FakeEngine(scorer=scorer("GetRestaurants", city=["Paris", "Oakland"]))
+    result = parse(engine, "User: find me a restaurant\nAgent: In Paris or somewhere else?\nUser: In Oakland")
+    assert result.calls[0].arguments["city"] == "Oakland"  # "Paris" was only the assistant's word
+    assert grounded.split_turns("User: a\nAgent: b\nUser: c")[1] == Turn(role="assistant", content="b")
+
+
+def test_missing_required_argument_asks_with_the_question_and_an_instruction_fills_it():
+    engine = FakeEngine(scorer=scorer("GetRestaurants", cuisine="Thai", city="San Fran"))
+    asked = parse(engine, "User: I want Thai food")
+    assert asked.decision == "ask" and asked.missing[0].argument == "city" and "city" in asked.question
+    instruction = "If I'm looking for restaurants, my go-to city is San Fran."
+    filled = parse(engine, "User: I want Thai food", [instruction])
+    assert filled.decision == "call" and filled.calls[0].arguments == {"city": "San Fran", "cuisine": "Thai"}
+    assert {"function": "GetRestaurants", "argument": "city", "value": "San Fran", "origin": "instruction",
+            "instruction": instruction} in filled.provenance
+    assert filled.tags[0].mode == "structured" and "[SL:CITY San Fran ]" in filled.tags[0].tagged
+
+
+def test_preferences_conditions_chains_and_the_dialogue_wins():
+    steak = Preference(instruction="If cuisine is Steakhouse then look for restaurant name as Alexander's",
+                       function="GetRestaurants", conditions={"cuisine": "Steakhouse"},
+                       actions={"restaurant_name": ["Alexander's"]})
+    city = Preference(instruction="My city for restaurants is Oakland", function="GetRestaurants",
+                      actions={"city": ["Oakland"]})
+    chain = Preference(instruction="If I ask for Restaurants, then also look at Hotels", function="GetRestaurants",
+                       also={"GetHotels": {}})
+    user = Draft(name="GetRestaurants")
+    user.set("cuisine", ["Steakhouse"], Provenance(argument="cuisine", value="Steakhouse", origin="user"))
+    user.set("city", ["Berkeley"], Provenance(argument="city", value="Berkeley", origin="user"))
+    applied = apply_preferences([user], [steak, city, chain], CATALOGUE)
+    calls = [c for d in applied.drafts for c in d.calls()]
+    assert calls[0].arguments == {"cuisine": "Steakhouse", "city": "Berkeley", "restaurant_name": "Alexander's"}
+    assert [d.name for d in applied.drafts] == ["GetRestaurants", "GetHotels"]
+    assert "the user stated city" in applied.skipped[city.instruction]
+    thai = Draft(name="GetRestaurants")
+    thai.set("cuisine", ["Thai"], Provenance(argument="cuisine", value="Thai", origin="user"))
+    assert "contradicted" in apply_preferences([thai], [steak], CATALOGUE).skipped[steak.instruction]
+
+
+def test_no_function_fits_is_a_refusal_and_tags_are_keyed_by_catalogue_mode_and_model():
+    # The model finds "None" likely for this request only (a constant preference would be calibrated away).
+    engine = FakeEngine(scorer=lambda p, c: -0.1 if (c.strip() == "None") == ("weather" in p) else -5.0)
+    result = parse(engine, "User: what's the weather like?", allow_refuse=True)
+    assert result.decision == "refuse" and result.calls == []
+    other = Catalogue(name="food2", functions=[RESTAURANTS])
+    text = "My city for restaurants is Oakland"
+    keys = {grounded.tag_key(text, CATALOGUE, "structured", "m"), grounded.tag_key(text, other, "structured", "m"),
+            grounded.tag_key(text, CATALOGUE, "spans", "m"), grounded.tag_key(text, CATALOGUE, "structured", "n")}
+    assert len(keys) == 4
