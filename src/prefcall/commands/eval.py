@@ -44,7 +44,7 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--answers", help="gold answers file, for tasks whose gold lives apart (bfcl, acebench)")
     parser.add_argument("--schema", help="catalogue file to import instead of the built-in one")
     parser.add_argument("--catalogue", help="built-in catalogue name (nlsi, sgd)")
-    parser.add_argument("--config", help="strategy configuration (default, ext-tag, joint-tag, taps, full)")
+    parser.add_argument("--config", help="strategy configuration (default, ext-tag, joint-tag, taps, fnctod-full, full)")
     parser.add_argument("--mode", help="task-specific mode (e.g. prompting style)")
     parser.add_argument("--limit", type=int, help="evaluate only the first N items")
     parser.add_argument("--out", help="output folder: results.jsonl (resumable), report.md, metrics.json, *.png")

@@ -49,7 +49,7 @@ Use clarify before acting when a request may be missing details, select_tools_nl
 and report_feedback after the user accepts or corrects a call so prefcall learns from it. Manage standing
 instructions with add_instruction / list_instructions / remove_instruction, and tag them with tag_profile."""
 
-Config = Literal["default", "ext-tag", "joint-tag", "taps", "full"]
+Config = Literal["default", "ext-tag", "joint-tag", "taps", "fnctod-full", "full"]
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 ADDITIVE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)

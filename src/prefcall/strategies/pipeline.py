@@ -9,7 +9,8 @@ Steps (each switchable per request through PipelineConfig, for ablations):
 4. TAPS tagging: off / always (ext-tag) / joint (tags and calls in one pass) / gated (uncertainty gate);
 5. post-checks against the catalogue (repair/drop, ask for missing required arguments).
 
-Named configurations mirror TAPS's table plus ours: default, ext-tag, joint-tag, taps, full.
+Named configurations mirror TAPS's table plus ours: default, ext-tag, joint-tag, taps, fnctod-full (FnCTOD
+generation with every TAPS step), full (grounded calling: strategies.grounded; the server's default).
 """
 
 from __future__ import annotations
