@@ -112,24 +112,32 @@ class HttpClient:
     def post(self, path: str, body: dict[str, Any], *, cancel: Cancel | None = None) -> Any:
         return self.request("POST", path, body, cancel=cancel)
 
+    def _attempt(self, attempt: int, path: str, cancel: Cancel | None, send: Callable[[], Any]) -> Any:
+        """One try of `send()`: its result, None when a refused connection is worth another try (after the
+        backoff), else the failure as a one-line typed error."""
+        check_cancel(cancel)
+        try:
+            self.requests += 1
+            return send()
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            if attempt < self.retries:
+                self._backoff(attempt, None, cancel)
+                return None
+            raise BackendUnavailableError(f"{self.where} is not reachable ({_short(exc)}): start it or fix "
+                                          "PREFCALL_ENGINE") from exc
+        except httpx.TimeoutException as exc:
+            raise BackendTimeoutError(f"{self.where} did not answer {path} within {self.timeout_s:g} s: raise "
+                                      "PREFCALL_ENGINE_TIMEOUT_S or check the server's load") from exc
+        except httpx.HTTPError as exc:
+            raise BackendError(f"{self.where} failed on {path} ({_short(exc)}): check the server") from exc
+
     def request(self, method: str, path: str, body: dict[str, Any] | None, *, cancel: Cancel | None = None) -> Any:
         for attempt in range(self.retries + 1):
-            check_cancel(cancel)
-            try:
-                self.requests += 1
-                response = self.client.request(method, path, content=_dumps(body) if body is not None else None,
-                                               headers={"Content-Type": "application/json"} if body is not None else None)
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                if attempt < self.retries:
-                    self._backoff(attempt, None, cancel)
-                    continue
-                raise BackendUnavailableError(f"{self.where} is not reachable ({_short(exc)}): start it or fix "
-                                              "PREFCALL_ENGINE") from exc
-            except httpx.TimeoutException as exc:
-                raise BackendTimeoutError(f"{self.where} did not answer {path} within {self.timeout_s:g} s: raise "
-                                          "PREFCALL_ENGINE_TIMEOUT_S or check the server's load") from exc
-            except httpx.HTTPError as exc:
-                raise BackendError(f"{self.where} failed on {path} ({_short(exc)}): check the server") from exc
+            response = self._attempt(attempt, path, cancel, lambda: self.client.request(
+                method, path, content=_dumps(body) if body is not None else None,
+                headers={"Content-Type": "application/json"} if body is not None else None))
+            if response is None:
+                continue
             if response.status_code in RETRY_STATUS and attempt < self.retries:
                 self._backoff(attempt, response.headers.get("Retry-After"), cancel)
                 continue
@@ -146,23 +154,15 @@ class HttpClient:
                ndjson: bool = False) -> Iterator[Iterator[dict[str, Any]]]:
         """POST and yield the events of a server-sent-events (or NDJSON) stream; cancel closes the connection."""
         for attempt in range(self.retries + 1):
-            check_cancel(cancel)
-            try:
-                self.requests += 1
+            def open_stream() -> tuple[Any, Any]:
                 context = self.client.stream("POST", path, content=_dumps(body),
                                              headers={"Content-Type": "application/json"})
-                response = context.__enter__()
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                if attempt < self.retries:
-                    self._backoff(attempt, None, cancel)
-                    continue
-                raise BackendUnavailableError(f"{self.where} is not reachable ({_short(exc)}): start it or fix "
-                                              "PREFCALL_ENGINE") from exc
-            except httpx.TimeoutException as exc:
-                raise BackendTimeoutError(f"{self.where} did not answer {path} within {self.timeout_s:g} s: raise "
-                                          "PREFCALL_ENGINE_TIMEOUT_S or check the server's load") from exc
-            except httpx.HTTPError as exc:
-                raise BackendError(f"{self.where} failed on {path} ({_short(exc)}): check the server") from exc
+                return context, context.__enter__()
+
+            opened = self._attempt(attempt, path, cancel, open_stream)
+            if opened is None:
+                continue
+            context, response = opened
             try:
                 if response.status_code != 200:
                     text = response.read().decode("utf-8", "replace")
