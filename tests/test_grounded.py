@@ -128,3 +128,31 @@ def test_no_function_fits_is_a_refusal_and_tags_are_keyed_by_catalogue_mode_and_
     keys = {grounded.tag_key(text, CATALOGUE, "structured", "m"), grounded.tag_key(text, other, "structured", "m"),
             grounded.tag_key(text, CATALOGUE, "spans", "m"), grounded.tag_key(text, CATALOGUE, "structured", "n")}
     assert len(keys) == 4
+
+
+def test_a_flag_nobody_mentioned_stays_unset_even_when_the_model_likes_true():
+    engine = FakeEngine(scorer=scorer("GetRestaurants", city="Oakland", serves_alcohol=True))
+    plain = parse(engine, "User: Find restaurants in Oakland")
+    assert plain.calls == [Call(name="GetRestaurants", arguments={"city": "Oakland"})]
+    said = parse(engine, "User: Find restaurants in Oakland that serve alcohol")
+    assert said.calls[0].arguments.get("serves_alcohol") is True
+
+
+def test_a_value_naming_another_function_is_not_a_chain_and_domain_conditions_are_not_slot_conditions():
+    music = Function(name="GetMusic", description="Play music.", parameters={
+        "type": "object", "properties": {"song": {"type": "string"}}})
+    events = Function(name="GetEvents", description="Find events in a city.", parameters={
+        "type": "object", "properties": {"city": {"type": "string", "description": "city of the event"},
+                                         "event_type": {"type": "string", "description": "type of event"}}})
+    catalogue = Catalogue(name="fun", functions=[events, music, RESTAURANTS])
+    engine = FakeEngine(scorer=scorer("GetEvents", event_type="Music", city="Burlingame"))
+    grounder = grounded.Grounder(engine, FakeEmbedder(), grounded.load_weights("m"))
+    tag = grounded.tag_structured(grounder, "If I ask for Events, my preferred event type is Music", catalogue)
+    assert tag.status == "ok" and "IN:GET_MUSIC" not in tag.tagged and "[SL:EVENT_TYPE Music ]" in tag.tagged
+    preference = grounded.preference_of(tag, catalogue)
+    assert preference.actions == {"event_type": ["Music"]} and not preference.also and not preference.conditions
+    # "when requesting Events" only names the request: the city inside it is what the user asks for.
+    tag = grounded.tag_structured(grounder, "State that your preferred city when requesting Events is Burlingame.",
+                                  catalogue)
+    preference = grounded.preference_of(tag, catalogue)
+    assert preference.actions == {"city": ["Burlingame"]} and not preference.conditions

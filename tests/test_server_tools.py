@@ -240,15 +240,19 @@ def test_clarify_reports_a_declined_elicitation(tmp_path: Path) -> None:
 
 
 def test_tag_profile_stores_valid_tags_and_skips_fresh_ones(tmp_path: Path) -> None:
-    tagged = "[IN:GET_FLIGHTS When I book flights, I always fly [SL:AIRLINES Delta ]. ]"
-    engine = RuleEngine([("IN:GET_FLIGHTS: ", tagged)])
+    # tag_profile uses the tagger parse_request uses (constrained structured tags: function scored, values chosen
+    # among the instruction's spans), so the stored tag is the one parse_request would make.
+    engine = travel_engine()
+    engine.scorer = _prefers("GetFlights", airlines="Delta")
 
     async def body(session: Session):
         await seeded(session)
         result = await session.ok("tag_profile", {"user_id": "alice", "catalogue": "travel"})
-        assert result["tagged"] == 1, result
+        assert result["tagged"] == 1 and result["invalid"] == 0, result
+        assert result["instructions"][0]["tags"] == (
+            "[IN:GET_FLIGHTS When I book flights, I always fly [SL:AIRLINES Delta ] . ]")
         profile = await session.ok("list_instructions", {"user_id": "alice"})
-        assert profile["instructions"][0]["tags"] and "SL:AIRLINES" in profile["instructions"][0]["tags"]
+        assert profile["instructions"][0]["tags"] == result["instructions"][0]["tags"]
         again = await session.ok("tag_profile", {"user_id": "alice", "catalogue": "travel"})
         assert again["skipped"] == 1 and again["tagged"] == 0
 

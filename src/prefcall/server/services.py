@@ -27,7 +27,9 @@ from prefcall.storage.profiles import Instruction, ProfileStore
 from prefcall.strategies.nlt import NltResult, NltUsage, select_tools
 from prefcall.strategies.pipeline import ParseResult, Pipeline, get_config
 from prefcall.strategies.qwn import ClarifyResult, clarify
-from prefcall.strategies.taps_tagger import BUILTIN_EXAMPLES, TagExamples, TagResult, tag_instruction
+from prefcall.strategies.taps_tagger import BUILTIN_EXAMPLES, TagExamples, TagResult
+
+DEFAULT_CONFIG = "full"  # the configuration parse_request uses when the host names none
 
 log = logging.getLogger("prefcall.server")
 
@@ -263,13 +265,17 @@ class Services:
     async def ready(self, progress: ProgressFn | None = None) -> tuple[Engine, Embedder]:
         return await self.models.wait(progress)
 
+    def _get_pipeline(self) -> Pipeline:
+        if self._pipeline is None:
+            if self._tag_examples is None:
+                self._tag_examples = TagExamples(list(BUILTIN_EXAMPLES), self.models.embedder)
+            self._pipeline = Pipeline(self.models.engine, embedder=self.models.embedder, demos=self._demo_store(),
+                                      tag_examples=self._tag_examples, data_dir=self.settings.data_dir)
+        return self._pipeline
+
     def _parse(self, turns: list[Turn], instructions: list[Instruction], catalogue: Catalogue, config: str,
                overrides: dict[str, bool], applicable: list[str] | None) -> ParseResult:
-        if self._pipeline is None:
-            embedder = self.models.embedder
-            self._pipeline = Pipeline(self.models.engine, embedder=embedder, demos=self._demo_store(),
-                                      data_dir=self.settings.data_dir)
-        return self._pipeline.parse(turns, tagged_instructions(instructions), catalogue,
+        return self._get_pipeline().parse(turns, tagged_instructions(instructions), catalogue,
                                     get_config(config, **overrides), applicable=applicable)
 
     def _cache_tags(self, instructions: list[Instruction], tags: list[TagResult], model: str) -> None:
@@ -324,9 +330,9 @@ class Services:
         return outcome.model_copy(deep=True)
 
     def _tag(self, text: str, catalogue: Catalogue) -> TagResult:
-        if self._tag_examples is None:
-            self._tag_examples = TagExamples(list(BUILTIN_EXAMPLES), self.models.embedder)
-        return tag_instruction(self.models.engine, text, catalogue, self._tag_examples)
+        # The tagger parse_request's default configuration uses (constrained structured tags), so that stored
+        # tags are the ones parse_request would make; the TAPS free-text tagger stays an evaluation mode.
+        return self._get_pipeline().tag(text, catalogue, get_config(DEFAULT_CONFIG))
 
     async def tag_profile(self, user_id: str, catalogue_name: str, *, force: bool,
                           progress: ProgressFn | None = None) -> m.TagProfileResult:

@@ -161,7 +161,10 @@ def tag_structured(grounder: Grounder, instruction: str, catalogue: Catalogue,
     condition, consequence = split_condition(instruction)
     also = []
     if condition is not None:
-        named = domains.named(re.findall(r"[a-z0-9]+", consequence.lower()))
+        # A chain names another request in the consequence ("... then also look at Hotels"); a word that is a
+        # chosen value ("my preferred event type is Music") names no request.
+        values = {w for _, text in slots for w in re.findall(r"[a-z0-9]+", text.lower())}
+        named = domains.named([w for w in re.findall(r"[a-z0-9]+", consequence.lower()) if w not in values])
         also = [intent_label(n) for n in named if n != main.name]
     try:
         built = build_span_tags(instruction, intent_label(main.name), slots, also)

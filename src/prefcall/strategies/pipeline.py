@@ -202,6 +202,11 @@ class Pipeline:
         self._weights: grounded.GroundingWeights | None = None
 
     # -- public ------------------------------------------------------------------------
+    def tag(self, instruction: str, catalogue: Catalogue, config: PipelineConfig) -> TagResult:
+        """Tag one standing instruction the way `parse` would with `config` (mode, cache key, validation)."""
+        return self._tag_one(TaggedInstruction(instruction=instruction), catalogue, config,
+                             _Meter(Trace()))
+
     def parse(self, dialogue: list[Turn] | str, instructions: Sequence[str] | Sequence[TaggedInstruction],
               catalogue: Catalogue, config: PipelineConfig, *, applicable: list[str] | None = None,
               exclude_demo_ids: set[str] | frozenset[str] = frozenset()) -> ParseResult:

@@ -33,7 +33,7 @@ from prefcall.profiles.tags import (
     slot_value,
 )
 from prefcall.schemas.model import Call, Catalogue, Function
-from prefcall.strategies.selection import split_condition
+from prefcall.strategies.selection import DomainModel, domain_condition, split_condition
 
 Origin = Literal["user", "instruction", "call", "default"]
 _EDGE = " .,;:!?\"'"
@@ -92,7 +92,7 @@ def preference_from_tags(instruction: str, tree: TagTree, catalogue: Catalogue) 
     main = function_for_intent(tops[0].label, catalogue)
     if main is None:
         return None
-    condition_range = _condition_range(instruction)
+    condition_range = _condition_range(instruction, catalogue)
     preference = Preference(instruction=instruction, function=main.name)
     _collect(tops[0].children, main, main, preference, instruction, condition_range, catalogue)
     for other in tops[1:]:  # side-by-side intents: "Check out both RentalCars and Hotels"
@@ -103,9 +103,9 @@ def preference_from_tags(instruction: str, tree: TagTree, catalogue: Catalogue) 
     return preference
 
 
-def _condition_range(instruction: str) -> tuple[int, int] | None:
+def _condition_range(instruction: str, catalogue: Catalogue) -> tuple[int, int] | None:
     condition, _ = split_condition(instruction)
-    if not condition:
+    if not condition or domain_condition(condition, DomainModel.build(catalogue)):
         return None
     start = instruction.find(condition)
     return (start, start + len(condition)) if start >= 0 else None

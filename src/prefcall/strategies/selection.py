@@ -223,6 +223,12 @@ def split_condition(text: str) -> tuple[str | None, str]:
     return match.group("cond"), match.group("rest")
 
 
+def domain_condition(condition: str, model: DomainModel) -> bool:
+    """"when requesting a Doctor", "if I ask for Events": the clause only says which request it is about, so
+    values written inside it ("... a Doctor is Burlingame") are what the instruction asks for, not conditions."""
+    return bool(_REQUEST_RE.search(condition)) and bool(model.named(_words(condition)))
+
+
 def condition_values(condition: str, model: DomainModel) -> list[str]:
     """Value words of a condition: what remains after domain vocabulary and request phrasing are removed."""
     enum_words = {w for n in model.names for v in model.enum_values[n] for w in v}

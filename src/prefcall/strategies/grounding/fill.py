@@ -182,6 +182,10 @@ def _rank(pool: ArgumentCandidates, ctx: FeatureContext, weights: GroundingWeigh
             out.append((_sigmoid(a * s + b * odds + c), cand, math.exp(lm[i]) if lm is not None else None))
         _record(result, lm)
         return sorted(out, key=lambda t: -t[0])
+    if pool.kind == "boolean" and not any(_named(pool, ctx, cand) for cand in pool.candidates):
+        # A flag nobody mentioned stays unset: a small model will happily say "true" to anything, and a value
+        # must come from the request or an instruction, never from the model's taste.
+        return []
     lm = scorer(pool.name, [c.value for c in pool.candidates])
     _record(result, lm)
     a, b, c = weights.enum if pool.kind == "enum" else weights.boolean
