@@ -20,7 +20,7 @@ from prefcall.errors import ParseError
 from prefcall.evaluation.data import import_catalogue_file, load_catalogue, read_json, require_data, shared_data_dir
 from prefcall.evaluation.metrics.calls import calls_from_any
 from prefcall.evaluation.metrics.dst import score_turn
-from prefcall.evaluation.metrics.f1 import micro_prf
+from prefcall.evaluation.metrics.intervals import mean, micro, proportion
 from prefcall.evaluation.plots import bar_chart, group_mean
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
 from prefcall.evaluation.tasks.nlsi import (
@@ -104,17 +104,17 @@ class DstTask(BaseTask):
 
     def aggregate(self, items: list[ScoredItem]) -> dict[str, Any]:
         n = len(items)
-        metrics: dict[str, Any] = {k: sum(i.scores.get(k, 0.0) for i in items) / n for k in MEAN_KEYS} if n else {}
-        metrics["slot_micro_f1"] = micro_prf(slot_counts(i) for i in items)[2]
-        metrics["parse_error_rate"] = sum(i.status == "parse_error" for i in items) / n if n else 0.0
-        metrics["failure_rate"] = sum(i.status not in ("ok", "parse_error") for i in items) / n if n else 0.0
+        metrics: dict[str, Any] = {k: mean(i.scores.get(k, 0.0) for i in items) for k in MEAN_KEYS} if n else {}
+        metrics["slot_micro_f1"] = micro([slot_counts(i) for i in items])[2]
+        metrics["parse_error_rate"] = proportion(sum(i.status == "parse_error" for i in items), n)
+        metrics["failure_rate"] = proportion(sum(i.status not in ("ok", "parse_error") for i in items), n)
         metrics["dialogues"] = len({i.meta.get("dialogue_id") for i in items})
         metrics["history"] = "oracle (gold calls of earlier turns in context)"
         groups: dict[str, list[ScoredItem]] = {}
         for item in items:
             groups.setdefault(item.meta.get("domain", "unknown"), []).append(item)
         metrics["by_domain"] = {
-            d: {"n": len(g), **{k: sum(i.scores.get(k, 0.0) for i in g) / len(g) for k in MEAN_KEYS}}
+            d: {"n": len(g), **{k: mean(i.scores.get(k, 0.0) for i in g) for k in MEAN_KEYS}}
             for d, g in sorted(groups.items())
         }
         return metrics
