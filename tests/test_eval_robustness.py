@@ -140,3 +140,76 @@ def test_every_figure_of_every_task_report_has_an_interval(tmp_path: Path, capsy
 def test_scored_item_status_of_an_error_row():
     row = ScoredItem(id="x", input={}, prediction={"status": "ok"}, error="scoring failed: boom")
     assert row.status == "score_error"
+
+
+# -- DST: one --schema FILE for the catalogue and the gold-name mapping ----------------------------------
+SGD = Path(__file__).parent / "data" / "sgd"
+
+
+def dst_namespace(**kw: Any) -> argparse.Namespace:
+    return namespace(**({"data": str(SGD / "dialogues_trains.json"), "dialogues": None, "schema": None,
+                         "sgd_schema": None, "catalogue": None} | kw))
+
+
+def test_dst_schema_option_sets_catalogue_and_gold_mapping(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    from prefcall.evaluation.tasks.dst import TASK as DST
+
+    args = dst_namespace(schema=str(SGD / "schema_trains.json"))
+    items = DST.load(args)
+    assert [c["name"] for c in items[1].gold["calls"]] == ["FindTrains"]
+    assert [f.name for f in DST.catalogue(args).functions] == ["FindTrains"]  # the same file
+    preds = tmp_path / "gold.jsonl"
+    preds.write_text("\n".join(json.dumps({"id": i.id, "calls": i.gold["calls"]}) for i in items))
+    assert main(["eval", "dst", "--data", str(SGD / "dialogues_trains.json"), "--schema",
+                 str(SGD / "schema_trains.json"), "--predictions", str(preds)]) == 0
+    summary = last_json(capsys)
+    assert summary["metrics"]["joint_goal_accuracy"] == 1.0 and summary["metrics"]["slot_f1"] == 1.0
+
+
+def test_dst_gold_name_missing_from_the_schema_is_an_error_not_a_zero(tmp_path: Path):
+    from prefcall.errors import ConfigError
+    from prefcall.evaluation.tasks.dst import TASK as DST
+
+    schema = json.loads((SGD / "schema_trains.json").read_text())
+    renamed = tmp_path / "renamed_service.json"
+    renamed.write_text(json.dumps([schema[0] | {"service_name": "Trains_1"}]))
+    with pytest.raises(ConfigError, match=r"gold service 'Trains_9' \(dialogue t_001 turn 0\) is not in the SGD "
+                                          r"schema .*renamed_service.json; pass the schema of this split"):
+        DST.load(dst_namespace(schema=str(renamed)))
+    other_intent = tmp_path / "other_intent.json"
+    other_intent.write_text(json.dumps([schema[0] | {"intents": [schema[0]["intents"][0] | {"name": "BuyTickets"}]}]))
+    with pytest.raises(ConfigError, match="gold intent 'FindTrains' of service 'Trains_9'"):
+        DST.load(dst_namespace(schema=str(other_intent)))
+    fewer_slots = tmp_path / "fewer_slots.json"
+    intent = schema[0]["intents"][0] | {"optional_slots": {}}
+    fewer_slots.write_text(json.dumps([schema[0] | {"slots": schema[0]["slots"][:2], "intents": [intent]}]))
+    with pytest.raises(ConfigError, match="gold slot 'seat_class' of service 'Trains_9' .*turn 2"):
+        DST.load(dst_namespace(schema=str(fewer_slots)))
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"type": "function", "function": {"name": "f", "parameters": {}}}]))
+    with pytest.raises(ConfigError, match="is not an SGD schema"):
+        DST.load(dst_namespace(schema=str(tools)))
+
+
+def test_dst_without_schema_needs_one_beside_the_data_and_rejects_catalogue(capsys: pytest.CaptureFixture[str]):
+    from prefcall.errors import ConfigError
+    from prefcall.evaluation.tasks.dst import TASK as DST
+
+    # tests/data/sgd has no dev_schema.json: no silent fallback to another split's schema
+    with pytest.raises(ConfigError, match="dev_schema.json does not exist; pass the schema of this split"):
+        DST.load(dst_namespace())
+    with pytest.raises(ConfigError, match="not --catalogue"):
+        DST.load(dst_namespace(schema=str(SGD / "schema_trains.json"), catalogue="sgd"))
+    assert main(["eval", "dst", "--data", str(SGD / "dialogues_trains.json"), "--predictions",
+                 str(SGD / "dialogues_trains.json")]) == 2
+    assert "dev_schema.json does not exist" in capsys.readouterr().err
+
+
+def test_dst_sgd_schema_is_a_deprecated_alias(capsys: pytest.CaptureFixture[str]):
+    from prefcall.errors import ConfigError
+    from prefcall.evaluation.tasks.dst import TASK as DST
+
+    items = DST.load(dst_namespace(sgd_schema=str(SGD / "schema_trains.json")))
+    assert len(items) == 2 and "--sgd-schema is deprecated" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="differ"):
+        DST.load(dst_namespace(sgd_schema=str(SGD / "schema_trains.json"), schema="/elsewhere.json"))
