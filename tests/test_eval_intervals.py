@@ -68,6 +68,8 @@ def test_mean_of_zero_one_values_is_a_wilson_proportion():
     m = mean([1, 0, 1, 1])
     assert m == 0.75 and m.method == "wilson" and m.n == 4
     assert m.interval() == pytest.approx(wilson(3, 4))
+    counts = mean([0, 1, 0], binary_is_proportion=False)  # e.g. tokens: a quantity, not a share
+    assert counts.method == "bootstrap"
     f = mean([0.5, 1.0, 0.0])
     assert f.method == "bootstrap" and f.interval()[0] <= 0.5 <= f.interval()[1]
 

@@ -49,7 +49,7 @@ def test_nlsi_malformed_gold_and_record_are_one_error_row_each(tmp_path: Path, c
     report = (out / "report.md").read_text()
     assert "## Items that could not be scored (2, left out of the metrics)" in report
     assert "| broken-gold-3 | scoring failed: ParseError: gold call" in report
-    assert "items: 5 (3 scored, 2 could not be scored)" in report
+    assert "items: 5 (3 scored, 2 could not be scored, 0 not scorable here)" in report
     lines = {json.loads(x)["id"]: json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()}
     assert lines["broken-gold-3"]["error"] and lines["broken-gold-3"]["scores"] == {}
     assert lines["apostrophe-2"]["scores"]["exact_match"] == 1.0

@@ -88,6 +88,22 @@ def failure_block(item: ScoredItem) -> str:
     )
 
 
+def not_scorable(items: list[ScoredItem]) -> str:
+    """Items this harness cannot score (e.g. agent tasks that need an executable environment): counts by reason."""
+    reasons: dict[str, list[str]] = {}
+    for item in items:
+        if item.skipped:
+            reasons.setdefault(item.skipped, []).append(item.id)
+    if not reasons:
+        return ""
+    lines = [f"## Not scorable here ({sum(map(len, reasons.values()))} items, left out of the metrics)", "",
+             "| items | reason | ids |", "|---|---|---|"]
+    for reason, ids in reasons.items():
+        shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+        lines.append(f"| {len(ids)} | {reason.replace('|', '/')} | {shown} |")
+    return "\n".join(lines) + "\n"
+
+
 def render_report(
     task: Task,
     items: list[ScoredItem],
@@ -97,14 +113,16 @@ def render_report(
     meta: dict[str, str],
     out_dir: Path,
 ) -> str:
-    usable = [i for i in items if not i.error]
+    usable = [i for i in items if i.scorable]
+    skipped = [i for i in items if i.skipped]
     statuses: dict[str, int] = {}
     for item in items:
         statuses[item.status] = statuses.get(item.status, 0) + 1
     parts = [
         f"# Evaluation: {task.name}",
         "",
-        f"- items: {summary.get('n')} ({len(usable)} scored, {len(items) - len(usable)} could not be scored); "
+        f"- items: {summary.get('n')} ({len(usable)} scored, {sum(bool(i.error) for i in items)} could not be "
+        f"scored, {len(skipped)} not scorable here); "
         f"config: {summary.get('config')}; mode: {summary.get('mode')}",
         f"- prediction status: {', '.join(f'{k}={v}' for k, v in sorted(statuses.items()))}",
         f"- command: `{meta.get('command', '')}`",
@@ -123,7 +141,8 @@ def render_report(
     for name, value in metrics.items():
         if isinstance(value, dict):
             parts += [breakdown_table(name, value), ""]
-    parts += [section for section in (error_rows(items), *task.report_sections(usable, metrics)) if section]
+    parts += [section for section in (error_rows(items), not_scorable(items), *task.report_sections(usable, metrics))
+              if section]
     if plots:
         parts += ["## Plots", ""]
         parts += [f"![{p.stem}]({p.relative_to(out_dir) if p.is_relative_to(out_dir) else p})" for p in plots]

@@ -172,7 +172,7 @@ def run_eval(
     # Items that failed for a reason outside the model's answer ("error", "missing") are tried again; an item
     # that could not be scored is scored again from its stored prediction (no model call).
     scored = {i.id: previous[i.id] for i in items
-              if i.id in previous and previous[i.id].status not in RETRY and not previous[i.id].error}
+              if i.id in previous and previous[i.id].status not in RETRY and previous[i.id].scorable}
     rescore = {i.id: previous[i.id].prediction for i in items if i.id in previous and previous[i.id].error
                and previous[i.id].prediction and previous[i.id].prediction.get("status") not in RETRY}
     todo = [i for i in items if i.id not in scored]
@@ -196,7 +196,7 @@ def run_eval(
             sink.close()
 
     ordered = [scored[i.id] for i in items]
-    usable = [i for i in ordered if not i.error]
+    usable = [i for i in ordered if i.scorable]
     metrics = task.aggregate(usable) if usable else {}
     summary = build_summary(task, args, ordered, metrics)
     if summary["score_errors"]:
@@ -213,6 +213,8 @@ def evaluate_item(task: Task, item: EvalItem, ctx: EvalContext, stored: dict[str
                   prediction: dict[str, Any] | None = None) -> ScoredItem:
     """Predict (unless `prediction` is given) and score one item. Nothing about one item stops the run: an
     unreadable record or gold becomes an error row (ScoredItem.error), a failed prediction a wrong answer."""
+    if item.skip:
+        return ScoredItem(id=item.id, input=item.input, gold=item.gold, meta=item.meta, skipped=item.skip)
     if item.error:
         return ScoredItem(id=item.id, input=item.input, gold=item.gold, meta=item.meta,
                           error=f"unreadable record: {item.error}")
@@ -237,19 +239,26 @@ def evaluate_item(task: Task, item: EvalItem, ctx: EvalContext, stored: dict[str
 def build_summary(task: Task, args: argparse.Namespace, items: list[ScoredItem], metrics: dict) -> dict[str, Any]:
     latencies = [i.latency_s for i in items]
     errors = [i for i in items if i.error]
+    skipped = [i for i in items if i.skipped]
     summary: dict[str, Any] = {
         "task": task.name,
         "config": getattr(args, "config", None),
         "mode": getattr(args, "mode", None),
         "n": len(items),
-        "n_scored": len(items) - len(errors),
+        "n_scored": sum(i.scorable for i in items),
         "score_errors": len(errors),
+        "not_scorable": len(skipped),
         "metrics": metrics,
         # Every figure as value, 95% interval and n (Wilson for proportions, bootstrap otherwise).
         "intervals": collect_intervals(metrics),
     }
     if errors:
         summary["error_rows"] = [{"id": i.id, "error": i.error} for i in errors[:50]]
+    if skipped:
+        reasons: dict[str, int] = {}
+        for item in skipped:
+            reasons[str(item.skipped)] = reasons.get(str(item.skipped), 0) + 1
+        summary["not_scorable_reasons"] = reasons
     if latencies and getattr(args, "predictions", None) is None:
         summary["latency_s"] = {"mean": statistics.fmean(latencies), "p50": statistics.median(latencies)}
     return summary
@@ -262,7 +271,7 @@ def write_outputs(
 
     plots: list[Path] = []
     try:
-        plots = task.plots([i for i in items if not i.error], out_dir)
+        plots = task.plots([i for i in items if i.scorable], out_dir)
     except Exception as exc:  # a plot must never cost the run its report
         stderr.write(f"warning: plots failed ({type(exc).__name__}: {exc}); report written without them\n")
     meta = {"command": " ".join(sys.argv), "date": dt.date.today().isoformat(), "commit": git_commit()}

@@ -37,7 +37,9 @@ results.jsonl, report.md, the final JSON line. Contracts:
   prediction (prompt_tokens, evaluated, reused, completion_tokens) if you have them; the runner records them.
 * `score` returns per-item floats (0/1 for accuracies). It may raise on a record it cannot read (a malformed
   gold call): the runner turns that item into one error row (status "score_error", listed in the report and
-  left out of the metrics); a loader may do the same up front with `EvalItem(..., error="...")`.
+  left out of the metrics); a loader may do the same up front with `EvalItem(..., error="...")`. An item this
+  harness cannot score at all (it needs an executable environment) is `EvalItem(..., skip="why")`: counted
+  and listed as "not scorable here", never predicted.
 * `aggregate` defaults to the mean of every score key over the scored items; override it for micro/macro F1
   and breakdowns. Build every figure with `prefcall.evaluation.metrics.intervals` (`proportion`, `mean`,
   `micro`, `macro_over_labels`, `statistic`): they are floats that carry n and a 95% interval, which the runner
@@ -67,6 +69,7 @@ if TYPE_CHECKING:
 
 
 SCORE_ERROR = "score_error"
+NOT_SCORABLE = "not_scorable"
 
 
 class EvalItem(BaseModel):
@@ -77,6 +80,7 @@ class EvalItem(BaseModel):
     gold: Any = None
     meta: dict[str, Any] = Field(default_factory=dict)  # breakdown keys: example_type, domain, n_expected...
     error: str | None = None  # the record could not be read: it becomes one error row, never a prediction
+    skip: str | None = None  # why this harness cannot score the item (e.g. it needs an executable environment)
 
 
 class ScoredItem(BaseModel):
@@ -93,10 +97,17 @@ class ScoredItem(BaseModel):
     # Set when the item could not be scored (malformed record or gold, a scoring failure): an error row that
     # the report lists and the metrics leave out, never a silent zero.
     error: str | None = None
+    skipped: str | None = None  # not scorable here (EvalItem.skip): counted and listed, neither predicted nor scored
 
     @property
     def status(self) -> str:
+        if self.skipped:
+            return NOT_SCORABLE
         return SCORE_ERROR if self.error else str(self.prediction.get("status", "ok"))
+
+    @property
+    def scorable(self) -> bool:
+        return not self.error and not self.skipped
 
 
 class EvalContext:

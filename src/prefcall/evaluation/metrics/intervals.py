@@ -162,11 +162,12 @@ def proportion(hits: float, n: int) -> Metric:
     return Metric(value, n=n, method="wilson", compute=lambda: wilson(hits, n))
 
 
-def mean(values: Iterable[float]) -> Metric:
-    """Mean of per-item values: Wilson when every value is 0 or 1 (a proportion), else a bootstrap of the mean."""
+def mean(values: Iterable[float], *, binary_is_proportion: bool = True) -> Metric:
+    """Mean of per-item values: Wilson when every value is 0 or 1 (a per-item score that is a proportion), else a
+    bootstrap of the mean. Pass binary_is_proportion=False for quantities (tokens, seconds) that are no scores."""
     values = [float(v) for v in values]
     n = len(values)
-    if n and all(v in (0.0, 1.0) for v in values):
+    if binary_is_proportion and n and all(v in (0.0, 1.0) for v in values):
         return proportion(sum(values), n)
     return Metric(sum(values) / n if n else 0.0, n=n, method="bootstrap", compute=lambda: bootstrap_mean(values))
 

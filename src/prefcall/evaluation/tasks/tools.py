@@ -155,8 +155,9 @@ def aggregate(scored: list[ScoredItem], *, per_tool: bool = True) -> dict[str, A
 def mean_tokens(scored: list[ScoredItem]) -> dict[str, Metric]:
     out = {}
     for key in ("prompt_tokens", "evaluated", "completion_tokens"):
-        out[f"mean_{key}"] = mean(i.tokens.get(key, 0) for i in scored)
-    out["mean_seconds"] = mean(float(i.prediction.get("seconds", i.latency_s) or 0.0) for i in scored)
+        out[f"mean_{key}"] = mean((i.tokens.get(key, 0) for i in scored), binary_is_proportion=False)
+    out["mean_seconds"] = mean((float(i.prediction.get("seconds", i.latency_s) or 0.0) for i in scored),
+                               binary_is_proportion=False)
     return out
 
 
