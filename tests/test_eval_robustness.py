@@ -213,3 +213,57 @@ def test_dst_sgd_schema_is_a_deprecated_alias(capsys: pytest.CaptureFixture[str]
     assert len(items) == 2 and "--sgd-schema is deprecated" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="differ"):
         DST.load(dst_namespace(sgd_schema=str(SGD / "schema_trains.json"), schema="/elsewhere.json"))
+
+
+# -- every task scores stored predictions (no model), with an interval on every figure ------------------
+def _bfcl(tmp: Path) -> list[str]:
+    (tmp / "possible_answer").mkdir()
+    function = {"name": "area", "description": "Area of a circle.", "parameters": {"type": "dict", "properties": {
+        "radius": {"type": "integer", "description": "Radius."}}, "required": ["radius"]}}
+    data = tmp / "BFCL_v4_simple_python.json"
+    data.write_text("\n".join(json.dumps({"id": f"simple_python_{i}", "question": [[{"role": "user", "content": f"r={i}"}]],
+                                          "function": [function]}) for i in range(3)))
+    (tmp / "possible_answer" / data.name).write_text("\n".join(
+        json.dumps({"id": f"simple_python_{i}", "ground_truth": [{"area": {"radius": [i]}}]}) for i in range(3)))
+    preds = tmp / "p.jsonl"
+    preds.write_text("\n".join(json.dumps({"id": f"simple_python_{i}", "status": "ok",
+                                           "call": {"name": "area", "arguments": {"radius": min(i, 1)}}}) for i in range(3)))
+    return ["bfcl", "--data", str(data), "--mode", "call", "--predictions", str(preds)]
+
+
+def _tags(tmp: Path) -> list[str]:
+    data = tmp / "tags.json"
+    data.write_text(json.dumps([{"instruction": "I like Thai food.", "tagged": "[IN:GET_RESTAURANTS I like [SL:CUISINE Thai ] food. ]"},
+                                {"instruction": "I fly Delta.", "tagged": "[IN:GET_FLIGHTS I fly [SL:AIRLINES Delta ]. ]"}]))
+    return ["tags", "--data", str(data), "--predictions", str(data)]
+
+
+def _dst(tmp: Path) -> list[str]:
+    from prefcall.evaluation.tasks.dst import TASK as DST
+
+    items = DST.load(dst_namespace(schema=str(SGD / "schema_trains.json")))
+    preds = tmp / "p.jsonl"
+    preds.write_text("\n".join(json.dumps({"id": i.id, "calls": i.gold["calls"][:1] if n else []})
+                               for n, i in enumerate(items)))
+    return ["dst", "--data", str(SGD / "dialogues_trains.json"), "--schema", str(SGD / "schema_trains.json"),
+            "--predictions", str(preds)]
+
+
+def _acebench(tmp: Path) -> list[str]:
+    preds = tmp / "p.jsonl"
+    preds.write_text(json.dumps({"id": "special_irrelevant_0", "decision": "refuse"}))
+    data = Path(__file__).parent / "data" / "acebench" / "data_special_irrelevant.json"
+    return ["acebench", "--data", str(data), "--predictions", str(preds)]
+
+
+def _nlsi(tmp: Path) -> list[str]:
+    return ["nlsi", "--data", str(DATA), "--predictions", str(DATA)]
+
+
+@pytest.mark.parametrize("build", [_nlsi, _tags, _bfcl, _dst, _acebench], ids=lambda f: f.__name__[1:])
+def test_every_task_scores_stored_predictions_with_intervals(build, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    assert main(["eval", *build(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    summary = last_json(capsys)
+    assert summary["n_scored"] > 0 and summary["intervals"]
+    assert all(v["method"] in ("wilson", "bootstrap") for v in summary["intervals"].values()), summary["intervals"]
+    assert "[95% interval]" in (tmp_path / "out" / "report.md").read_text()
