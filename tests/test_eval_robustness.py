@@ -195,14 +195,27 @@ def test_dst_without_schema_needs_one_beside_the_data_and_rejects_catalogue(caps
     from prefcall.errors import ConfigError
     from prefcall.evaluation.tasks.dst import TASK as DST
 
-    # tests/data/sgd has no dev_schema.json: no silent fallback to another split's schema
-    with pytest.raises(ConfigError, match="dev_schema.json does not exist; pass the schema of this split"):
+    # tests/data/sgd has no schema.json: no silent fallback to another split's schema
+    with pytest.raises(ConfigError, match=r"no SGD schema beside .*dialogues_trains.json \(looked for schema.json\); "
+                                          "pass the schema of this split with --schema FILE"):
         DST.load(dst_namespace())
     with pytest.raises(ConfigError, match="not --catalogue"):
         DST.load(dst_namespace(schema=str(SGD / "schema_trains.json"), catalogue="sgd"))
     assert main(["eval", "dst", "--data", str(SGD / "dialogues_trains.json"), "--predictions",
                  str(SGD / "dialogues_trains.json")]) == 2
-    assert "dev_schema.json does not exist" in capsys.readouterr().err
+    assert "no SGD schema beside" in capsys.readouterr().err
+
+
+def test_dst_default_schema_is_the_splits_own(tmp_path: Path):
+    from prefcall.evaluation.tasks.dst import TASK as DST, default_schemas
+
+    assert [p.name for p in default_schemas(Path("x/test_dialogues_001.json"))] == ["test_schema.json", "schema.json"]
+    data = tmp_path / "test_dialogues_001.json"
+    data.write_text((SGD / "dialogues_trains.json").read_text())
+    (tmp_path / "dev_schema.json").write_text("[]")  # another split's schema is never picked up
+    (tmp_path / "test_schema.json").write_text((SGD / "schema_trains.json").read_text())
+    args = dst_namespace(data=str(data))
+    assert len(DST.load(args)) == 2 and [f.name for f in DST.catalogue(args).functions] == ["FindTrains"]
 
 
 def test_dst_sgd_schema_is_a_deprecated_alias(capsys: pytest.CaptureFixture[str]):

@@ -5,7 +5,8 @@ the preceding user turns (FnCTOD keeps previous calls in the dialogue; using gol
 and resumable - an "oracle history" setting, stated in every report). The call made at the turn gives the
 predicted state of its service: intent = function, slot values = arguments.
 
-Schema: `--schema FILE`, the SGD schema of the split (default: dev_schema.json beside --data), is both the
+Schema: `--schema FILE`, the SGD schema of the split (default: <split>_schema.json, else schema.json, beside
+--data: dev_schema.json for the shared dev_dialogues_001.json), is both the
 catalogue the model sees and the map from gold (service, intent) names to its functions; a gold service, intent
 or slot that the schema lacks stops the run with a one-line error naming it (it would otherwise score 0).
 `--sgd-schema` is a deprecated alias of `--schema`.
@@ -133,9 +134,9 @@ class DstTask(BaseTask):
 
 
 def schema_path(args: argparse.Namespace, data: Path | None = None) -> Path:
-    """The SGD schema of the split: --schema FILE (--sgd-schema is its deprecated alias), else dev_schema.json
-    beside --data (or in the shared sgd folder). One file gives both the catalogue the model sees and the
-    mapping of gold (service, intent) names to its functions, so the two cannot disagree."""
+    """The SGD schema of the split: --schema FILE (--sgd-schema is its deprecated alias), else the split's schema
+    beside --data (`default_schemas`). One file gives both the catalogue the model sees and the mapping of gold
+    (service, intent) names to its functions, so the two cannot disagree."""
     schema, alias = getattr(args, "schema", None), getattr(args, "sgd_schema", None)
     if getattr(args, "catalogue", None):
         raise ConfigError("eval dst takes its catalogue from the SGD schema of the split: pass --schema FILE, "
@@ -148,13 +149,28 @@ def schema_path(args: argparse.Namespace, data: Path | None = None) -> Path:
         schema = alias
     if schema:
         path = Path(schema)
-    else:
-        if data is None:
-            data = Path(args.data) if getattr(args, "data", None) else shared_data_dir() / "sgd" / "dev_dialogues_001.json"
-        path = data.parent / "dev_schema.json"
-    if not path.is_file():
-        raise ConfigError(f"SGD schema {path} does not exist; pass the schema of this split with --schema FILE")
-    return path
+        if not path.is_file():
+            raise ConfigError(f"SGD schema {path} does not exist; pass the schema of this split with --schema FILE")
+        return path
+    if data is None:
+        data = Path(args.data) if getattr(args, "data", None) else shared_data_dir() / "sgd" / "dev_dialogues_001.json"
+    candidates = default_schemas(data)
+    for path in candidates:
+        if path.is_file():
+            return path
+    looked = " or ".join(p.name for p in candidates)
+    raise ConfigError(f"no SGD schema beside {data} (looked for {looked}); pass the schema of this split with "
+                      "--schema FILE")
+
+
+def default_schemas(data: Path) -> list[Path]:
+    """The split's own schema beside its dialogues: <split>_schema.json for <split>_dialogues_NNN.json (the
+    shared data's naming), then schema.json (SGD's own layout, one folder per split). Never another split's."""
+    names = []
+    if "_dialogues" in data.name:
+        names.append(data.name.split("_dialogues", 1)[0] + "_schema.json")
+    names.append("schema.json")
+    return [data.parent / name for name in names]
 
 
 def sgd_services(schema: Any, path: Path) -> list[dict[str, Any]]:
