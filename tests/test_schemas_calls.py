@@ -40,6 +40,17 @@ def test_multiple_calls_in_one_string():
     assert format_calls(calls[:2]) == 'GetRestaurants(city="San Fran", cuisine="Ethiopian"), GetHotels(location="SF")'
 
 
+def test_quote_between_letters_is_the_apostrophe_it_replaced():
+    # NLSI test-split gold: the export turned apostrophes inside values into the value's own quote.
+    call = parse_call('GetRideSharing(pickup_time="11 o"clock in the morning", name="Akiko"s", n="3")')
+    assert call.arguments == {"pickup_time": "11 o'clock in the morning", "name": "Akiko's", "n": "3"}
+    assert parse_call("F(name='Akiko's')").arguments == {"name": "Akiko's"}
+    # a quote that is not between two letters still closes (or fails) as before
+    assert parse_call('F(a="x", b="y")').arguments == {"a": "x", "b": "y"}
+    with pytest.raises(ParseError):
+        parse_call('F(a="say "hi" now")')
+
+
 def test_lists_and_bare_words():
     call = parse_call("F(xs=[1, 'a,b', True], city=New York)")
     assert call.arguments == {"xs": [1, "a,b", True], "city": "New York"}

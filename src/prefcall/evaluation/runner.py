@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from prefcall.errors import ConfigError, PrefcallError
+from prefcall.evaluation.metrics.intervals import collect as collect_intervals
 from prefcall.evaluation.task import EvalContext, EvalItem, ScoredItem, Task, get_task
 
 RESULTS_FILE = "results.jsonl"
@@ -109,7 +110,12 @@ def predict_one(task: Task, item: EvalItem, ctx: EvalContext, stored: dict[str, 
         record = stored.get(item.id)
         if record is None:
             return {"status": "missing", "error": "no prediction for this id in --predictions"}
-        return task.predictions_from_file(item, record)
+        try:
+            return task.predictions_from_file(item, record)
+        except ConfigError:
+            raise
+        except Exception as exc:  # a malformed stored record is a wrong prediction, flagged as unreadable
+            return {"status": "parse_error", "error": f"unreadable prediction record: {describe(exc)}"}
     try:
         return task.predict(item, ctx)
     except ConfigError:
@@ -117,8 +123,27 @@ def predict_one(task: Task, item: EvalItem, ctx: EvalContext, stored: dict[str, 
     except PrefcallError as exc:
         return {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
     except Exception as exc:  # a bug below us must not lose a long run; it is reported and retried on resume
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        return {"status": "error", "error": f"{type(exc).__name__} at {where.filename}:{where.lineno}: {str(exc)[:200]}"}
+        return {"status": "error", "error": describe(exc)}
+
+
+def describe(exc: BaseException) -> str:
+    """One line: the exception's type, where it was raised (for non-prefcall errors) and its message."""
+    if isinstance(exc, PrefcallError):
+        return f"{type(exc).__name__}: {str(exc)[:300]}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return f"{type(exc).__name__}{where}: {str(exc)[:200]}"
+
+
+def score_one(task: Task, item: EvalItem, prediction: dict[str, Any]) -> tuple[dict[str, float], str | None]:
+    """The item's scores, or the one-line reason it cannot be scored (malformed gold, a scoring failure).
+    Configuration errors (a missing locations file) still stop the run."""
+    try:
+        return task.score(item, prediction), None
+    except ConfigError:
+        raise
+    except Exception as exc:
+        return {}, f"scoring failed: {describe(exc)}"
 
 
 def run_eval(
@@ -144,8 +169,12 @@ def run_eval(
     stored = read_predictions(Path(args.predictions)) if getattr(args, "predictions", None) else None
     ctx = EvalContext(args, engine=engine, embedder=embedder)
 
-    # Items that failed for a reason outside the model's answer ("error", "missing") are tried again.
-    scored = {i.id: previous[i.id] for i in items if i.id in previous and previous[i.id].status not in RETRY}
+    # Items that failed for a reason outside the model's answer ("error", "missing") are tried again; an item
+    # that could not be scored is scored again from its stored prediction (no model call).
+    scored = {i.id: previous[i.id] for i in items
+              if i.id in previous and previous[i.id].status not in RETRY and previous[i.id].scorable}
+    rescore = {i.id: previous[i.id].prediction for i in items if i.id in previous and previous[i.id].error
+               and previous[i.id].prediction and previous[i.id].prediction.get("status") not in RETRY}
     todo = [i for i in items if i.id not in scored]
     if scored:
         stderr.write(f"resuming: {len(scored)} of {len(items)} items already scored in {results_path}\n")
@@ -155,7 +184,7 @@ def run_eval(
     sink = results_path.open("a", encoding="utf-8") if results_path else None
     try:
         for item in todo:
-            record = evaluate_item(task, item, ctx, stored)
+            record = evaluate_item(task, item, ctx, stored, rescore.get(item.id))
             scored[item.id] = record
             if sink:
                 sink.write(record.model_dump_json() + "\n")
@@ -167,8 +196,12 @@ def run_eval(
             sink.close()
 
     ordered = [scored[i.id] for i in items]
-    metrics = task.aggregate(ordered) if ordered else {}
+    usable = [i for i in ordered if i.scorable]
+    metrics = task.aggregate(usable) if usable else {}
     summary = build_summary(task, args, ordered, metrics)
+    if summary["score_errors"]:
+        stderr.write(f"warning: {summary['score_errors']} of {len(ordered)} items could not be scored and are left "
+                     f"out of the metrics (first: {summary['error_rows'][0]['id']}: {summary['error_rows'][0]['error']})\n")
     if out_dir:
         write_outputs(task, ordered, metrics, summary, out_dir, stderr)
     stdout.write(json.dumps(summary, default=_json_default) + "\n")
@@ -176,11 +209,20 @@ def run_eval(
     return summary
 
 
-def evaluate_item(task: Task, item: EvalItem, ctx: EvalContext, stored: dict[str, dict[str, Any]] | None) -> ScoredItem:
+def evaluate_item(task: Task, item: EvalItem, ctx: EvalContext, stored: dict[str, dict[str, Any]] | None,
+                  prediction: dict[str, Any] | None = None) -> ScoredItem:
+    """Predict (unless `prediction` is given) and score one item. Nothing about one item stops the run: an
+    unreadable record or gold becomes an error row (ScoredItem.error), a failed prediction a wrong answer."""
+    if item.skip:
+        return ScoredItem(id=item.id, input=item.input, gold=item.gold, meta=item.meta, skipped=item.skip)
+    if item.error:
+        return ScoredItem(id=item.id, input=item.input, gold=item.gold, meta=item.meta,
+                          error=f"unreadable record: {item.error}")
     start = time.perf_counter()
-    prediction = predict_one(task, item, ctx, stored)
+    if prediction is None:
+        prediction = predict_one(task, item, ctx, stored)
     latency = time.perf_counter() - start
-    scores = task.score(item, prediction)
+    scores, error = score_one(task, item, prediction)
     return ScoredItem(
         id=item.id,
         input=item.input,
@@ -190,18 +232,33 @@ def evaluate_item(task: Task, item: EvalItem, ctx: EvalContext, stored: dict[str
         scores=scores,
         latency_s=round(latency, 4),
         tokens=tokens_of(prediction),
+        error=error,
     )
 
 
 def build_summary(task: Task, args: argparse.Namespace, items: list[ScoredItem], metrics: dict) -> dict[str, Any]:
     latencies = [i.latency_s for i in items]
+    errors = [i for i in items if i.error]
+    skipped = [i for i in items if i.skipped]
     summary: dict[str, Any] = {
         "task": task.name,
         "config": getattr(args, "config", None),
         "mode": getattr(args, "mode", None),
         "n": len(items),
+        "n_scored": sum(i.scorable for i in items),
+        "score_errors": len(errors),
+        "not_scorable": len(skipped),
         "metrics": metrics,
+        # Every figure as value, 95% interval and n (Wilson for proportions, bootstrap otherwise).
+        "intervals": collect_intervals(metrics),
     }
+    if errors:
+        summary["error_rows"] = [{"id": i.id, "error": i.error} for i in errors[:50]]
+    if skipped:
+        reasons: dict[str, int] = {}
+        for item in skipped:
+            reasons[str(item.skipped)] = reasons.get(str(item.skipped), 0) + 1
+        summary["not_scorable_reasons"] = reasons
     if latencies and getattr(args, "predictions", None) is None:
         summary["latency_s"] = {"mean": statistics.fmean(latencies), "p50": statistics.median(latencies)}
     return summary
@@ -214,7 +271,7 @@ def write_outputs(
 
     plots: list[Path] = []
     try:
-        plots = task.plots(items, out_dir)
+        plots = task.plots([i for i in items if i.scorable], out_dir)
     except Exception as exc:  # a plot must never cost the run its report
         stderr.write(f"warning: plots failed ({type(exc).__name__}: {exc}); report written without them\n")
     meta = {"command": " ".join(sys.argv), "date": dt.date.today().isoformat(), "commit": git_commit()}

@@ -35,8 +35,15 @@ results.jsonl, report.md, the final JSON line. Contracts:
 * `predict` returns a JSON-serialisable dict. A failure to parse model output is `{"status": "parse_error",
   "raw": ...}` and must score as wrong, never as an empty valid answer. Put `"tokens": {...}` in the
   prediction (prompt_tokens, evaluated, reused, completion_tokens) if you have them; the runner records them.
-* `score` returns per-item floats (0/1 for accuracies). `aggregate` defaults to the mean of every score key
-  over all items (use this for accuracy-like metrics); override it for micro/macro F1 and breakdowns.
+* `score` returns per-item floats (0/1 for accuracies). It may raise on a record it cannot read (a malformed
+  gold call): the runner turns that item into one error row (status "score_error", listed in the report and
+  left out of the metrics); a loader may do the same up front with `EvalItem(..., error="...")`. An item this
+  harness cannot score at all (it needs an executable environment) is `EvalItem(..., skip="why")`: counted
+  and listed as "not scorable here", never predicted.
+* `aggregate` defaults to the mean of every score key over the scored items; override it for micro/macro F1
+  and breakdowns. Build every figure with `prefcall.evaluation.metrics.intervals` (`proportion`, `mean`,
+  `micro`, `macro_over_labels`, `statistic`): they are floats that carry n and a 95% interval, which the runner
+  writes to metrics.json and report.md as `value [lo, hi]`.
 * `predictions_from_file(item, record)` lets `--predictions FILE` score stored predictions without a model.
 * `plots(items, out_dir)` returns the PNG paths it wrote (helpers in `prefcall.evaluation.plots`, e.g.
   `accuracy_by_bucket` for accuracy by number of expected tools); `report_sections(items, metrics)` returns
@@ -61,6 +68,10 @@ if TYPE_CHECKING:
     from prefcall.engine.loader import ModelLoader
 
 
+SCORE_ERROR = "score_error"
+NOT_SCORABLE = "not_scorable"
+
+
 class EvalItem(BaseModel):
     """One evaluation example: `input` is what the system sees, `gold` what it should produce."""
 
@@ -68,6 +79,8 @@ class EvalItem(BaseModel):
     input: dict[str, Any]
     gold: Any = None
     meta: dict[str, Any] = Field(default_factory=dict)  # breakdown keys: example_type, domain, n_expected...
+    error: str | None = None  # the record could not be read: it becomes one error row, never a prediction
+    skip: str | None = None  # why this harness cannot score the item (e.g. it needs an executable environment)
 
 
 class ScoredItem(BaseModel):
@@ -81,10 +94,20 @@ class ScoredItem(BaseModel):
     scores: dict[str, float] = Field(default_factory=dict)
     latency_s: float = 0.0
     tokens: dict[str, int] = Field(default_factory=dict)
+    # Set when the item could not be scored (malformed record or gold, a scoring failure): an error row that
+    # the report lists and the metrics leave out, never a silent zero.
+    error: str | None = None
+    skipped: str | None = None  # not scorable here (EvalItem.skip): counted and listed, neither predicted nor scored
 
     @property
     def status(self) -> str:
-        return str(self.prediction.get("status", "ok"))
+        if self.skipped:
+            return NOT_SCORABLE
+        return SCORE_ERROR if self.error else str(self.prediction.get("status", "ok"))
+
+    @property
+    def scorable(self) -> bool:
+        return not self.error and not self.skipped
 
 
 class EvalContext:
@@ -212,15 +235,16 @@ class BaseTask:
 
 
 def mean_scores(items: list[ScoredItem]) -> dict[str, Any]:
-    """Mean of every per-item score key, plus the parse-error rate."""
+    """Mean of every per-item score key (with its interval), plus the parse-error rate."""
+    from prefcall.evaluation.metrics.intervals import mean, proportion
+
     keys: list[str] = []
     for item in items:
         keys.extend(k for k in item.scores if k not in keys)
     metrics: dict[str, Any] = {}
     for key in keys:
-        values = [i.scores[key] for i in items if key in i.scores]
-        metrics[key] = sum(values) / len(values) if values else 0.0
-    metrics["parse_error_rate"] = sum(i.status == "parse_error" for i in items) / len(items) if items else 0.0
+        metrics[key] = mean(i.scores[key] for i in items if key in i.scores)
+    metrics["parse_error_rate"] = proportion(sum(i.status == "parse_error" for i in items), len(items))
     return metrics
 
 

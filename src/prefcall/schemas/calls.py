@@ -9,7 +9,9 @@ quotes inside values are handled):
     value    := "..." | '...' | number | True | False | None | [ value, ... ] | bare word(s)
 
 `format_call(parse_call(s)) == s` for every call string in NLSI dev (double-quoted values, ", "
-between arguments); values keep their Python type (a quoted "True" stays the string "True").
+between arguments); values keep their Python type (a quoted "True" stays the string "True"). One export
+artefact is recovered: a value's own quote between two letters or digits (`"11 o"clock"`, `"Akiko"s"`, seen in
+the NLSI test split) is read as the apostrophe it replaced, since a closing quote is never followed by a letter.
 """
 
 from __future__ import annotations
@@ -80,12 +82,22 @@ def _string(cur: _Cursor) -> str:
             out.append(_ESCAPES.get(nxt, "\\" + nxt))
             cur.pos += 2
             continue
+        if char == quote and _is_apostrophe(cur.text, cur.pos):
+            out.append("'")  # a quote between two letters is an apostrophe: o"clock, Akiko"s (NLSI test gold)
+            cur.pos += 1
+            continue
         if char == quote:
             cur.pos += 1
             return "".join(out)
         out.append(char)
         cur.pos += 1
     raise ParseError(f"call string: unterminated {quote}-quoted value starting near column {cur.pos + 1}; close the quote")
+
+
+def _is_apostrophe(text: str, pos: int) -> bool:
+    """The quote at `pos` sits between two word characters (`o"clock`), so it cannot close the value: the data
+    had an apostrophe there that an export turned into the value's own quote."""
+    return 0 < pos < len(text) - 1 and text[pos - 1].isalnum() and text[pos + 1].isalnum()
 
 
 def _bare(cur: _Cursor) -> Any:

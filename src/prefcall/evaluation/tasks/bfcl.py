@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from prefcall.errors import ConfigError, PrefcallError
+from prefcall.evaluation.metrics.intervals import mean, proportion
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
 from prefcall.evaluation.tasks import tools as selection
 from prefcall.schemas.importers import import_catalogue
@@ -198,9 +199,9 @@ def score(item: EvalItem, prediction: dict[str, Any], mode: str | None = None) -
 def aggregate(scored: list[ScoredItem]) -> dict[str, Any]:
     if any("ast_match" in i.scores for i in scored):
         n = len(scored)
-        metrics: dict[str, Any] = {"n": n, "ast_accuracy": sum(i.scores.get("ast_match", 0.0) for i in scored) / n}
-        metrics["parse_error_rate"] = sum(i.status != "ok" for i in scored) / n
-        metrics["no_call_rate"] = sum(i.status == "ok" and not i.prediction.get("call") for i in scored) / n
+        metrics: dict[str, Any] = {"n": n, "ast_accuracy": mean(i.scores.get("ast_match", 0.0) for i in scored)}
+        metrics["parse_error_rate"] = proportion(sum(i.status != "ok" for i in scored), n)
+        metrics["no_call_rate"] = proportion(sum(i.status == "ok" and not i.prediction.get("call") for i in scored), n)
         metrics.update(selection.mean_tokens(scored))
         return metrics
     return selection.aggregate(scored, per_tool=False)

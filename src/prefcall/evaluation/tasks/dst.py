@@ -5,6 +5,12 @@ the preceding user turns (FnCTOD keeps previous calls in the dialogue; using gol
 and resumable - an "oracle history" setting, stated in every report). The call made at the turn gives the
 predicted state of its service: intent = function, slot values = arguments.
 
+Schema: `--schema FILE`, the SGD schema of the split (default: <split>_schema.json, else schema.json, beside
+--data: dev_schema.json for the shared dev_dialogues_001.json), is both the
+catalogue the model sees and the map from gold (service, intent) names to its functions; a gold service, intent
+or slot that the schema lacks stops the run with a one-line error naming it (it would otherwise score 0).
+`--sgd-schema` is a deprecated alias of `--schema`.
+
 Metrics per turn: joint goal accuracy, slot precision / recall / F1, intent (function-selection) accuracy;
 breakdown by service (domain).
 """
@@ -12,15 +18,16 @@ breakdown by service (domain).
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from prefcall.errors import ParseError
-from prefcall.evaluation.data import import_catalogue_file, load_catalogue, read_json, require_data, shared_data_dir
+from prefcall.errors import ConfigError, ParseError
+from prefcall.evaluation.data import import_catalogue_file, read_json, require_data, shared_data_dir
 from prefcall.evaluation.metrics.calls import calls_from_any
 from prefcall.evaluation.metrics.dst import score_turn
-from prefcall.evaluation.metrics.f1 import micro_prf
+from prefcall.evaluation.metrics.intervals import mean, micro, proportion
 from prefcall.evaluation.plots import bar_chart, group_mean
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
 from prefcall.evaluation.tasks.nlsi import (
@@ -42,7 +49,8 @@ class DstTask(BaseTask):
     failure_scores = ("joint_goal_accuracy", "intent_accuracy")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--sgd-schema", help="SGD schema file (default: dev_schema.json beside --data)")
+        # The common --schema FILE is the SGD schema of the split: the catalogue AND the gold-name mapping.
+        parser.add_argument("--sgd-schema", help=argparse.SUPPRESS)  # deprecated alias of --schema
         parser.add_argument("--dialogues", type=int, help="use only the first N dialogues (all their user turns)")
 
         add_function_selection_option(parser)
@@ -53,8 +61,10 @@ class DstTask(BaseTask):
         dialogues = read_json(data)
         if getattr(args, "dialogues", None):
             dialogues = dialogues[: args.dialogues]
-        schema = Path(args.sgd_schema) if getattr(args, "sgd_schema", None) else data.parent / "dev_schema.json"
-        names = function_names(read_json(schema)) if schema.exists() else {}
+        path = schema_path(args, data)
+        schema = sgd_services(read_json(path), path)
+        check_gold_names(dialogues, schema, path)
+        names = function_names(schema)
         return [item for dialogue in dialogues for item in turn_items(dialogue, names)]
 
     # -- prediction ---------------------------------------------------------------------------------------
@@ -72,11 +82,8 @@ class DstTask(BaseTask):
         return prediction_from_result(result)
 
     def catalogue(self, args: argparse.Namespace) -> Any:
-        if getattr(args, "schema", None) or getattr(args, "catalogue", None):
-            return load_catalogue(args, "sgd")
-        data = Path(args.data) if getattr(args, "data", None) else shared_data_dir() / "sgd" / "x"
-        schema = Path(args.sgd_schema) if getattr(args, "sgd_schema", None) else data.parent / "dev_schema.json"
-        return import_catalogue_file(schema, "sgd")
+        """The catalogue imported from the same schema file that maps the gold names (see `schema_path`)."""
+        return import_catalogue_file(schema_path(args), "sgd")
 
     def predictions_from_file(self, item: EvalItem, record: dict[str, Any]) -> dict[str, Any]:
         prediction = record.get("prediction", record)
@@ -104,17 +111,17 @@ class DstTask(BaseTask):
 
     def aggregate(self, items: list[ScoredItem]) -> dict[str, Any]:
         n = len(items)
-        metrics: dict[str, Any] = {k: sum(i.scores.get(k, 0.0) for i in items) / n for k in MEAN_KEYS} if n else {}
-        metrics["slot_micro_f1"] = micro_prf(slot_counts(i) for i in items)[2]
-        metrics["parse_error_rate"] = sum(i.status == "parse_error" for i in items) / n if n else 0.0
-        metrics["failure_rate"] = sum(i.status not in ("ok", "parse_error") for i in items) / n if n else 0.0
+        metrics: dict[str, Any] = {k: mean(i.scores.get(k, 0.0) for i in items) for k in MEAN_KEYS} if n else {}
+        metrics["slot_micro_f1"] = micro([slot_counts(i) for i in items])[2]
+        metrics["parse_error_rate"] = proportion(sum(i.status == "parse_error" for i in items), n)
+        metrics["failure_rate"] = proportion(sum(i.status not in ("ok", "parse_error") for i in items), n)
         metrics["dialogues"] = len({i.meta.get("dialogue_id") for i in items})
         metrics["history"] = "oracle (gold calls of earlier turns in context)"
         groups: dict[str, list[ScoredItem]] = {}
         for item in items:
             groups.setdefault(item.meta.get("domain", "unknown"), []).append(item)
         metrics["by_domain"] = {
-            d: {"n": len(g), **{k: sum(i.scores.get(k, 0.0) for i in g) / len(g) for k in MEAN_KEYS}}
+            d: {"n": len(g), **{k: mean(i.scores.get(k, 0.0) for i in g) for k in MEAN_KEYS}}
             for d, g in sorted(groups.items())
         }
         return metrics
@@ -124,6 +131,86 @@ class DstTask(BaseTask):
         if not values:
             return []
         return [bar_chart(values, out_dir / "dst_jga_by_domain.png", "joint goal accuracy by domain", "JGA")]
+
+
+def schema_path(args: argparse.Namespace, data: Path | None = None) -> Path:
+    """The SGD schema of the split: --schema FILE (--sgd-schema is its deprecated alias), else the split's schema
+    beside --data (`default_schemas`). One file gives both the catalogue the model sees and the mapping of gold
+    (service, intent) names to its functions, so the two cannot disagree."""
+    schema, alias = getattr(args, "schema", None), getattr(args, "sgd_schema", None)
+    if getattr(args, "catalogue", None):
+        raise ConfigError("eval dst takes its catalogue from the SGD schema of the split: pass --schema FILE, "
+                          "not --catalogue")
+    if alias:
+        if schema and Path(schema) != Path(alias):
+            raise ConfigError(f"--sgd-schema {alias} and --schema {schema} differ: pass only --schema FILE")
+        sys.stderr.write("warning: --sgd-schema is deprecated; --schema FILE now sets both the catalogue and the "
+                         "gold-name mapping\n")
+        schema = alias
+    if schema:
+        path = Path(schema)
+        if not path.is_file():
+            raise ConfigError(f"SGD schema {path} does not exist; pass the schema of this split with --schema FILE")
+        return path
+    if data is None:
+        data = Path(args.data) if getattr(args, "data", None) else shared_data_dir() / "sgd" / "dev_dialogues_001.json"
+    candidates = default_schemas(data)
+    for path in candidates:
+        if path.is_file():
+            return path
+    looked = " or ".join(p.name for p in candidates)
+    raise ConfigError(f"no SGD schema beside {data} (looked for {looked}); pass the schema of this split with "
+                      "--schema FILE")
+
+
+def default_schemas(data: Path) -> list[Path]:
+    """The split's own schema beside its dialogues: <split>_schema.json for <split>_dialogues_NNN.json (the
+    shared data's naming), then schema.json (SGD's own layout, one folder per split). Never another split's."""
+    names = []
+    if "_dialogues" in data.name:
+        names.append(data.name.split("_dialogues", 1)[0] + "_schema.json")
+    names.append("schema.json")
+    return [data.parent / name for name in names]
+
+
+def sgd_services(schema: Any, path: Path) -> list[dict[str, Any]]:
+    """The schema's services; a file that is not an SGD schema (services with intents and slots) is an error."""
+    services = schema.get("services", schema) if isinstance(schema, dict) else schema
+    if not isinstance(services, list) or not all(
+        isinstance(s, dict) and "service_name" in s and "intents" in s for s in services
+    ):
+        raise ConfigError(f"{path} is not an SGD schema (a list of services with service_name, intents, slots); "
+                          "eval dst maps gold names through it: pass the split's schema_*.json with --schema")
+    return services
+
+
+def check_gold_names(dialogues: list[dict[str, Any]], services: list[dict[str, Any]], path: Path) -> None:
+    """Every gold service, active intent and slot must exist in the schema; else the split and the schema do not
+    match and every such turn would score 0 in silence. One line naming the first unknown name and the count."""
+    known = {s["service_name"]: ({i["name"] for i in s.get("intents", [])},
+                                 {slot["name"] for slot in s.get("slots", [])}) for s in services}
+    unknown: dict[str, str] = {}
+    for dialogue in dialogues:
+        for index, turn in enumerate(dialogue.get("turns", [])):
+            where = f"dialogue {dialogue.get('dialogue_id')} turn {index}"
+            for frame in turn.get("frames", []):
+                service = frame.get("service")
+                if service not in known:
+                    unknown.setdefault(f"service {service!r}", where)
+                    continue
+                intents, slots = known[service]
+                state = frame.get("state") or {}
+                intent = state.get("active_intent", "NONE")
+                if intent != "NONE" and intent not in intents:
+                    unknown.setdefault(f"intent {intent!r} of service {service!r}", where)
+                for slot in state.get("slot_values", {}):
+                    if slot not in slots:
+                        unknown.setdefault(f"slot {slot!r} of service {service!r}", where)
+    if unknown:
+        name, where = next(iter(unknown.items()))
+        more = f" (and {len(unknown) - 1} more unknown names)" if len(unknown) > 1 else ""
+        raise ConfigError(f"gold {name} ({where}) is not in the SGD schema {path}{more}; pass the schema of this "
+                          "split with --schema FILE")
 
 
 def function_names(schema: list[dict[str, Any]]) -> dict[str, str]:

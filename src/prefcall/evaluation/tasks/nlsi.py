@@ -8,6 +8,9 @@ Metrics: exact match, slot precision / recall / F1 over (function, argument, val
 TAPS; micro too), function F1, selection precision / recall when the pipeline reports the instructions it used,
 breakdowns by example_type and by domain, parse-error rate, least-confidence/F1 correlation and, when a
 prediction carries both untagged and tagged variants, the F1 the uncertainty gate would give at each threshold.
+Every figure carries n and a 95% interval (metrics/intervals.py). A record or gold call that cannot be read
+(a malformed call string) is one error row of the report, left out of the metrics; the call parser reads a
+quote between two letters (`o"clock`, an export artefact of the test split) as the apostrophe it was.
 Gold typos (GetDenists, city_of_event, rental-car `type`) are aliased to the schema's names on both sides
 (metrics/calls.py); `exact_match_literal` / `slot_f1_literal` give the unaliased scores beside them.
 """
@@ -21,16 +24,10 @@ from typing import TYPE_CHECKING, Any
 from prefcall.errors import ParseError
 from prefcall.evaluation.data import load_catalogue, read_json, require_data, shared_data_dir
 from prefcall.evaluation.metrics.calls import calls_from_any, load_aliases, score_calls, score_selection
-from prefcall.evaluation.metrics.f1 import micro_prf
-from prefcall.evaluation.plots import (
-    bar_chart,
-    confidence_scatter,
-    gate_f1_at_thresholds,
-    group_mean,
-    pearson,
-    threshold_curve,
-)
+from prefcall.evaluation.metrics.intervals import Metric, mean, micro, proportion, statistic
+from prefcall.evaluation.plots import bar_chart, confidence_scatter, group_mean, pearson, threshold_curve
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
+from prefcall.schemas.model import Call
 
 if TYPE_CHECKING:
     from prefcall.strategies.pipeline import ParseResult
@@ -63,8 +60,18 @@ class NlsiTask(BaseTask):
         return [self.item(row, index) for index, row in enumerate(rows)]
 
     @staticmethod
-    def item(row: dict[str, Any], index: int) -> EvalItem:
-        calls = list(row.get("api_calls") or [])
+    def item(row: Any, index: int) -> EvalItem:
+        """One item; a record without the NLSI fields becomes an error item (one error row), not a crash."""
+        try:
+            return NlsiTask._item(row, index)
+        except (KeyError, TypeError, AttributeError) as exc:
+            item_id = str(row.get("example_id", index)) if isinstance(row, dict) else str(index)
+            return EvalItem(id=item_id, input={"record": row}, error=f"record {index} is not an NLSI example "
+                            f"(needs user_utterance and api_calls): {type(exc).__name__}: {exc}")
+
+    @staticmethod
+    def _item(row: dict[str, Any], index: int) -> EvalItem:
+        calls = [str(c) for c in row.get("api_calls") or []]
         return EvalItem(
             id=str(row.get("example_id", index)),
             input={"dialogue": row["user_utterance"], "instructions": list(row.get("all_standing_instructions") or [])},
@@ -129,7 +136,7 @@ class NlsiTask(BaseTask):
         return load_aliases(path or (default if default.exists() else None))
 
     def score(self, item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
-        gold = calls_from_any(item.gold["api_calls"])
+        gold = gold_calls(item.gold["api_calls"])
         if self._aliases is None:
             self._aliases = self.aliases()
         aliases = self._aliases
@@ -155,22 +162,24 @@ class NlsiTask(BaseTask):
         for key in MEAN_KEYS:
             values = [i.scores[key] for i in items if key in i.scores]
             if values:
-                metrics[key] = sum(values) / len(values)
-        precision, recall, f1 = micro_prf(slot_counts(i) for i in items)
+                metrics[key] = mean(values)
+        precision, recall, f1 = micro(slot_counts(i) for i in items)
         metrics["slot_micro_precision"] = precision
         metrics["slot_micro_recall"] = recall
         metrics["slot_micro_f1"] = f1
-        metrics["parse_error_rate"] = sum(i.status == "parse_error" for i in items) / n if n else 0.0
-        metrics["failure_rate"] = sum(i.status not in ("ok", "parse_error") for i in items) / n if n else 0.0
+        metrics["parse_error_rate"] = proportion(sum(i.status == "parse_error" for i in items), n)
+        metrics["failure_rate"] = proportion(sum(i.status not in ("ok", "parse_error") for i in items), n)
         decisions = [i.prediction.get("decision") for i in items if i.prediction.get("decision")]
         if decisions:
-            metrics["decisions"] = {d: {"share": decisions.count(d) / n} for d in sorted(set(decisions))}
+            metrics["decisions"] = {d: {"share": proportion(decisions.count(d), n)} for d in sorted(set(decisions))}
         gates = [bool(i.prediction["gate_fired"]) for i in items if "gate_fired" in i.prediction]
         if gates:
-            metrics["gate_fired_rate"] = sum(gates) / len(gates)
+            metrics["gate_fired_rate"] = proportion(sum(gates), len(gates))
         confidence = confidence_pairs(items)
         if len(confidence) >= 2:
-            metrics["least_confidence_pearson_f1"] = pearson(*zip(*confidence))
+            correlation = statistic(confidence, lambda rows: pearson(*zip(*rows)))
+            if correlation is not None:
+                metrics["least_confidence_pearson_f1"] = correlation
         gate = gate_curve(items)
         if gate:
             metrics["gate_f1_by_threshold"] = {str(t): {"slot_f1": f} for t, f in gate}
@@ -205,6 +214,17 @@ class NlsiTask(BaseTask):
         return ["\n".join(lines) + "\n"]
 
 
+def gold_calls(raw: list[Any]) -> list[Call]:
+    """The gold calls; a malformed one raises a ParseError naming it (the runner makes the item an error row)."""
+    calls = []
+    for entry in raw:
+        try:
+            calls.extend(calls_from_any([entry]))
+        except ParseError as exc:
+            raise ParseError(f"gold call {str(entry)[:120]!r} is malformed: {exc}") from exc
+    return calls
+
+
 def add_function_selection_option(parser: Any) -> None:
     parser.add_argument("--function-selection", choices=("generate", "score", "hybrid"),
                         help="override the config's stage-1 function selection (FnCTOD generate / scored / hybrid)")
@@ -234,26 +254,28 @@ def confidence_pairs(items: list[ScoredItem]) -> list[tuple[float, float]]:
     ]
 
 
-def gate_curve(items: list[ScoredItem]) -> list[tuple[float, float]]:
-    """(threshold, F1) pairs, only when every item has both variants and a confidence."""
+def gate_curve(items: list[ScoredItem]) -> list[tuple[float, Metric]]:
+    """(threshold, mean slot F1) pairs, only when every item has both variants and a confidence."""
     usable = [i for i in items if "slot_f1_untagged" in i.scores and "slot_f1_tagged" in i.scores
               and isinstance(i.prediction.get("least_confidence"), (int, float))]
     if not usable or len(usable) != len(items):
         return []
-    confidence = [float(i.prediction["least_confidence"]) for i in usable]
-    f1s = gate_f1_at_thresholds(confidence, [i.scores["slot_f1_untagged"] for i in usable],
-                                [i.scores["slot_f1_tagged"] for i in usable], GATE_THRESHOLDS)
-    return list(zip(GATE_THRESHOLDS, f1s))
+    curve = []
+    for t in GATE_THRESHOLDS:  # the item's tagged F1 when its least confidence is above t (TAPS's gate)
+        chosen = [i.scores["slot_f1_tagged"] if float(i.prediction["least_confidence"]) > t
+                  else i.scores["slot_f1_untagged"] for i in usable]
+        curve.append((t, mean(chosen)))
+    return curve
 
 
-def breakdown(items: list[ScoredItem], key: str) -> dict[str, dict[str, float]]:
+def breakdown(items: list[ScoredItem], key: str) -> dict[str, dict[str, Any]]:
     groups: dict[str, list[ScoredItem]] = {}
     for item in items:
         groups.setdefault(str(item.meta.get(key, "unknown")), []).append(item)
     return {
         name: {"n": len(group),
-               "exact_match": sum(i.scores.get("exact_match", 0.0) for i in group) / len(group),
-               "slot_f1": sum(i.scores.get("slot_f1", 0.0) for i in group) / len(group)}
+               "exact_match": mean(i.scores.get("exact_match", 0.0) for i in group),
+               "slot_f1": mean(i.scores.get("slot_f1", 0.0) for i in group)}
         for name, group in sorted(groups.items())
     }
 

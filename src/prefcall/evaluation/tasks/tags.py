@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prefcall.evaluation.data import load_catalogue, read_json, require_data, shared_data_dir
-from prefcall.evaluation.metrics.tags import TagParse, read_tags, score_tags, span_metrics
+from prefcall.evaluation.metrics.intervals import macro_over_labels, micro, proportion, statistic
+from prefcall.evaluation.metrics.tags import TagParse, read_tags, score_tags, span_counts, span_metrics
 from prefcall.evaluation.plots import bar_chart, confidence_scatter, pearson
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem, mean_scores
 
@@ -83,23 +84,30 @@ class TagsTask(BaseTask):
         return read_tags(str(prediction["tagged"]))
 
     def aggregate(self, items: list[ScoredItem]) -> dict[str, Any]:
-        pairs = [(self.parsed(i.prediction), read_tags(str(i.gold))) for i in items]
-        spans = span_metrics(pairs)
+        # Per instruction, per slot label: (tp, n_pred, n_gold); macro over labels and micro, bootstrapped over items.
+        rows = [{label: tuple(map(float, c)) for label, c in span_counts([(self.parsed(i.prediction),
+                                                                           read_tags(str(i.gold)))]).items()}
+                for i in items]
+        spans = macro_over_labels(rows)
+        totals = [tuple(sum(c[k] for c in row.values()) for k in range(3)) for row in rows]
         means = mean_scores(items)
+        empty = proportion(0, 0)
         metrics: dict[str, Any] = {
             "span_f1": spans["span_f1"],
             "span_precision": spans["span_precision"],
             "span_recall": spans["span_recall"],
-            "span_micro_f1": spans["span_micro_f1"],
-            "action_accuracy": means.get("action_accuracy", 0.0),
-            "validity_rate": means.get("valid", 0.0),
-            "item_span_f1": means.get("span_f1", 0.0),
-            "item_span_f1_lenient": means.get("span_f1_lenient", 0.0),
+            "span_micro_f1": micro(totals)[2],
+            "action_accuracy": means.get("action_accuracy", empty),
+            "validity_rate": means.get("valid", empty),
+            "item_span_f1": means.get("span_f1", empty),
+            "item_span_f1_lenient": means.get("span_f1_lenient", empty),
         }
         confidence = confidence_pairs(items)
         if confidence:
-            metrics["least_confidence_pearson_f1"] = pearson(*zip(*confidence))
-        metrics["per_slot"] = spans["per_slot"]
+            correlation = statistic(confidence, lambda pairs: pearson(*zip(*pairs)))
+            if correlation is not None:
+                metrics["least_confidence_pearson_f1"] = correlation
+        metrics["per_slot"] = spans["per_label"]
         return metrics
 
     def plots(self, items: list[ScoredItem], out_dir: Path) -> list[Path]:

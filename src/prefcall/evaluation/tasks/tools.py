@@ -17,6 +17,7 @@ from typing import Any
 
 from prefcall.errors import ConfigError
 from prefcall.evaluation.metrics.f1 import prf
+from prefcall.evaluation.metrics.intervals import Metric, mean, micro, proportion
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
 from prefcall.strategies.nlt import NltResult, select_tools
 
@@ -109,42 +110,54 @@ def precision_recall(tp: float, fp: float, fn: float) -> dict[str, float]:
     return dict(zip(("precision", "recall", "f1"), prf(tp, tp + fp, tp + fn)))
 
 
+def micro_precision_recall(rows: list[tuple[float, float, float]]) -> dict[str, Metric]:
+    """Micro P/R/F1 of per-item (tp, fp, fn), each with a bootstrap interval over items."""
+    return dict(zip(("precision", "recall", "f1"), micro([(tp, tp + fp, tp + fn) for tp, fp, fn in rows])))
+
+
+def tool_rows(item: ScoredItem) -> dict[str, tuple[float, float, float]]:
+    """Per tool named in gold or prediction: this item's (tp, fp, fn) for that tool."""
+    gold = set(item.gold or [])
+    pred = set(item.prediction.get("selected") or []) if item.status in ("ok", "partial") else set()
+    return {name: (float(name in gold and name in pred), float(name in pred and name not in gold),
+                   float(name in gold and name not in pred)) for name in gold | pred}
+
+
 def per_tool_counts(scored: list[ScoredItem]) -> dict[str, dict[str, float]]:
     counts: dict[str, dict[str, float]] = {}
     for item in scored:
-        gold = set(item.gold or [])
-        pred = set(item.prediction.get("selected") or []) if item.status in ("ok", "partial") else set()
-        for name in gold | pred:
+        for name, (tp, fp, fn) in tool_rows(item).items():
             c = counts.setdefault(name, {"tp": 0.0, "fp": 0.0, "fn": 0.0})
-            c["tp"] += name in gold and name in pred
-            c["fp"] += name in pred and name not in gold
-            c["fn"] += name in gold and name not in pred
+            c["tp"] += tp
+            c["fp"] += fp
+            c["fn"] += fn
     return counts
 
 
 def aggregate(scored: list[ScoredItem], *, per_tool: bool = True) -> dict[str, Any]:
-    """Exact-set accuracy, micro P/R/F1, per-tool P/R, failure rates and mean tokens."""
+    """Exact-set accuracy, micro P/R/F1, per-tool P/R, failure rates and mean tokens, each with its interval."""
     n = len(scored)
     if n == 0:
-        return {"n": 0, "exact_set_accuracy": 0.0}
-    totals = {k: sum(i.scores.get(k, 0.0) for i in scored) for k in ("tp", "fp", "fn")}
-    metrics: dict[str, Any] = {"n": n, "exact_set_accuracy": sum(i.scores.get("exact_set", 0.0) for i in scored) / n}
-    metrics["exact_set_accuracy_lenient"] = sum(i.scores.get("exact_set_lenient", 0.0) for i in scored) / n
-    metrics.update(precision_recall(totals["tp"], totals["fp"], totals["fn"]))
-    metrics["parse_error_rate"] = sum(i.status in ("parse_error", "error", "missing") for i in scored) / n
-    metrics["partial_rate"] = sum(i.status == "partial" for i in scored) / n
+        return {"n": 0, "exact_set_accuracy": proportion(0, 0)}
+    metrics: dict[str, Any] = {"n": n, "exact_set_accuracy": mean(i.scores.get("exact_set", 0.0) for i in scored)}
+    metrics["exact_set_accuracy_lenient"] = mean(i.scores.get("exact_set_lenient", 0.0) for i in scored)
+    metrics.update(micro_precision_recall([tuple(i.scores.get(k, 0.0) for k in ("tp", "fp", "fn")) for i in scored]))
+    metrics["parse_error_rate"] = proportion(sum(i.status in ("parse_error", "error", "missing") for i in scored), n)
+    metrics["partial_rate"] = proportion(sum(i.status == "partial" for i in scored), n)
     metrics.update(mean_tokens(scored))
     if per_tool:
-        metrics["per_tool"] = {name: precision_recall(c["tp"], c["fp"], c["fn"]) for name, c in sorted(per_tool_counts(scored).items())}
+        rows = [tool_rows(i) for i in scored]
+        metrics["per_tool"] = {name: micro_precision_recall([r.get(name, (0.0, 0.0, 0.0)) for r in rows])
+                               for name in sorted(per_tool_counts(scored))}
     return metrics
 
 
-def mean_tokens(scored: list[ScoredItem]) -> dict[str, float]:
-    n = len(scored) or 1
+def mean_tokens(scored: list[ScoredItem]) -> dict[str, Metric]:
     out = {}
     for key in ("prompt_tokens", "evaluated", "completion_tokens"):
-        out[f"mean_{key}"] = sum(i.tokens.get(key, 0) for i in scored) / n
-    out["mean_seconds"] = sum(float(i.prediction.get("seconds", i.latency_s) or 0.0) for i in scored) / n
+        out[f"mean_{key}"] = mean((i.tokens.get(key, 0) for i in scored), binary_is_proportion=False)
+    out["mean_seconds"] = mean((float(i.prediction.get("seconds", i.latency_s) or 0.0) for i in scored),
+                               binary_is_proportion=False)
     return out
 
 
