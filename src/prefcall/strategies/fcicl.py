@@ -36,6 +36,7 @@ from prefcall.errors import StoreError
 from prefcall.retrieval.hybrid import HybridIndex
 from prefcall.retrieval.text import tokenize
 from prefcall.schemas.calls import parse_call
+from prefcall.storage.db import SHARED_OWNER
 from prefcall.storage.demos import Demonstration, DemoStore
 
 
@@ -158,6 +159,7 @@ def load_nlsi_demonstrations(path: Path | str, catalogue: str = "nlsi") -> list[
             id=demo_id, dialogue=item["user_utterance"],
             instructions=list(item.get("applicable_standing_instructions") or []), catalogue=catalogue,
             calls=[parse_call(c) for c in item.get("api_calls") or []], source=f"nlsi:{Path(path).name}",
+            owner=SHARED_OWNER,  # public data: every user reads it, nobody's feedback changes it
         ))
     return demos
 
