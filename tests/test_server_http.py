@@ -115,15 +115,14 @@ def test_twenty_concurrent_clients_each_get_their_own_users_answer(tmp_path: Pat
     answers: dict[str, Any] = {}
 
     async def one_client(base: str, token: str, user: str) -> None:
-        async with client_for(base, token) as client:
+        async with client_for(base, token) as client:  # catalogues are per user: each imports its own
+            assert (await call(client, "import_catalogue", {"name": "travel", "tools": TRAVEL_TOOLS}))[0] is False
             await call(client, "add_instruction", {"text": f"When I book flights, I always fly {airline[user]}."})
             error, result = await call(client, "parse_request", {"dialogue": "Find me a flight to Boston",
                                                                  "catalogue": "travel", "config": "default"})
             answers[user] = result if not error else {"error": result}
 
     async def scenario(base: str) -> None:
-        async with client_for(base, next(iter(users))) as setup:
-            assert (await call(setup, "import_catalogue", {"name": "travel", "tools": TRAVEL_TOOLS}))[0] is False
         async with anyio.create_task_group() as group:
             for token, user in users.items():
                 group.start_soon(one_client, base, token, user)
