@@ -35,9 +35,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def http_server(tmp_path: Path, tokens: dict[str, str]) -> Iterator[str]:
-    """prefcall over streamable HTTP on 127.0.0.1:<free port>, in a thread; yields the base URL."""
-    server = make_server(tmp_path, tokens=tokens)
+def http_server(tmp_path: Path, tokens: dict[str, str], **kwargs: Any) -> Iterator[str]:
+    """prefcall over streamable HTTP on 127.0.0.1:<free port>, in a thread; yields the base URL.
+    `kwargs` go to `make_server` (engine, settings overrides)."""
+    server = make_server(tmp_path, tokens=tokens, **kwargs)
     port = free_port()
     app = http_app(server, host="127.0.0.1")
     runner = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
