@@ -71,7 +71,8 @@ class Settings(BaseSettings):
     max_tools: int = Field(default=1000, ge=1, description="most tools in one catalogue or tool list")
     max_schema_bytes: int = Field(default=65_536, ge=256, description="largest argument schema of one tool, in bytes "
                                                                       "of JSON after $ref expansion")
-    max_catalogue_bytes: int = Field(default=8_388_608, ge=1024, description="largest catalogue, in bytes of JSON")
+    # 3 MiB: a catalogue at the limit still fits the MCP SDK's 4 MiB HTTP request body with its JSON-RPC envelope.
+    max_catalogue_bytes: int = Field(default=3_145_728, ge=1024, description="largest catalogue, in bytes of JSON")
     max_description_chars: int = Field(default=8_000, ge=100, description="longest tool or catalogue description")
     max_enum_values: int = Field(default=1_000, ge=1, description="most values in one enum")
     max_ref_depth: int = Field(default=32, ge=1, description="deepest chain of nested $ref expansions")
