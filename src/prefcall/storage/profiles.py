@@ -2,9 +2,9 @@
 
 Positions are 1-based and contiguous per user (1 = first instruction). Instruction ids are random (not one
 counter for everyone), so an id says nothing about how many instructions other users have. Every write is one
-transaction
-taken with the write lock up front, so concurrent processes never lose or duplicate positions, and a
-killed process leaves only whole, committed writes behind.
+transaction taken with the write lock up front, so concurrent processes never lose or duplicate positions, and
+a killed process leaves only whole, committed writes behind. An add with an idempotency key (`request_key`)
+is stored once per user and key while that instruction exists.
 """
 
 from __future__ import annotations
