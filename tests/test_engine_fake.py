@@ -149,3 +149,30 @@ def test_fake_embedder_is_normalised_and_word_sensitive():
 def test_candidate_scores_dataclass():
     scores = CandidateScores(["a", "b"], [-3.0, -1.0], [1, 1])
     assert scores.best() == "b"
+
+
+GRAMMAR_CASES = [
+    ({"type": "object", "properties": {"city": {"type": "string"}}}, True),
+    ({"type": "object", "properties": {"a\nb": {"type": "string"}, "c\\d": {"type": "integer"}}}, True),
+    ({"type": "object", "properties": {"e": {"enum": ["x", 1, None, "caf\u00e9"]}}}, True),
+    ({"type": "object", "properties": {'say "hi"': {"type": "string"}}}, False),
+    ({"type": "object", "properties": {"e": {"enum": ['a "b"']}}}, False),
+    ({"type": "object", "properties": {"e": {"const": {"k": 'quote " inside'}}}}, False),
+]
+
+
+@pytest.mark.parametrize(("schema", "compiles"), GRAMMAR_CASES)
+def test_the_fakes_grammar_check_agrees_with_llama_cpp(schema, compiles) -> None:
+    """The fake engine's pure-Python `check_grammar` refuses what llama.cpp's converter and parser refuse
+    (checked here against llama.cpp itself, which needs no model for this)."""
+    from prefcall.engine.llama import check_grammar
+    from prefcall.errors import GrammarError
+    from prefcall.schemas.render import grammar_schema
+
+    cleaned = {"type": "array", "items": grammar_schema(schema), "minItems": 1, "maxItems": 2}
+    for check in (check_grammar, FakeEngine().check_grammar):
+        if compiles:
+            check(cleaned)
+        else:
+            with pytest.raises(GrammarError):
+                check(cleaned)

@@ -188,7 +188,8 @@ def test_cli_tags_with_fake_tagger_engine(tmp_path: Path, capsys: pytest.Capture
     fake.write_text(json.dumps([{"text": TAGS[0]["tagged"]}]))
     examples = tmp_path / "examples.json"
     examples.write_text(json.dumps(TAGS[1:]))
-    assert main(["eval", "tags", "--data", str(data), "--fake-engine", str(fake), "--examples", str(examples)]) == 0
+    assert main(["eval", "tags", "--data", str(data), "--fake-engine", str(fake), "--examples", str(examples),
+                 "--tag-mode", "text"]) == 0
     metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["metrics"]
     assert metrics["span_f1"] == 1.0
 

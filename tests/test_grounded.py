@@ -156,3 +156,18 @@ def test_a_value_naming_another_function_is_not_a_chain_and_domain_conditions_ar
                                   catalogue)
     preference = grounded.preference_of(tag, catalogue)
     assert preference.actions == {"city": ["Burlingame"]} and not preference.conditions
+
+
+def test_an_instruction_keeps_its_best_value_when_none_clears_the_bar(monkeypatch):
+    # The model prefers null for every argument: no value clears 0.5, so the best one is kept only when its
+    # probability reaches the instruction floor.
+    engine = FakeEngine(scorer=scorer("GetRestaurants"))
+    grounder = grounded.Grounder(engine, FakeEmbedder(), grounded.load_weights("m"))
+    text = "When I search for restaurants, I like Italian food."
+    filled = grounder.fill(RESTAURANTS, [Source("instruction", text, text)], text)
+    assert filled.choices == [] and filled.runner_up is not None
+    monkeypatch.setattr(grounded, "INSTRUCTION_FLOOR", 1.0)
+    assert "[SL:" not in grounded.tag_structured(grounder, text, CATALOGUE).tagged
+    monkeypatch.setattr(grounded, "INSTRUCTION_FLOOR", 0.0)
+    tagged = grounded.tag_structured(grounder, text, CATALOGUE).tagged
+    assert f"[SL:{filled.runner_up.argument.upper()} {filled.runner_up.texts[0]} ]" in tagged

@@ -145,7 +145,7 @@ def test_bad_user_ids_name_the_field_and_change_nothing(store, user_id):
 
 
 @pytest.mark.parametrize("text, fragment", [
-    ("x" * (1024 * 1024), f"more than the {MAX_INSTRUCTION_CHARS} allowed"),
+    ("x" * (1024 * 1024), f"the limit is {MAX_INSTRUCTION_CHARS} (PREFCALL_MAX_INSTRUCTION_CHARS)"),
     ("bell \x07 here", "control character U+0007"),
     ("nul \x00", "control character U+0000"),
     ("escape \x1b[31m", "control character U+001B"),
@@ -226,3 +226,43 @@ def test_integrity_after_operations(store):
     assert store.db.execute("pragma integrity_check").fetchone()[0] == "ok"
     with pytest.raises(sqlite3.IntegrityError):
         store.db.execute("insert into instructions (user_id, position, text) values ('ghost', 1, 'x')")
+
+
+def test_instruction_ids_do_not_count_other_users_instructions(store):
+    store.create_user("alice")
+    store.create_user("bob")
+    ids = []
+    for i in range(10):  # alternating writers: one global counter would hand out 1, 2, 3, ...
+        ids.append(store.add_instruction("alice" if i % 2 else "bob", f"instruction {i}").id)
+    assert len(set(ids)) == 10
+    assert not any(abs(a - b) == 1 for a in ids for b in ids), ids
+    assert all(1 <= i < 2**31 for i in ids)  # JSON-safe integers, as before
+
+
+def test_an_idempotency_key_stores_a_retried_add_once(store):
+    store.create_user("alice")
+    store.create_user("bob")
+    first, stored = store.add_instruction_once("alice", "I fly Delta.", "req-1")
+    again, stored_again = store.add_instruction_once("alice", "I fly Delta.", "req-1")
+    assert stored and not stored_again and again.id == first.id
+    assert [i.text for i in store.list_instructions("alice")] == ["I fly Delta."]
+    other, stored = store.add_instruction_once("bob", "I fly Delta.", "req-1")  # keys are per user
+    assert stored and other.id != first.id
+    with pytest.raises(ValidationError, match="idempotency_key: already used"):
+        store.add_instruction_once("alice", "I fly United.", "req-1")
+    with pytest.raises(ValidationError, match="idempotency_key"):
+        store.add_instruction_once("alice", "x", "has space")
+
+
+def test_instruction_limits_come_from_settings_and_name_the_setting(tmp_path):
+    from prefcall.errors import LimitError
+
+    with ProfileStore(tmp_path / "p.db", settings=Settings(max_instructions=2, max_instruction_chars=20)) as small:
+        small.create_user("alice")
+        small.add_instructions("alice", ["one", "two"])
+        with pytest.raises(LimitError, match=r"would have 3 standing instructions; the limit is 2 "
+                                             r"\(PREFCALL_MAX_INSTRUCTIONS\)"):
+            small.add_instruction("alice", "three")
+        with pytest.raises(LimitError, match=r"the limit is 20 \(PREFCALL_MAX_INSTRUCTION_CHARS\)"):
+            small.edit_instruction(small.list_instructions("alice")[0].id, "x" * 21)
+        assert [i.text for i in small.list_instructions("alice")] == ["one", "two"]

@@ -71,3 +71,40 @@ def test_catalogues_persist_across_opens(tmp_path):
         first.add(TOOLS, name="net")
     with CatalogueRegistry(path) as second:
         assert second.get("net").names == ["ping"]
+
+
+def test_look_alikes_of_builtins_and_names_outside_the_safe_set_are_refused(store):
+    for name in ("NLSI", "Sgd", "sgd-", "n.l.s.i", "nlsi.", "a b", "x" * 65, "trävel"):
+        with pytest.raises(ValidationError, match="name"):
+            store.add(TOOLS, name=name)
+    assert [i.name for i in store.list()] == ["nlsi", "sgd"]
+    store.add(TOOLS, name="nlsi-extra_2")  # a distinct name that merely contains a built-in's is fine
+
+
+def test_limits_come_from_the_settings_and_name_their_setting(tmp_path):
+    from prefcall.config import Settings
+    from prefcall.errors import LimitError
+
+    small = Settings(max_tools=2, max_catalogue_bytes=2048, max_enum_values=3, max_description_chars=100)
+    with CatalogueRegistry(tmp_path / "p.db", settings=small) as registry:
+        with pytest.raises(LimitError, match=r"catalogue has 3 tools; the limit is 2 \(PREFCALL_MAX_TOOLS\)"):
+            registry.add([{"name": f"t{i}"} for i in range(3)], name="many")
+        with pytest.raises(LimitError, match=r"the limit is 2048 \(PREFCALL_MAX_CATALOGUE_BYTES\)"):
+            registry.add([{"name": "t", "description": "d" * 99, "parameters": {"type": "object", "properties": {
+                f"p{i}": {"type": "string"} for i in range(200)}}}], name="big")
+        with pytest.raises(LimitError, match=r"enum has 4 values; the limit is 3 \(PREFCALL_MAX_ENUM_VALUES\)"):
+            registry.add([{"name": "t", "parameters": {"type": "object", "properties": {
+                "e": {"enum": ["a", "b", "c", "d"]}}}}], name="enum")
+        with pytest.raises(LimitError, match=r"\(PREFCALL_MAX_DESCRIPTION_CHARS\)"):
+            registry.add(TOOLS, name="wordy", description="w" * 101)
+        assert [i.name for i in registry.list()] == ["nlsi", "sgd"]
+        registry.add(TOOLS, name="net")
+
+
+def test_an_uncompilable_catalogue_is_refused_by_the_import_check(store):
+    from prefcall.strategies.grammars import check_catalogue_grammars, grammar_checker
+
+    quoted = [{"name": "odd", "parameters": {"type": "object", "properties": {'a "b"': {"type": "string"}}}}]
+    with pytest.raises(ValidationError, match=r"functions\[0\] odd: its schema cannot be compiled to a grammar"):
+        store.add(quoted, name="odd", check=lambda c: check_catalogue_grammars(c, grammar_checker(None)))
+    assert not store.exists("odd")

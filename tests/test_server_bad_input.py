@@ -31,10 +31,10 @@ BAD_CALLS = [
     ("empty turn list", "parse_request", {"user_id": "alice", "dialogue": [], "catalogue": "travel"},
      "dialogue is empty"),
     ("100 KB dialogue", "parse_request", {"user_id": "alice", "dialogue": "flight " * 15_000, "catalogue": "travel"},
-     "over the limit"),
+     "the limit is 20000 (PREFCALL_MAX_DIALOGUE_CHARS)"),
     ("100 KB of turns", "clarify",
      {"user_id": "alice", "catalogue": "travel", "dialogue": [{"role": "user", "content": "x" * 50_000}] * 2},
-     "over the limit"),
+     "the limit is 20000 (PREFCALL_MAX_DIALOGUE_CHARS)"),
     ("lone surrogate", "parse_request", {"user_id": "alice", "dialogue": "Boston \ud800 flight", "catalogue": "travel"},
      "invalid Unicode"),
     ("lone surrogate in an instruction", "add_instruction", {"user_id": "alice", "text": "I fly \udfff Delta"},
@@ -106,7 +106,7 @@ def test_the_dialogue_limit_comes_from_settings(tmp_path: Path) -> None:
         await seeded(session)
         message = await session.error("parse_request", {"user_id": "alice", "dialogue": "a" * 101,
                                                         "catalogue": "travel"})
-        assert "limit of 100" in message
+        assert "the limit is 100 (PREFCALL_MAX_DIALOGUE_CHARS)" in message
         await session.ok("parse_request", {"user_id": "alice", "dialogue": FLIGHT, "catalogue": "travel",
                                            "config": "default"})
 

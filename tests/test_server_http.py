@@ -35,9 +35,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def http_server(tmp_path: Path, tokens: dict[str, str]) -> Iterator[str]:
-    """prefcall over streamable HTTP on 127.0.0.1:<free port>, in a thread; yields the base URL."""
-    server = make_server(tmp_path, tokens=tokens)
+def http_server(tmp_path: Path, tokens: dict[str, str], **kwargs: Any) -> Iterator[str]:
+    """prefcall over streamable HTTP on 127.0.0.1:<free port>, in a thread; yields the base URL.
+    `kwargs` go to `make_server` (engine, settings overrides)."""
+    server = make_server(tmp_path, tokens=tokens, **kwargs)
     port = free_port()
     app = http_app(server, host="127.0.0.1")
     runner = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
@@ -115,15 +116,14 @@ def test_twenty_concurrent_clients_each_get_their_own_users_answer(tmp_path: Pat
     answers: dict[str, Any] = {}
 
     async def one_client(base: str, token: str, user: str) -> None:
-        async with client_for(base, token) as client:
+        async with client_for(base, token) as client:  # catalogues are per user: each imports its own
+            assert (await call(client, "import_catalogue", {"name": "travel", "tools": TRAVEL_TOOLS}))[0] is False
             await call(client, "add_instruction", {"text": f"When I book flights, I always fly {airline[user]}."})
             error, result = await call(client, "parse_request", {"dialogue": "Find me a flight to Boston",
                                                                  "catalogue": "travel", "config": "default"})
             answers[user] = result if not error else {"error": result}
 
     async def scenario(base: str) -> None:
-        async with client_for(base, next(iter(users))) as setup:
-            assert (await call(setup, "import_catalogue", {"name": "travel", "tools": TRAVEL_TOOLS}))[0] is False
         async with anyio.create_task_group() as group:
             for token, user in users.items():
                 group.start_soon(one_client, base, token, user)

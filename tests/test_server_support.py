@@ -121,11 +121,13 @@ def server_settings(tmp_path: Path, **overrides: Any) -> Settings:
     return Settings(data_dir=tmp_path / "data", db_path=tmp_path / "prefcall.db", **overrides)
 
 
-def make_server(tmp_path: Path, engine: FakeEngine | None = None, **kwargs: Any):
+def make_server(tmp_path: Path, engine: FakeEngine | None = None, *, settings: dict[str, Any] | None = None,
+                **kwargs: Any):
+    """The server on a temporary database with the rule engine; `settings`: overrides (e.g. smaller limits)."""
     from prefcall.server.app import create_server
 
-    return create_server(server_settings(tmp_path), engine=engine or travel_engine(), embedder=FakeEmbedder(),
-                         **kwargs)
+    return create_server(server_settings(tmp_path, **(settings or {})), engine=engine or travel_engine(),
+                         embedder=FakeEmbedder(), **kwargs)
 
 
 @pytest.fixture

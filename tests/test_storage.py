@@ -101,3 +101,48 @@ def test_a_failed_write_is_a_store_error_and_changes_nothing(tmp_path):
         with pytest.raises(StoreError, match="d.db"), store._write() as db:
             db.execute("insert into demonstrations (id) values ('d1')")  # primary key clash
         assert store.count() == 1
+
+
+# ------------------------------------------------------------------------------- owners (issue 13)
+def pre_owner_database(path) -> None:
+    """A database as prefcall wrote it before owners existed (migrations m001-m004), with rows in every table."""
+    db = sqlite_utils.Database(str(path))
+    migrate(db, [m for m in MIGRATIONS if m.__name__ < "m005"])
+    db.execute("insert into users (id, created_at) values ('alice', 'then')")
+    db.execute("insert into instructions (user_id, position, text, created_at, updated_at)"
+               " values ('alice', 1, 'I fly Delta.', 'then', 'then')")
+    functions = json.dumps([{"name": "GetFlights", "description": "", "parameters": {"type": "object",
+                                                                                   "properties": {}}}])
+    db.execute("insert into catalogues (name, description, functions, created_at, updated_at)"
+               " values ('travel', 'mine', ?, 'then', 'then')", [functions])
+    for demo_id, source in [("host-1", "host"), ("seed-1", "nlsi:dev.json")]:
+        db["demonstrations"].insert({"id": demo_id, "dialogue": "User: a flight", "instructions": "[]",
+                                     "catalogue": "travel", "calls": "[]", "source": source, "added_at": 1.0})
+    db.conn.commit()
+    db.close()
+
+
+def test_the_owner_migration_gives_old_rows_to_the_local_user_and_seeds_to_everyone(tmp_path):
+    from prefcall.storage.db import LOCAL_OWNER, SHARED_OWNER
+
+    path = tmp_path / "old.db"
+    pre_owner_database(path)
+    with CatalogueStore(path) as catalogues:
+        assert "m005_owners_and_request_keys" in applied_migrations(catalogues.db)
+        assert catalogues.load("travel").description == "mine"  # the local (stdio) user still has it
+        assert catalogues.load("travel", owner="alice") is None  # an HTTP user does not
+        assert [i.name for i in catalogues.infos()] == ["travel"] and catalogues.infos("bob") == []
+        # Same name, other owner: a separate catalogue.
+        catalogues.save(Catalogue(name="travel", description="bob's", functions=[Function(name="F")]), owner="bob")
+        assert catalogues.load("travel").description == "mine"
+        assert catalogues.load("travel", owner="bob").description == "bob's"
+    with DemoStore(path) as demos:
+        owners = {d.id: d.owner for d in demos.all()}
+        assert owners == {"host-1": LOCAL_OWNER, "seed-1": SHARED_OWNER}
+        assert [d.id for d in demos.all("travel", owner="bob")] == ["seed-1"]
+        assert sorted(d.id for d in demos.all("travel", owner=LOCAL_OWNER)) == ["host-1", "seed-1"]
+    with ProfileStore(path) as profiles:
+        assert profiles.list_instructions("alice")[0].text == "I fly Delta."
+        added = profiles.add_instruction("alice", "I like aisle seats.", request_key="k-1")
+        assert profiles.add_instruction("alice", "I like aisle seats.", request_key="k-1").id == added.id
+        assert len(profiles.list_instructions("alice")) == 2

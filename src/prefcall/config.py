@@ -64,7 +64,22 @@ class Settings(BaseSettings):
     db_path: Path | None = Field(default=None, description="SQLite file; default: DATA_DIR/prefcall.db")
     verbose: bool = False
     # MCP server (prefcall serve)
-    max_dialogue_chars: int = Field(default=20_000, ge=100, description="longest dialogue a server tool accepts")
+    # Limits (README "Limits"): every violation is a LimitError naming the limit and its setting.
+    max_dialogue_chars: int = Field(default=20_000, ge=100, description="longest dialogue a server tool accepts, "
+                                                                     "counting turn texts and call arguments (JSON)")
+    max_dialogue_turns: int = Field(default=200, ge=1, description="most turns in one dialogue")
+    max_tools: int = Field(default=1000, ge=1, description="most tools in one catalogue or tool list")
+    max_schema_bytes: int = Field(default=65_536, ge=256, description="largest argument schema of one tool, in bytes "
+                                                                      "of JSON after $ref expansion")
+    # 3 MiB: a catalogue at the limit still fits the MCP SDK's 4 MiB HTTP request body with its JSON-RPC envelope.
+    max_catalogue_bytes: int = Field(default=3_145_728, ge=1024, description="largest catalogue, in bytes of JSON")
+    max_description_chars: int = Field(default=8_000, ge=100, description="longest tool or catalogue description")
+    max_enum_values: int = Field(default=1_000, ge=1, description="most values in one enum")
+    max_ref_depth: int = Field(default=32, ge=1, description="deepest chain of nested $ref expansions")
+    max_feedback_bytes: int = Field(default=65_536, ge=1024, description="largest report_feedback (dialogue, "
+                                                                         "instructions and calls), in bytes of JSON")
+    max_instructions: int = Field(default=1_000, ge=1, description="most standing instructions per user")
+    max_instruction_chars: int = Field(default=2_000, ge=10, description="longest standing instruction")
     tokens: str | None = Field(default=None, description="HTTP bearer tokens as 'token:user_id,token2:user2'")
     tokens_file: Path | None = Field(default=None, description="file with one 'token:user_id' per line (HTTP)")
 

@@ -43,6 +43,15 @@ class ValidationError(PrefcallError):
     """Input or a generated call does not conform to its schema."""
 
 
+class LimitError(ValidationError):
+    """An input is over one of the documented limits (README "Limits"); the message names the limit and its setting."""
+
+    def __init__(self, what: str, limit: int, setting: str) -> None:
+        self.limit = limit
+        self.setting = setting if setting.startswith("PREFCALL_") else f"PREFCALL_{setting.upper()}"
+        super().__init__(f"{what}; the limit is {limit} ({self.setting})")
+
+
 class NotFoundError(PrefcallError):
     """A named user, instruction or catalogue does not exist."""
 

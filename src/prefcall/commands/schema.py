@@ -23,8 +23,11 @@ def cmd_add(args):
     path = Path(args.file)
     if not path.is_file():
         raise ValidationError(f"file: {path} not found; give an OpenAI/MCP/BFCL/SGD tool list JSON file")
-    with _store(args) as store:
-        catalogue = store.add(path, name=args.name, description=args.description, replace=args.replace)
+    from prefcall.strategies.grammars import check_catalogue_grammars, grammar_checker
+
+    with _store(args) as store:  # grammars compiled with llama.cpp now (no model needed): a bad schema fails here
+        catalogue = store.add(path, name=args.name, description=args.description, replace=args.replace,
+                              check=lambda c: check_catalogue_grammars(c, grammar_checker(None)))
     print(f"added catalogue {catalogue.name} with {len(catalogue.functions)} functions")
 
 

@@ -33,7 +33,7 @@ from prefcall.engine.base import (
     TokenLogprob,
     schema_key_order,
 )
-from prefcall.errors import CancelledError
+from prefcall.errors import CancelledError, GrammarError
 
 _TOKEN_RE = re.compile(r"\s*\S+|\s+")
 
@@ -224,12 +224,57 @@ class FakeEngine:
             counts = [max(1, len(fake_tokenize(c))) for c in candidates]
             return CandidateScores(list(candidates), logprobs, counts, usage)
 
+    def check_grammar(self, schema: dict[str, Any]) -> None:
+        """The engine-level grammar check, in pure Python: what llama.cpp refuses is refused here too."""
+        check_grammar_pure(schema)
+
     def _score(self, prompt: str, candidate: str) -> float:
         if callable(self.scorer):
             return float(self.scorer(prompt, candidate))
         if isinstance(self.scorer, dict):
             return float(self.scorer.get(candidate.strip(), self.scorer.get(candidate, -5.0)))
         return -1.0 * max(1, len(fake_tokenize(candidate)))
+
+
+def check_grammar_pure(schema: dict[str, Any]) -> None:
+    """A pure-Python stand-in for compiling a JSON Schema to a llama.cpp grammar (the fake's `check_grammar`).
+
+    Refuses what the in-process engine refuses for the schemas strategies build (already cleaned by
+    `schemas.render.grammar_schema`), without llama.cpp: a double quote inside a literal the grammar must write
+    (a property name, an enum or const string), which
+    llama.cpp's converter escapes wrongly so its parser rejects the grammar
+    (tests/test_engine_fake.py checks both against `prefcall.engine.llama.check_grammar`)."""
+    if not isinstance(schema, dict):
+        raise GrammarError("JSON Schema cannot become a grammar (not an object): simplify or fix the schema")
+    problem = _quoted_literal(schema, "$")
+    if problem:
+        raise GrammarError(f"llama.cpp rejected the grammar built from the schema: a double quote in {problem}; "
+                           "simplify the schema")
+
+
+def _quoted_literal(node: Any, where: str) -> str | None:
+    if isinstance(node, list):
+        return next((p for i, item in enumerate(node) if (p := _quoted_literal(item, f"{where}[{i}]"))), None)
+    if not isinstance(node, dict):
+        return None
+    for name in node.get("properties") or {}:
+        if '"' in str(name):
+            return f"property name {name!r} at {where}"
+    for key in ("enum", "const"):
+        if key in node and _has_quote(node[key]):
+            return f"{key} value at {where}"
+    return next((p for key, value in node.items() if key not in ("enum", "const")
+                 and (p := _quoted_literal(value, f"{where}.{key}"))), None)
+
+
+def _has_quote(value: Any) -> bool:
+    if isinstance(value, str):
+        return '"' in value
+    if isinstance(value, dict):
+        return any(_has_quote(k) or _has_quote(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_quote(v) for v in value)
+    return False
 
 
 def _check(cancel: Cancel | None) -> None:

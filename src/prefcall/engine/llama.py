@@ -444,9 +444,15 @@ class LlamaEngine:
 
     def compile_grammar(self, schema: dict[str, Any]) -> None:
         """Check that llama.cpp accepts the grammar of a schema (GrammarError if not); cached for later use."""
-        grammar = self._grammar(schema)
+        with self._lock:  # the grammar cache is shared with generation
+            grammar = self._grammar(schema)
         handle = self._grammar_sampler(grammar)
         llama_cpp.llama_sampler_free(handle)
+
+    def check_grammar(self, schema: dict[str, Any]) -> None:
+        """The engine-level grammar check: `check_grammar` below (model-free, so it never waits for a generation
+        holding the engine's lock); GrammarError when the schema cannot be compiled."""
+        check_grammar(schema)
 
     def _grammar_sampler(self, grammar: LlamaGrammar) -> Any:
         handle = llama_cpp.llama_sampler_init_grammar(self._vocab, grammar._grammar.encode("utf-8"),
@@ -514,6 +520,18 @@ class LlamaEngine:
         with self._lock:
             self._saved.clear()
             self._llm.close()
+
+
+def check_grammar(schema: dict[str, Any]) -> None:
+    """Compile a JSON Schema as the in-process engine would, without a model: llama.cpp's converter, then
+    llama.cpp's own grammar parser (a grammar sampler made with no vocabulary: JSON grammars name no tokens).
+    GrammarError when either refuses it. What import-time checks use before (or without) a loaded model."""
+    gbnf = json_schema_gbnf(schema)
+    handle = llama_cpp.llama_sampler_init_grammar(None, gbnf.encode("utf-8"), b"root")
+    if not handle:
+        raise GrammarError("llama.cpp rejected the grammar built from the schema: simplify the schema "
+                           "(a double quote in a property name or enum value is a known cause)")
+    llama_cpp.llama_sampler_free(handle)
 
 
 def json_schema_gbnf(schema: dict[str, Any]) -> str:

@@ -18,7 +18,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from prefcall.errors import ValidationError
+from prefcall.config import Settings
+from prefcall.errors import LimitError, ValidationError
 from prefcall.schemas.model import Catalogue, Function
 
 FORMATS = ("openai", "functions", "mcp", "bfcl", "sgd")
@@ -252,13 +253,32 @@ _CONVERTERS = {
 
 
 # ---------------------------------------------------------------------------- $ref inlining and validation
-def inline_refs(schema: Any, path: str) -> Any:
-    """Replace local `{"$ref": "#/$defs/X"}` with the definition (MCP servers built on pydantic emit these)."""
+def inline_refs(schema: Any, path: str, limits: Settings | None = None) -> Any:
+    """Replace local `{"$ref": "#/$defs/X"}` with the definition (MCP servers built on pydantic emit these).
+
+    With `limits`, expansion stops with a LimitError past `max_ref_depth` nested references or once the
+    expanded schema grows past `max_schema_bytes` (counted as it is built, so a small schema whose references
+    fan out exponentially is refused before it takes the memory)."""
     if not isinstance(schema, dict):
         return schema
     defs = {**schema.get("definitions", {}), **schema.get("$defs", {})}
+    budget = [limits.max_schema_bytes if limits is not None else None]
+
+    def charge(node: Any, where: str) -> None:
+        if budget[0] is None:
+            return
+        if isinstance(node, dict):
+            budget[0] -= 2 + sum(len(str(k)) + 4 for k in node)
+        elif isinstance(node, list):
+            budget[0] -= 2 + len(node)
+        else:
+            budget[0] -= len(str(node)) + 2
+        if budget[0] < 0:
+            raise LimitError(f"{path} is more than {limits.max_schema_bytes} bytes after $ref expansion",  # type: ignore[union-attr]
+                             limits.max_schema_bytes, "max_schema_bytes")  # type: ignore[union-attr]
 
     def resolve(node: Any, where: str, stack: tuple[str, ...]) -> Any:
+        charge(node, where)
         if isinstance(node, list):
             return [resolve(v, f"{where}[{i}]", stack) for i, v in enumerate(node)]
         if not isinstance(node, dict):
@@ -270,6 +290,9 @@ def inline_refs(schema: Any, path: str) -> Any:
                 raise ValidationError(f"{where}.$ref: cannot resolve {ref!r}; only local #/$defs references work")
             if key in stack:
                 raise ValidationError(f"{where}.$ref: recursive reference {ref!r} is not supported; flatten the schema")
+            if limits is not None and len(stack) >= limits.max_ref_depth:
+                raise LimitError(f"{where}.$ref: references nest more than {limits.max_ref_depth} deep",
+                                 limits.max_ref_depth, "max_ref_depth")
             merged = {**defs[key], **{k: v for k, v in node.items() if k != "$ref"}}
             return resolve(merged, where, (*stack, key))
         return {
@@ -279,7 +302,7 @@ def inline_refs(schema: Any, path: str) -> Any:
     return resolve(schema, path, ())
 
 
-def _check_schema(schema: Any, path: str) -> None:
+def _check_schema(schema: Any, path: str, limits: Settings | None = None) -> None:
     if not isinstance(schema, dict):
         raise ValidationError(f"{path}: expected a JSON Schema object, got {type(schema).__name__}")
     kind = schema.get("type")
@@ -289,12 +312,14 @@ def _check_schema(schema: Any, path: str) -> None:
             raise ValidationError(f"{path}.type: unknown type {item!r}; {TYPE_HINT}")
     if "enum" in schema and (not isinstance(schema["enum"], list) or not schema["enum"]):
         raise ValidationError(f"{path}.enum: must be a non-empty list of allowed values")
+    if limits is not None and "enum" in schema and len(schema["enum"]) > limits.max_enum_values:
+        raise LimitError(f"{path}.enum has {len(schema['enum'])} values", limits.max_enum_values, "max_enum_values")
     properties = schema.get("properties")
     if properties is not None:
         if not isinstance(properties, dict):
             raise ValidationError(f"{path}.properties: must be an object mapping names to schemas")
         for name, sub in properties.items():
-            _check_schema(sub, f"{path}.properties.{name}")
+            _check_schema(sub, f"{path}.properties.{name}", limits)
     required = schema.get("required")
     if required is not None:
         if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
@@ -303,25 +328,53 @@ def _check_schema(schema: Any, path: str) -> None:
             if name not in (properties or {}):
                 raise ValidationError(f"{path}.required: {name!r} is not one of the properties; add it or drop it")
     if "items" in schema and isinstance(schema["items"], dict):
-        _check_schema(schema["items"], f"{path}.items")
+        _check_schema(schema["items"], f"{path}.items", limits)
     for key in _SCHEMA_LISTS:
         for i, sub in enumerate(schema.get(key) or []):
-            _check_schema(sub, f"{path}.{key}[{i}]")
+            _check_schema(sub, f"{path}.{key}[{i}]", limits)
 
 
-def validate_function(function: Function, path: str) -> Function:
-    """Inline $refs, check types recursively; the top level must be an object schema."""
-    params = inline_refs(function.parameters, f"{path}.parameters")
+def validate_function(function: Function, path: str, limits: Settings | None = None) -> Function:
+    """Inline $refs, check types recursively; the top level must be an object schema. With `limits`: the
+    description, schema size (after $ref expansion), $ref depth and enum sizes are bounded (LimitError)."""
+    if limits is not None and len(function.description) > limits.max_description_chars:
+        raise LimitError(f"{path}.description is {len(function.description)} characters",
+                         limits.max_description_chars, "max_description_chars")
+    params = inline_refs(function.parameters, f"{path}.parameters", limits)
+    if not isinstance(params, dict):
+        raise ValidationError(f"{path}.parameters: expected a JSON Schema object, got {type(params).__name__}")
     if params.get("type", "object") != "object":
         raise ValidationError(f"{path}.parameters.type: must be 'object' (the arguments of a call)")
     params.setdefault("type", "object")
     params.setdefault("properties", {})
-    _check_schema(params, f"{path}.parameters")
+    if limits is not None:
+        size = len(json.dumps(params, ensure_ascii=False).encode("utf-8"))
+        if size > limits.max_schema_bytes:
+            raise LimitError(f"{path}.parameters is {size} bytes of JSON", limits.max_schema_bytes, "max_schema_bytes")
+    _check_schema(params, f"{path}.parameters", limits)
     return function.model_copy(update={"parameters": params})
 
 
-def validate_catalogue(catalogue: Catalogue) -> Catalogue:
-    """A checked copy: known types only, required names exist, function names unique."""
+def check_catalogue_size(catalogue: Catalogue, limits: Settings) -> None:
+    """Tool count, description and whole-catalogue size limits (before the per-function checks)."""
+    if len(catalogue.functions) > limits.max_tools:
+        raise LimitError(f"catalogue has {len(catalogue.functions)} tools", limits.max_tools, "max_tools")
+    if len(catalogue.description) > limits.max_description_chars:
+        raise LimitError(f"catalogue description is {len(catalogue.description)} characters",
+                         limits.max_description_chars, "max_description_chars")
+
+
+def check_source_size(data: Any, limits: Settings) -> None:
+    """A whole import (parsed JSON) against `max_catalogue_bytes`."""
+    size = len(json.dumps(data, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+    if size > limits.max_catalogue_bytes:
+        raise LimitError(f"catalogue is {size} bytes of JSON", limits.max_catalogue_bytes, "max_catalogue_bytes")
+
+
+def validate_catalogue(catalogue: Catalogue, limits: Settings | None = None) -> Catalogue:
+    """A checked copy: known types only, required names exist, function names unique; `limits` bound sizes."""
+    if limits is not None:
+        check_catalogue_size(catalogue, limits)
     seen: dict[str, int] = {}
     functions = []
     for i, function in enumerate(catalogue.functions):
@@ -331,7 +384,7 @@ def validate_catalogue(catalogue: Catalogue) -> Catalogue:
                 " rename one"
             )
         seen[function.name] = i
-        functions.append(validate_function(function, f"functions[{i}]"))
+        functions.append(validate_function(function, f"functions[{i}]", limits))
     return catalogue.model_copy(update={"functions": functions})
 
 
@@ -342,9 +395,15 @@ def import_catalogue(
     name: str | None = None,
     description: str | None = None,
     format: str = "auto",
+    limits: Settings | None = None,
 ) -> Catalogue:
-    """A validated Catalogue from a file path, JSON text or parsed JSON, in any supported format."""
+    """A validated Catalogue from a file path, JSON text or parsed JSON, in any supported format.
+    `limits` (the settings' PREFCALL_MAX_* values) bound what a user may import; None: trusted data, no bounds."""
+    if limits is not None and isinstance(source, (str, bytes)) and len(source) > limits.max_catalogue_bytes:
+        raise LimitError(f"catalogue is {len(source)} bytes", limits.max_catalogue_bytes, "max_catalogue_bytes")
     data, stem = read_source(source)
+    if limits is not None:
+        check_source_size(data, limits)
     fmt = detect_format(data) if format == "auto" else format
     if fmt not in _CONVERTERS:
         raise ValidationError(f"format: unknown format {format!r}; use auto or one of {', '.join(FORMATS)}")
@@ -359,7 +418,7 @@ def import_catalogue(
         description=description if description is not None else str(default_description),
         functions=functions,
     )
-    return validate_catalogue(catalogue)
+    return validate_catalogue(catalogue, limits)
 
 
 def catalogue_to_dict(catalogue: Catalogue) -> dict[str, Any]:

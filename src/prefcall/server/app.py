@@ -24,17 +24,19 @@ from pydantic import ValidationError as PydanticValidationError
 from prefcall import __version__
 from prefcall.config import Settings
 from prefcall.engine.base import Embedder, Engine
-from prefcall.errors import NotFoundError, PrefcallError, ValidationError
+from prefcall.errors import LimitError, NotFoundError, PrefcallError, ValidationError
 from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, Turn
 from prefcall.schemas.registry import CatalogueRegistry
 from prefcall.server import models as m
-from prefcall.server.auth import StaticTokenVerifier, resolve_user
-from prefcall.server.services import Services, Source, catalogue_summary
+from prefcall.server.auth import StaticTokenVerifier, current_user, resolve_user
+from prefcall.server.services import LOCAL_CALLER, Caller, Services, Source, catalogue_summary
 from prefcall.server.validation import (
     check_text,
+    check_tool_list,
     check_unicode,
     check_unique_names,
     dialogue_turns,
+    json_size,
     tool_parameters,
 )
 from prefcall.storage.demos import DemoStore
@@ -217,6 +219,13 @@ def answer_schema(missing: list[MissingArgument]) -> type[BaseModel]:
     return create_model("ClarifyAnswer", **fields)
 
 
+def request_caller() -> Caller:
+    """Who this request acts for: over HTTP the token's user, alone with their data (`private`); on stdio and
+    in-process the one local user, as before users existed."""
+    user = current_user()
+    return Caller(owner=user, private=True) if user is not None else LOCAL_CALLER
+
+
 def client_can_elicit(ctx: Context) -> bool:
     capabilities = ctx.client_capabilities
     return capabilities is not None and capabilities.elicitation is not None
@@ -275,6 +284,9 @@ def create_server(
     def limit() -> int:
         return settings.max_dialogue_chars
 
+    def turns_of(dialogue: str | list[m.TurnIn]) -> list[Turn]:
+        return dialogue_turns(dialogue, settings.max_dialogue_chars, settings.max_dialogue_turns)
+
     # -- parse_request ---------------------------------------------------------------------------
     @server.tool(title="Parse a request into personalised calls", annotations=READ_ONLY)
     async def parse_request(
@@ -292,12 +304,13 @@ def create_server(
         instructions; or a clarifying question (decision 'ask'); or 'refuse' when no function fits."""
         with tool_errors():
             user = resolve_user(user_id)
-            turns = dialogue_turns(dialogue, limit())
+            turns = turns_of(dialogue)
             if applicable is not None:
                 check_unicode(applicable, "applicable")
+                check_applicable(applicable)
             await tell(ctx, "info", f"parse_request for {user} on {catalogue} ({config})")
             result = await services.parse(user, turns, catalogue, config, {"allow_refuse": allow_refuse},
-                                          applicable, progress_for(ctx))
+                                          applicable, progress_for(ctx), caller=request_caller())
             await tell(ctx, "info", f"decision {result.decision}: {len(result.calls)} call(s), "
                                     f"{result.trace.evaluated} tokens evaluated, {result.trace.reused} reused")
             return result
@@ -332,25 +345,27 @@ def create_server(
             if tools is not None:
                 if not tools:
                     raise ValidationError("tools is empty: pass at least one tool")
+                check_tool_list(tools, settings.max_tools, settings.max_catalogue_bytes)
                 check_unicode([t.model_dump() for t in tools], "tools")
                 check_unique_names([t.name for t in tools])
                 chosen = [Function(name=t.name, description=t.description, parameters=tool_parameters(t))
                           for t in tools]
             else:
-                chosen = await services.catalogue(str(catalogue))
+                chosen = await services.catalogue(str(catalogue), request_caller())
             return await services.select_tools(text, chosen, mode=mode, context=context, threshold=threshold,
-                                               calibrate=calibrate, progress=progress_for(ctx))
+                                               calibrate=calibrate, progress=progress_for(ctx),
+                                               caller=request_caller())
 
     # -- clarify (with MCP elicitation when the client supports it) ------------------------------
     async def clarify_first_pass(
         dialogue: Dialogue, catalogue: str, user_id: str | None, ctx: Context
     ) -> ClarifyFirstPass:
         with tool_errors():
-            turns = dialogue_turns(dialogue, limit())
+            turns = turns_of(dialogue)
             user = resolve_user(user_id) if user_id or ctx_has_token() else None
             instructions = [i.text for i in await services.instructions(user)] if user else []
-            found = await services.catalogue(catalogue)
-            outcome = await services.clarify(turns, found, instructions, progress_for(ctx))
+            found = await services.catalogue(catalogue, request_caller())
+            outcome = await services.clarify(turns, found, instructions, progress_for(ctx), caller=request_caller())
             return ClarifyFirstPass(outcome=outcome, user_id=user, turns=turns, catalogue=found,
                                     instructions=instructions)
 
@@ -389,19 +404,27 @@ def create_server(
             turns = [*first.turns, Turn(role="assistant", content=outcome.question or ""),
                      Turn(role="user", content=text)]
             await tell(ctx, "info", "the user answered the clarifying question; re-running clarify")
-            again = await services.clarify(turns, first.catalogue, first.instructions, progress_for(ctx))
+            again = await services.clarify(turns, first.catalogue, first.instructions, progress_for(ctx),
+                                           caller=request_caller())
             calls: list[m.CallOut] = []
             if again.decision == "continue" and first.user_id:
                 parsed = await services.parse(first.user_id, turns, first.catalogue.name, "full",
-                                              {"allow_refuse": True}, None, progress_for(ctx))
+                                              {"allow_refuse": True}, None, progress_for(ctx), caller=request_caller())
                 calls = parsed.calls
             return again.model_copy(update={"elicited": True, "elicitation_action": "accept", "answer": reply,
                                             "calls": calls})
 
     def ctx_has_token() -> bool:
-        from prefcall.server.auth import current_user
-
         return current_user() is not None
+
+    def check_applicable(texts: list[str], field: str = "applicable") -> None:
+        """Instructions a host passes inline obey the same limits as stored ones."""
+        if len(texts) > settings.max_instructions:
+            raise LimitError(f"{field} has {len(texts)} instructions", settings.max_instructions, "max_instructions")
+        for text in texts:
+            if len(text) > settings.max_instruction_chars:
+                raise LimitError(f"{field} has an instruction of {len(text)} characters",
+                                 settings.max_instruction_chars, "max_instruction_chars")
 
     # -- tag_profile -----------------------------------------------------------------------------
     @server.tool(title="Tag standing instructions (TAPS)", annotations=UPDATE)
@@ -414,7 +437,8 @@ def create_server(
         """Tag every untagged or stale standing instruction with TAPS structured tags and store them."""
         with tool_errors():
             user = resolve_user(user_id)
-            result = await services.tag_profile(user, catalogue, force=force, progress=progress_for(ctx))
+            result = await services.tag_profile(user, catalogue, force=force, progress=progress_for(ctx),
+                                                caller=request_caller())
             await tell(ctx, "info", f"tagged {result.tagged}, skipped {result.skipped}, invalid {result.invalid}")
             return result
 
@@ -434,12 +458,16 @@ def create_server(
         text: Annotated[str, Field(description="e.g. 'When I book flights, I fly Delta.'")],
         user_id: UserId = None,
         create: Annotated[bool, Field(description="create the profile when it does not exist")] = True,
+        idempotency_key: Annotated[
+            str | None, Field(description="a key unique to this write (e.g. a UUID): a retry with the same key "
+                                          "stores nothing new and returns the first write's instruction")
+        ] = None,
     ) -> m.InstructionChange:
         """Add a standing instruction to the user's profile."""
         with tool_errors():
             user = resolve_user(user_id)
-            clean = check_text(text, "text", 2_000)
-            added, count = await services.add_instruction(user, clean, create=create)
+            clean = check_text(text, "text", settings.max_instruction_chars, "max_instruction_chars")
+            added, count = await services.add_instruction(user, clean, create=create, request_key=idempotency_key)
             return m.InstructionChange(user_id=user, action="added", instruction=added, instructions=count)
 
     @server.tool(title="Remove a standing instruction", annotations=DESTRUCTIVE)
@@ -463,9 +491,10 @@ def create_server(
     # -- catalogues ------------------------------------------------------------------------------
     @server.tool(title="List catalogues", annotations=READ_ONLY)
     async def list_catalogues() -> m.CatalogueList:
-        """Every catalogue (API schema set) prefcall knows, with its function names."""
+        """The built-in catalogues (API schema sets) and your own, with their function names."""
         with tool_errors():
-            return m.CatalogueList(catalogues=[catalogue_summary(c) for c in await services.catalogues()])
+            listed = await services.catalogues(request_caller())
+            return m.CatalogueList(catalogues=[catalogue_summary(c) for c in listed])
 
     @server.tool(title="Import a catalogue", annotations=DESTRUCTIVE)
     async def import_catalogue(
@@ -477,14 +506,26 @@ def create_server(
         description: Annotated[str | None, Field(description="what the catalogue is for")] = None,
         replace: Annotated[bool, Field(description="overwrite a catalogue with this name")] = False,
     ) -> m.ImportResult:
-        """Store a host's tool list as a catalogue usable by parse_request, clarify and select_tools_nlt."""
+        """Store a host's tool list as your catalogue, usable by parse_request, clarify and select_tools_nlt.
+        Within the limits (README), with every schema compiled to its grammar now: a bad one is refused here."""
         with tool_errors():
-            check_unicode([name, description, tools], "tools")
             if not tools:
                 raise ValidationError("tools is empty: pass at least one tool")
+            check_tool_list(tools, settings.max_tools, settings.max_catalogue_bytes)
+            check_unicode([name, description, tools], "tools")
             check_unique_names([_tool_name(t) for t in tools])
-            catalogue, replaced = await services.import_catalogue(tools, name, description, replace)
+            catalogue, replaced = await services.import_catalogue(tools, name, description, replace,
+                                                                  request_caller())
             return m.ImportResult(name=catalogue.name, functions=catalogue.names, replaced=replaced)
+
+    @server.tool(title="Delete a catalogue", annotations=DESTRUCTIVE)
+    async def delete_catalogue(
+        name: Annotated[str, Field(min_length=1, max_length=100, description="one of your catalogues")],
+    ) -> m.CatalogueDeleted:
+        """Delete one of your own catalogues (built-ins cannot be deleted)."""
+        with tool_errors():
+            await services.delete_catalogue(name, request_caller())
+            return m.CatalogueDeleted(name=name, deleted=True)
 
     # -- feedback --------------------------------------------------------------------------------
     @server.tool(title="Report whether a call was accepted", annotations=ADDITIVE)
@@ -509,10 +550,17 @@ def create_server(
         similar future requests."""
         with tool_errors():
             user = resolve_user(user_id)
-            turns = dialogue_turns(dialogue, limit())
+            turns = turns_of(dialogue)
+            size = json_size([[t.model_dump() for t in turns], [c.model_dump() for c in calls], instructions_used])
+            if size > settings.max_feedback_bytes:
+                raise LimitError(f"the feedback is {size} bytes of JSON", settings.max_feedback_bytes,
+                                 "max_feedback_bytes")
             check_unicode([c.model_dump() for c in calls], "calls")
             check_unicode(instructions_used or [], "instructions_used")
-            found = await services.catalogue(catalogue)
+            if instructions_used is not None:
+                check_applicable(instructions_used, "instructions_used")
+            caller = request_caller()
+            found = await services.catalogue(catalogue, caller)
             chosen = [Call(name=c.name, arguments=c.arguments) for c in calls]
             unknown = [c.name for c in chosen if found.function(c.name) is None]
             if unknown:
@@ -526,7 +574,7 @@ def create_server(
             if instructions is None:
                 instructions = [i.text for i in await services.instructions(user)]
             await services.ready(progress_for(ctx))
-            demo = await services.store_demonstration(turns, instructions, found.name, chosen)
+            demo = await services.store_demonstration(turns, instructions, found.name, chosen, caller)
             await tell(ctx, "info", f"stored demonstration {demo.id} for {found.name}")
             return m.FeedbackResult(stored=True, demonstration_id=demo.id,
                                     calls=[m.CallOut(name=c.name, arguments=c.arguments) for c in chosen],
@@ -544,9 +592,10 @@ def create_server(
 
     @server.resource("schemas://catalogues", name="catalogues", title="Catalogues", mime_type="application/json")
     async def catalogues_resource() -> str:
-        """Every catalogue with its function names."""
+        """The built-in catalogues and yours, with their function names."""
         with resource_errors():
-            listing = m.CatalogueList(catalogues=[catalogue_summary(c) for c in await services.catalogues()])
+            listed = await services.catalogues(request_caller())
+            listing = m.CatalogueList(catalogues=[catalogue_summary(c) for c in listed])
             return listing.model_dump_json(indent=1)
 
     @server.resource("schemas://{catalogue}", name="catalogue", title="A catalogue's JSON",
@@ -554,7 +603,7 @@ def create_server(
     async def catalogue_resource(catalogue: str) -> str:
         """The catalogue's functions as JSON Schema (prefcall's export form)."""
         with resource_errors():
-            found = await services.catalogue(catalogue)
+            found = await services.catalogue(catalogue, request_caller())
             return json.dumps({"name": found.name, "description": found.description,
                                "functions": [f.model_dump() for f in found.functions]}, indent=1, ensure_ascii=False)
 

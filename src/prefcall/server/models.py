@@ -59,12 +59,14 @@ class CallOut(BaseModel):
 
 
 class Trace(BaseModel):
-    """Where the time and tokens went: the KV-prefix reuse shows in `reused`."""
+    """Where the time and tokens went: the KV-prefix reuse shows in `reused` (stdio). Over HTTP, where users
+    share the caches, `evaluated` is the caller's prompt size and `reused` 0: cache state is not shown."""
 
     timings: dict[str, float] = Field(default_factory=dict, description="seconds per step")
     prompt_tokens: int = 0
-    evaluated: int = Field(default=0, description="prompt tokens the model actually evaluated")
-    reused: int = Field(default=0, description="prompt tokens taken from the KV cache")
+    evaluated: int = Field(default=0, description="prompt tokens the model actually evaluated "
+                                                  "(over HTTP: the prompt size)")
+    reused: int = Field(default=0, description="prompt tokens taken from the KV cache (over HTTP: 0)")
     completion_tokens: int = 0
     model_calls: int = 0
     seconds: float = 0.0
@@ -188,6 +190,11 @@ class CatalogueSummary(BaseModel):
 
 class CatalogueList(BaseModel):
     catalogues: list[CatalogueSummary] = Field(default_factory=list)
+
+
+class CatalogueDeleted(BaseModel):
+    name: str
+    deleted: bool
 
 
 class ImportResult(BaseModel):

@@ -3,6 +3,11 @@
 Thin by design: every decision is a strategy's; this module only routes calls to the right thread and
 turns each strategy's typed result (ParseResult, NltResult, ClarifyResult, TagResult) into the server's
 typed results (`prefcall.server.models`) with one mapping function each.
+
+Every call names its `Caller`: whose catalogues and demonstrations it reads and writes (`owner`), and whether
+several users share this process (`private`, over HTTP). A private caller's model calls carry its own cache
+`Scope` (KV state of its text is never reused for anyone else; only a built-in catalogue's shared prefix is),
+and its traces report its prompt size instead of what the caches reused, which would reveal other users' traffic.
 """
 
 from __future__ import annotations
@@ -11,10 +16,11 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 from prefcall.config import Settings
-from prefcall.engine.base import Embedder, Engine
+from prefcall.engine.base import LOCAL, Embedder, Engine, Scope, ScopedEngine
 from prefcall.engine.loader import ModelLoader, ProgressFn
 from prefcall.errors import NotFoundError, PrefcallError
 from prefcall.profiles.tags import TaggedInstruction
@@ -22,8 +28,10 @@ from prefcall.schemas.model import Call, Catalogue, Function, Turn, render_dialo
 from prefcall.schemas.registry import BUILTIN_NAMES, CatalogueRegistry
 from prefcall.server import models as m
 from prefcall.server.runtime import Worker
+from prefcall.storage.db import LOCAL_OWNER
 from prefcall.storage.demos import Demonstration, DemoStore, add_demonstration
 from prefcall.storage.profiles import Instruction, ProfileStore
+from prefcall.strategies.grammars import check_catalogue_grammars, grammar_checker
 from prefcall.strategies.nlt import NltResult, NltUsage, select_tools
 from prefcall.strategies.pipeline import ParseResult, Pipeline, get_config
 from prefcall.strategies.qwn import ClarifyResult, clarify
@@ -35,8 +43,38 @@ log = logging.getLogger("prefcall.server")
 
 CLARIFY_CACHE_SIZE = 32
 
+# Trace steps whose presence says whether a cache shared by several users was warm.
+CACHE_STEPS = ("calibrate_selection",)
+
 S = TypeVar("S")
 Source = S | Callable[[], S] | None  # a store, a factory called on the thread that uses it, or None (the settings' file)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who a request acts for. `owner`: whose catalogues and demonstrations (the token's user over HTTP, the
+    local user on stdio); `private`: other users share this process (HTTP), so caches are scoped to the owner
+    and traces hide cache state. The default is the one local user of stdio, as before users existed."""
+
+    owner: str = LOCAL_OWNER
+    private: bool = False
+
+    def scope(self, catalogue_shared: bool) -> Scope:
+        """The engine cache scope: on stdio everything may be reused (LOCAL); over HTTP the caller's own text
+        only for the caller, and the system prompt + catalogue across users only for a built-in catalogue."""
+        if not self.private:
+            return LOCAL
+        return Scope(user=self.owner, shared="public" if catalogue_shared else f"user:{self.owner}")
+
+
+LOCAL_CALLER = Caller()
+
+
+def private_trace(trace: m.Trace) -> m.Trace:
+    """A trace that shows the caller's own prompt size, not the state of caches other users also fill:
+    `evaluated` is the prompt size and `reused` 0, and steps that run only on a cold shared cache are dropped."""
+    timings = {k: v for k, v in trace.timings.items() if k not in CACHE_STEPS}
+    return trace.model_copy(update={"evaluated": trace.prompt_tokens, "reused": 0, "timings": timings})
 
 
 # ------------------------------------------------------------------------------- strategy results -> wire models
@@ -210,15 +248,18 @@ class Services:
     async def create_profile(self, user_id: str) -> bool:
         return await self.db.call(self._create_profile, user_id)
 
-    def _add_instruction(self, user_id: str, text: str, create: bool) -> tuple[Instruction, int]:
+    def _add_instruction(self, user_id: str, text: str, create: bool,
+                         request_key: str | None) -> tuple[Instruction, int]:
         store = self._profile_store()
         if create:
             self._create_profile(user_id)
-        added = store.add_instruction(user_id, text)
+        added = store.add_instruction(user_id, text, request_key=request_key)
         return added, len(store.list_instructions(user_id))
 
-    async def add_instruction(self, user_id: str, text: str, *, create: bool) -> tuple[m.InstructionOut, int]:
-        added, count = await self.db.call(self._add_instruction, user_id, text, create)
+    async def add_instruction(self, user_id: str, text: str, *, create: bool,
+                              request_key: str | None = None) -> tuple[m.InstructionOut, int]:
+        """`request_key`: an idempotency key; a retry with the same key returns the first add's instruction."""
+        added, count = await self.db.call(self._add_instruction, user_id, text, create, request_key)
         return instruction_out(added), count
 
     def _remove_instruction(self, user_id: str, instruction_id: int) -> tuple[Instruction, int]:
@@ -240,26 +281,42 @@ class Services:
         self._profile_store().set_tags(instruction_id, tags, model)
 
     # -- catalogues (db thread) ------------------------------------------------------------------
-    async def catalogue(self, name: str) -> Catalogue:
-        return await self.db.call(lambda: self._catalogue_store().get(name))
+    async def catalogue(self, name: str, caller: Caller = LOCAL_CALLER) -> Catalogue:
+        """A built-in or one of the caller's own catalogues (another user's is 'unknown', as a missing one)."""
+        return await self.db.call(lambda: self._catalogue_store().get(name, caller.owner))
 
-    def _all_catalogues(self) -> list[Catalogue]:
+    def _all_catalogues(self, owner: str) -> list[Catalogue]:
         store = self._catalogue_store()
-        return [store.get(info.name) for info in store.list()]
+        return [store.get(info.name, owner) for info in store.list(owner)]
 
-    async def catalogues(self) -> list[Catalogue]:
-        return await self.db.call(self._all_catalogues)
+    async def catalogues(self, caller: Caller = LOCAL_CALLER) -> list[Catalogue]:
+        """The built-ins and the caller's own catalogues."""
+        return await self.db.call(self._all_catalogues, caller.owner)
 
-    def _import_catalogue(self, tools: list[dict], name: str, description: str | None,
-                          replace: bool) -> tuple[Catalogue, bool]:
+    def _grammar_check(self, catalogue: Catalogue) -> None:
+        # The loaded engine's own check (the fake's in tests); before the model is ready, llama.cpp's, which
+        # needs no model: an import never waits for (or fails with) the model.
+        engine = self.models.engine if self.models.ready else None
+        check_catalogue_grammars(catalogue, grammar_checker(engine))
+
+    def _import_catalogue(self, tools: list[dict], name: str, description: str | None, replace: bool,
+                          owner: str) -> tuple[Catalogue, bool]:
         store = self._catalogue_store()
-        existed = store.exists(name)
-        catalogue = store.add(tools, name=name, description=description, replace=replace)
+        existed = store.exists(name, owner)
+        catalogue = store.add(tools, name=name, description=description, replace=replace, owner=owner,
+                              check=self._grammar_check)
         return catalogue, existed
 
     async def import_catalogue(self, tools: list[dict], name: str, description: str | None,
-                               replace: bool) -> tuple[Catalogue, bool]:
-        return await self.db.call(self._import_catalogue, tools, name, description, replace)
+                               replace: bool, caller: Caller = LOCAL_CALLER) -> tuple[Catalogue, bool]:
+        """Check (limits, names, grammars) and store under the caller's name; nobody else sees or replaces it."""
+        return await self.db.call(self._import_catalogue, tools, name, description, replace, caller.owner)
+
+    async def delete_catalogue(self, name: str, caller: Caller = LOCAL_CALLER) -> None:
+        await self.db.call(lambda: self._catalogue_store().remove(name, caller.owner))
+
+    def is_builtin(self, catalogue: Catalogue) -> bool:
+        return catalogue.name in BUILTIN_NAMES
 
     # -- model work (model thread) ---------------------------------------------------------------
     async def ready(self, progress: ProgressFn | None = None) -> tuple[Engine, Embedder]:
@@ -274,9 +331,9 @@ class Services:
         return self._pipeline
 
     def _parse(self, turns: list[Turn], instructions: list[Instruction], catalogue: Catalogue, config: str,
-               overrides: dict[str, bool], applicable: list[str] | None) -> ParseResult:
-        return self._get_pipeline().parse(turns, tagged_instructions(instructions), catalogue,
-                                    get_config(config, **overrides), applicable=applicable)
+               overrides: dict[str, bool], applicable: list[str] | None, scope: Scope) -> ParseResult:
+        return self._get_pipeline().scoped(scope).parse(turns, tagged_instructions(instructions), catalogue,
+                                                        get_config(config, **overrides), applicable=applicable)
 
     def _cache_tags(self, instructions: list[Instruction], tags: list[TagResult], model: str) -> None:
         """Store valid tags the pipeline produced for untagged instructions (saves tagging them next time)."""
@@ -288,64 +345,75 @@ class Services:
 
     async def parse(self, user_id: str, turns: list[Turn], catalogue_name: str, config: str,
                     overrides: dict[str, bool], applicable: list[str] | None,
-                    progress: ProgressFn | None = None) -> m.ParseRequestResult:
+                    progress: ProgressFn | None = None, caller: Caller = LOCAL_CALLER) -> m.ParseRequestResult:
         instructions = await self.db.call(self._instructions, user_id)
-        catalogue = await self.catalogue(catalogue_name)
+        catalogue = await self.catalogue(catalogue_name, caller)
         engine, _ = await self.ready(progress)
-        result = await self.model.call(self._parse, turns, instructions, catalogue, config, overrides, applicable)
+        scope = caller.scope(self.is_builtin(catalogue))
+        result = await self.model.call(self._parse, turns, instructions, catalogue, config, overrides, applicable,
+                                       scope)
         if result.tags:
             try:
                 await self.db.call(self._cache_tags, instructions, result.tags, engine.info.model_name)
             except PrefcallError as exc:  # a cache write must not cost the host its answer
                 log.warning("could not cache tags for %s: %s", user_id, exc)
-        return parse_result_out(result, user_id=user_id, catalogue=catalogue.name, config=config)
+        out = parse_result_out(result, user_id=user_id, catalogue=catalogue.name, config=config)
+        return out.model_copy(update={"trace": private_trace(out.trace)}) if caller.private else out
 
     async def select_tools(self, message: str, tools: Sequence[Function] | Catalogue, *, mode: str,
                            context: str | None, threshold: float, calibrate: bool,
-                           progress: ProgressFn | None = None) -> m.NltSelection:
+                           progress: ProgressFn | None = None, caller: Caller = LOCAL_CALLER) -> m.NltSelection:
         engine, _ = await self.ready(progress)
+        shared = isinstance(tools, Catalogue) and self.is_builtin(tools)  # a host's own tool list is its text
+        scoped = ScopedEngine(engine, caller.scope(shared))
         result = await self.model.call(
-            lambda: select_tools(engine, message, tools, mode=mode, context=context, threshold=threshold,  # type: ignore[arg-type]
+            lambda: select_tools(scoped, message, tools, mode=mode, context=context, threshold=threshold,  # type: ignore[arg-type]
                                  calibrate=calibrate)
         )
-        return nlt_out(result)
+        out = nlt_out(result)
+        return out.model_copy(update={"trace": private_trace(out.trace)}) if caller.private else out
 
     async def clarify(self, turns: list[Turn], catalogue: Catalogue, instructions: Sequence[str],
-                      progress: ProgressFn | None = None) -> m.ClarifyOutcome:
+                      progress: ProgressFn | None = None, caller: Caller = LOCAL_CALLER) -> m.ClarifyOutcome:
         # Elicitation on the 2026-07-28 protocol retries the whole tool call with the user's answer; the
         # first pass is deterministic (greedy), so it is answered from this small cache, not recomputed.
-        key = json.dumps([[t.model_dump() for t in turns], catalogue.model_dump(), list(instructions)],
+        # Keyed by the caller too: another user's identical request is never answered from (or timed by) it.
+        key = json.dumps([caller.owner, [t.model_dump() for t in turns], catalogue.model_dump(), list(instructions)],
                          sort_keys=True, default=str)
         if key in self._clarify_cache:
             self._clarify_cache.move_to_end(key)
             return self._clarify_cache[key].model_copy(deep=True)
         engine, embedder = await self.ready(progress)
+        scoped = ScopedEngine(engine, caller.scope(self.is_builtin(catalogue)))
         result = await self.model.call(
-            lambda: clarify(engine, turns, catalogue, instructions=list(instructions), embedder=embedder)
+            lambda: clarify(scoped, turns, catalogue, instructions=list(instructions), embedder=embedder)
         )
         outcome = clarify_out(result)
+        if caller.private:
+            outcome = outcome.model_copy(update={"trace": private_trace(outcome.trace)})
         self._clarify_cache[key] = outcome
         while len(self._clarify_cache) > CLARIFY_CACHE_SIZE:
             self._clarify_cache.popitem(last=False)
         return outcome.model_copy(deep=True)
 
-    def _tag(self, text: str, catalogue: Catalogue) -> TagResult:
+    def _tag(self, text: str, catalogue: Catalogue, scope: Scope) -> TagResult:
         # The tagger parse_request's default configuration uses (constrained structured tags), so that stored
         # tags are the ones parse_request would make; the TAPS free-text tagger stays an evaluation mode.
-        return self._get_pipeline().tag(text, catalogue, get_config(DEFAULT_CONFIG))
+        return self._get_pipeline().scoped(scope).tag(text, catalogue, get_config(DEFAULT_CONFIG))
 
     async def tag_profile(self, user_id: str, catalogue_name: str, *, force: bool,
-                          progress: ProgressFn | None = None) -> m.TagProfileResult:
+                          progress: ProgressFn | None = None, caller: Caller = LOCAL_CALLER) -> m.TagProfileResult:
         instructions = await self.db.call(self._instructions, user_id)
-        catalogue = await self.catalogue(catalogue_name)
+        catalogue = await self.catalogue(catalogue_name, caller)
         engine, _ = await self.ready(progress)
+        scope = caller.scope(self.is_builtin(catalogue))
         outcomes: list[m.TagOutcome] = []
         trace = m.Trace()
         for item in instructions:
             if item.tags and not item.stale and not force:
                 outcomes.append(m.TagOutcome(instruction_id=item.id, text=item.text, status="skipped", tags=item.tags))
                 continue
-            result = await self.model.call(self._tag, item.text, catalogue)
+            result = await self.model.call(self._tag, item.text, catalogue, scope)
             trace.prompt_tokens += result.prompt_tokens
             trace.evaluated += result.evaluated
             trace.reused += result.reused
@@ -359,14 +427,16 @@ class Services:
         return m.TagProfileResult(
             user_id=user_id, catalogue=catalogue.name, model=engine.info.model_name,
             tagged=sum(o.status == "ok" for o in outcomes), skipped=sum(o.status == "skipped" for o in outcomes),
-            invalid=sum(o.status == "invalid" for o in outcomes), instructions=outcomes, trace=trace,
+            invalid=sum(o.status == "invalid" for o in outcomes), instructions=outcomes,
+            trace=private_trace(trace) if caller.private else trace,
         )
 
     def _store_demo(self, turns: list[Turn], instructions: list[str], catalogue: str,
-                    calls: list[Call]) -> Demonstration:
+                    calls: list[Call], owner: str) -> Demonstration:
         return add_demonstration(self._demo_store(), render_dialogue(turns), instructions, catalogue, calls,
-                                 source="host")
+                                 source="host", owner=owner)
 
     async def store_demonstration(self, turns: list[Turn], instructions: list[str], catalogue: str,
-                                  calls: list[Call]) -> Demonstration:
-        return await self.model.call(self._store_demo, turns, instructions, catalogue, calls)
+                                  calls: list[Call], caller: Caller = LOCAL_CALLER) -> Demonstration:
+        """A demonstration of the caller's: retrieved later for the caller's requests only."""
+        return await self.model.call(self._store_demo, turns, instructions, catalogue, calls, caller.owner)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
-from prefcall.errors import ValidationError
+from prefcall.errors import LimitError, ValidationError
 from prefcall.schemas.model import Call, Turn
 from prefcall.server.models import ToolIn, TurnIn
 
@@ -38,8 +39,16 @@ def check_unicode(value: Any, field: str) -> None:
         check_unicode(value.model_dump(), field)
 
 
-def dialogue_turns(dialogue: str | Sequence[TurnIn], max_chars: int) -> list[Turn]:
+def dialogue_size(turns: Sequence[Turn]) -> int:
+    """Characters of a dialogue as the limit counts them: every turn's text plus its calls' arguments (JSON)."""
+    return sum(len(t.content) + sum(len(c.name) + len(json.dumps(c.arguments, ensure_ascii=False)) for c in t.calls)
+               for t in turns)
+
+
+def dialogue_turns(dialogue: str | Sequence[TurnIn], max_chars: int, max_turns: int | None = None) -> list[Turn]:
     """A host's dialogue (plain string or turns) as strategy Turns, after size and content checks."""
+    if max_turns is not None and not isinstance(dialogue, str) and len(dialogue) > max_turns:
+        raise LimitError(f"dialogue has {len(dialogue)} turns", max_turns, "max_dialogue_turns")
     check_unicode(dialogue if isinstance(dialogue, str) else [t.model_dump() for t in dialogue], "dialogue")
     if isinstance(dialogue, str):
         turns = [Turn(role="user", content=dialogue.strip())] if dialogue.strip() else []
@@ -51,12 +60,10 @@ def dialogue_turns(dialogue: str | Sequence[TurnIn], max_chars: int) -> list[Tur
         ]
     if not any(t.role == "user" and t.content.strip() for t in turns):
         raise ValidationError("dialogue is empty: send the user's request as a string or a list of turns")
-    size = sum(len(t.content) for t in turns)
+    size = dialogue_size(turns)
     if size > max_chars:
-        raise ValidationError(
-            f"dialogue is {size} characters, over the limit of {max_chars}: send only the recent turns "
-            "(or raise PREFCALL_MAX_DIALOGUE_CHARS)"
-        )
+        raise LimitError(f"dialogue is {size} characters (turn texts and call arguments)",
+                         max_chars, "max_dialogue_chars")
     return turns
 
 
@@ -72,11 +79,25 @@ def tool_parameters(tool: ToolIn) -> dict[str, Any]:
     return tool.parameters or tool.input_schema or {"type": "object", "properties": {}}
 
 
-def check_text(text: str, field: str, max_chars: int) -> str:
+def check_text(text: str, field: str, max_chars: int, setting: str = "max_dialogue_chars") -> str:
     check_unicode(text, field)
     text = text.strip()
     if not text:
         raise ValidationError(f"{field} is empty: send some text")
     if len(text) > max_chars:
-        raise ValidationError(f"{field} is {len(text)} characters, over the limit of {max_chars}: shorten it")
+        raise LimitError(f"{field} is {len(text)} characters", max_chars, setting)
     return text
+
+
+def json_size(value: Any) -> int:
+    """Bytes of `value` as UTF-8 JSON (what size limits on structured input count)."""
+    return len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+
+
+def check_tool_list(tools: Sequence[Any], max_tools: int, max_bytes: int) -> None:
+    """A host-sent tool list within the tool-count and size limits, checked before anything walks it."""
+    if len(tools) > max_tools:
+        raise LimitError(f"the tool list has {len(tools)} tools", max_tools, "max_tools")
+    size = json_size([t.model_dump() if hasattr(t, "model_dump") else t for t in tools])
+    if size > max_bytes:
+        raise LimitError(f"the tool list is {size} bytes of JSON", max_bytes, "max_catalogue_bytes")

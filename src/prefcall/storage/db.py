@@ -24,6 +24,10 @@ from prefcall.errors import StoreError
 
 Migration = Callable[[sqlite_utils.Database], None]
 MIGRATIONS: list[Migration] = []
+# Owners of catalogues and demonstrations. Over HTTP the owner is the bearer token's user id, which is never
+# empty and never "*" (user ids match [A-Za-z0-9_.@-]{1,64}); stdio and the CLI act as the one local user.
+LOCAL_OWNER = ""  # the local user (stdio, CLI, evaluation): what every row made before owners existed belongs to
+SHARED_OWNER = "*"  # shared and read-only for everyone: demonstrations seeded from public data
 BUSY_TIMEOUT_S = 30.0  # a writer waits this long for another process's transaction before failing
 
 
@@ -75,6 +79,33 @@ def m004_demonstrations(db: sqlite_utils.Database) -> None:
             pk="id",
         )
     db["demonstrations"].create_index(["catalogue"], if_not_exists=True)
+
+
+@migration
+def m005_owners_and_request_keys(db: sqlite_utils.Database) -> None:
+    # Catalogues belong to a user: the primary key becomes (owner, name). Rows made before owners existed were
+    # made by the one local user (stdio, CLI). Raw SQL: sqlite-utils' transform() commits on its own.
+    db.execute(
+        "create table catalogues_owned (owner text not null, name text not null, description text, functions text,"
+        " created_at text, updated_at text, primary key (owner, name))"
+    )
+    db.execute(
+        "insert into catalogues_owned (owner, name, description, functions, created_at, updated_at)"
+        " select ?, name, description, functions, created_at, updated_at from catalogues",
+        [LOCAL_OWNER],
+    )
+    db.execute("drop table catalogues")
+    db.execute("alter table catalogues_owned rename to catalogues")
+    # Demonstrations too: the host's feedback was the local user's; seeded pools (public data) are shared.
+    db.execute("alter table demonstrations add column owner text not null default ''")
+    db.execute("update demonstrations set owner = ? where source != 'host'", [SHARED_OWNER])
+    db.execute("create index demonstrations_catalogue_owner on demonstrations (catalogue, owner)")
+    # add_instruction's idempotency key: one instruction per (user, key).
+    db.execute("alter table instructions add column request_key text")
+    db.execute(
+        "create unique index instructions_user_request_key on instructions (user_id, request_key)"
+        " where request_key is not null"
+    )
 
 
 def applied_migrations(db: sqlite_utils.Database) -> list[str]:
@@ -167,15 +198,17 @@ class Store(Closing):
     """What every store shares: the migrated database (`path=None`: in memory), a lock that makes it
     thread-safe, and `_write()`, one locked write transaction whose SQLite errors become StoreError."""
 
-    def __init__(self, path: str | Path | None = None, *, db: sqlite_utils.Database | None = None) -> None:
+    def __init__(self, path: str | Path | None = None, *, db: sqlite_utils.Database | None = None,
+                 settings: Settings | None = None) -> None:
         self.path = Path(path) if path is not None else None
         self.db = db if db is not None else open_database(self.path)
         self._lock = threading.RLock()
+        self.settings = settings or Settings.model_construct()  # limits: the given settings, else the defaults
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
         """The store on the configured database file (PREFCALL_DB_PATH or DATA_DIR/prefcall.db)."""
-        return cls(settings.database_path())
+        return cls(settings.database_path(), settings=settings)
 
     def close(self) -> None:
         self.db.close()

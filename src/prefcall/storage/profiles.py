@@ -1,8 +1,10 @@
 """User profiles: ordered standing instructions with their TAPS tags, in the prefcall SQLite database.
 
-Positions are 1-based and contiguous per user (1 = first instruction). Every write is one transaction
-taken with the write lock up front, so concurrent processes never lose or duplicate positions, and a
-killed process leaves only whole, committed writes behind.
+Positions are 1-based and contiguous per user (1 = first instruction). Instruction ids are random (not one
+counter for everyone), so an id says nothing about how many instructions other users have. Every write is one
+transaction taken with the write lock up front, so concurrent processes never lose or duplicate positions, and
+a killed process leaves only whole, committed writes behind. An add with an idempotency key (`request_key`)
+is stored once per user and key while that instruction exists.
 """
 
 from __future__ import annotations
@@ -10,17 +12,22 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import secrets
+import sqlite3
 import unicodedata
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from prefcall.errors import NotFoundError, ValidationError
+from prefcall.errors import LimitError, NotFoundError, ValidationError
 from prefcall.storage.db import Store, utc_now
 
+# Defaults of PREFCALL_MAX_INSTRUCTION_CHARS / PREFCALL_MAX_INSTRUCTIONS (the store reads its settings' values).
 MAX_INSTRUCTION_CHARS = 2000  # standing instructions are sentences; anything longer is a paste accident
 MAX_TAGS_CHARS = 8000
 MAX_INSTRUCTIONS_PER_USER = 1000
+MAX_ID = 2**31 - 1  # instruction ids are random in 1..MAX_ID (JSON-safe everywhere)
+REQUEST_KEY_RE = re.compile(r"[\x21-\x7e]{1,200}")  # an idempotency key: 1-200 printable ASCII characters
 USER_ID_RE = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 PROFILE_FORMAT = "prefcall-profile"
 PROFILE_VERSION = 1
@@ -67,7 +74,14 @@ def check_user_id(user_id: Any, field: str = "user_id") -> str:
     return user_id
 
 
-def clean_text(text: Any, field: str = "text", *, limit: int = MAX_INSTRUCTION_CHARS) -> str:
+def check_request_key(key: Any) -> str:
+    if not isinstance(key, str) or not REQUEST_KEY_RE.fullmatch(key):
+        raise ValidationError("idempotency_key: use 1-200 printable ASCII characters without spaces (e.g. a UUID)")
+    return key
+
+
+def clean_text(text: Any, field: str = "text", *, limit: int = MAX_INSTRUCTION_CHARS,
+               setting: str | None = None) -> str:
     """Trimmed text with Windows newlines folded; control characters other than newline and tab are rejected.
 
     Rejected rather than stripped: a NUL or escape sequence in an instruction is almost always a
@@ -79,6 +93,8 @@ def clean_text(text: Any, field: str = "text", *, limit: int = MAX_INSTRUCTION_C
     if not text:
         raise ValidationError(f"{field}: empty; give the instruction's text")
     if len(text) > limit:
+        if setting is not None:
+            raise LimitError(f"{field}: {len(text)} characters", limit, setting)
         raise ValidationError(f"{field}: {len(text)} characters, more than the {limit} allowed; shorten it")
     for index, char in enumerate(text):
         if char not in "\n\t" and unicodedata.category(char) in ("Cc", "Cs"):
@@ -94,6 +110,38 @@ class ProfileStore(Store):
     """Profiles in SQLite; `ProfileStore(path)` or `ProfileStore.from_settings(settings)`. Thread-safe."""
 
     # -- helpers ----------------------------------------------------------------------
+    def _clean_instruction(self, text: Any, field: str = "text") -> str:
+        return clean_text(text, field, limit=self.settings.max_instruction_chars, setting="max_instruction_chars")
+
+    def _check_count(self, user_id: str, total: int) -> None:
+        if total > self.settings.max_instructions:
+            raise LimitError(f"user {user_id!r} would have {total} standing instructions",
+                             self.settings.max_instructions, "max_instructions")
+
+    def _insert_instruction(self, values: dict[str, Any]) -> int:
+        """Insert with a fresh random id (retried on the rare collision); returns the id."""
+        columns = ", ".join(["id", *values])
+        marks = ", ".join("?" * (len(values) + 1))
+        for _ in range(16):
+            instruction_id = secrets.randbelow(MAX_ID) + 1
+            try:  # a failed INSERT rolls back only itself: the surrounding transaction goes on
+                self.db.execute(f"insert into instructions ({columns}) values ({marks})",  # noqa: S608
+                                [instruction_id, *values.values()])
+                return instruction_id
+            except sqlite3.IntegrityError:
+                if self._request_key_taken(values):
+                    raise
+                continue
+        raise ValidationError("could not pick a free instruction id; retry")
+
+    def _request_key_taken(self, values: dict[str, Any]) -> bool:
+        key = values.get("request_key")
+        return key is not None and self._by_request_key(values["user_id"], key) is not None
+
+    def _by_request_key(self, user_id: str, key: str) -> dict[str, Any] | None:
+        rows = list(self.db.query("select * from instructions where user_id = ? and request_key = ?", [user_id, key]))
+        return rows[0] if rows else None
+
     def _user_row(self, user_id: str) -> dict[str, Any] | None:
         rows = list(self.db.query("select * from users where id = ?", [user_id]))
         return rows[0] if rows else None
@@ -175,42 +223,64 @@ class ProfileStore(Store):
         with self._lock:
             return self._to_instruction(self._instruction_row(instruction_id))
 
-    def add_instruction(self, user_id: str, text: str, *, position: int | None = None) -> Instruction:
-        """Append (or insert at 1-based `position`, shifting later ones down)."""
-        return self.add_instructions(user_id, [text], position=position)[0]
+    def add_instruction(self, user_id: str, text: str, *, position: int | None = None,
+                        request_key: str | None = None) -> Instruction:
+        """Append (or insert at 1-based `position`, shifting later ones down).
+
+        `request_key` (an idempotency key): a retried add with the same key for the same user stores nothing
+        new and returns the instruction the first add stored (same id); the same key with another text is an error."""
+        if request_key is None:
+            return self.add_instructions(user_id, [text], position=position)[0]
+        return self.add_instruction_once(user_id, text, request_key, position=position)[0]
+
+    def add_instruction_once(self, user_id: str, text: str, request_key: str, *,
+                             position: int | None = None) -> tuple[Instruction, bool]:
+        """`add_instruction` with an idempotency key; also says whether this call stored it (False: a retry)."""
+        key = check_request_key(request_key)
+        cleaned = self._clean_instruction(text)
+        with self._write():
+            self._require_user(user_id)
+            earlier = self._by_request_key(user_id, key)
+            if earlier is None:
+                ids = self._insert_all(user_id, [cleaned], position, key)
+        if earlier is not None:
+            if earlier["text"] != cleaned:
+                raise ValidationError(
+                    "idempotency_key: already used for another instruction text; use a new key for a new instruction"
+                )
+            return self._to_instruction(earlier), False
+        return self.get_instruction(ids[0]), True
 
     def add_instructions(self, user_id: str, texts: list[str], *, position: int | None = None) -> list[Instruction]:
         """Several instructions in one transaction: all are added or none."""
-        cleaned = [clean_text(t, f"texts[{i}]" if len(texts) > 1 else "text") for i, t in enumerate(texts)]
+        cleaned = [self._clean_instruction(t, f"texts[{i}]" if len(texts) > 1 else "text") for i, t in enumerate(texts)]
         with self._write():
             self._require_user(user_id)
-            count = self._count(user_id)
-            if count + len(cleaned) > MAX_INSTRUCTIONS_PER_USER:
-                raise ValidationError(
-                    f"text: user {user_id!r} would have {count + len(cleaned)} instructions, more than"
-                    f" {MAX_INSTRUCTIONS_PER_USER}; remove some first"
-                )
-            if position is not None and not 1 <= position <= count + 1:
-                raise ValidationError(f"position: {position} is outside 1..{count + 1}")
-            start = count + 1 if position is None else position
-            if position is not None:
-                self.db.execute(
-                    "update instructions set position = position + ? where user_id = ? and position >= ?",
-                    [len(cleaned), user_id, position],
-                )
-            now = utc_now()
-            ids = []
-            for offset, text in enumerate(cleaned):
-                cursor = self.db.execute(
-                    "insert into instructions (user_id, position, text, created_at, updated_at) values (?, ?, ?, ?, ?)",
-                    [user_id, start + offset, text, now, now],
-                )
-                ids.append(cursor.lastrowid)
+            ids = self._insert_all(user_id, cleaned, position, None)
         return [self.get_instruction(i) for i in ids]
+
+    def _insert_all(self, user_id: str, cleaned: list[str], position: int | None, request_key: str | None) -> list[int]:
+        """Inside a write transaction: check the count limit and the position, make room, insert."""
+        count = self._count(user_id)
+        self._check_count(user_id, count + len(cleaned))
+        if position is not None and not 1 <= position <= count + 1:
+            raise ValidationError(f"position: {position} is outside 1..{count + 1}")
+        start = count + 1 if position is None else position
+        if position is not None:
+            self.db.execute(
+                "update instructions set position = position + ? where user_id = ? and position >= ?",
+                [len(cleaned), user_id, position],
+            )
+        now = utc_now()
+        return [
+            self._insert_instruction({"user_id": user_id, "position": start + offset, "text": text,
+                                      "created_at": now, "updated_at": now, "request_key": request_key})
+            for offset, text in enumerate(cleaned)
+        ]
 
     def edit_instruction(self, instruction_id: int, text: str, *, user_id: str | None = None) -> Instruction:
         """New text; existing tags are kept but become stale until re-tagged."""
-        cleaned = clean_text(text)
+        cleaned = self._clean_instruction(text)
         with self._write():
             self._instruction_row(instruction_id, user_id)
             self.db.execute(
@@ -280,7 +350,7 @@ class ProfileStore(Store):
         """
         parsed = parse_profile(data)
         target = check_user_id(user_id if user_id is not None else parsed.get("user_id"), "user_id")
-        items = _profile_items(parsed)
+        items = _profile_items(parsed, self.settings.max_instructions, self.settings.max_instruction_chars)
         with self._write():
             exists = self._user_row(target) is not None
             if exists and not replace:
@@ -292,12 +362,12 @@ class ProfileStore(Store):
             now = utc_now()
             for position, item in enumerate(items, start=1):
                 tags = item.get("tags")
-                self.db.execute(
-                    "insert into instructions (user_id, position, text, created_at, updated_at, tags, tags_model,"
-                    " tagged_at, tags_text_hash) values (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [target, position, item["text"], now, now, tags, item.get("tags_model") if tags else None,
-                     (item.get("tagged_at") or now) if tags else None, text_hash(item["text"]) if tags else None],
-                )
+                self._insert_instruction({
+                    "user_id": target, "position": position, "text": item["text"], "created_at": now,
+                    "updated_at": now, "tags": tags, "tags_model": item.get("tags_model") if tags else None,
+                    "tagged_at": (item.get("tagged_at") or now) if tags else None,
+                    "tags_text_hash": text_hash(item["text"]) if tags else None,
+                })
         return self.get_profile(target)
 
 
@@ -318,12 +388,13 @@ def parse_profile(data: str | bytes | dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _profile_items(data: dict[str, Any]) -> list[dict[str, Any]]:
+def _profile_items(data: dict[str, Any], max_items: int = MAX_INSTRUCTIONS_PER_USER,
+                   max_chars: int = MAX_INSTRUCTION_CHARS) -> list[dict[str, Any]]:
     raw = data.get("instructions")
     if not isinstance(raw, list):
         raise ValidationError("profile.instructions: expected a list of instruction texts or objects")
-    if len(raw) > MAX_INSTRUCTIONS_PER_USER:
-        raise ValidationError(f"profile.instructions: {len(raw)} items, more than {MAX_INSTRUCTIONS_PER_USER}")
+    if len(raw) > max_items:
+        raise LimitError(f"profile.instructions has {len(raw)} items", max_items, "max_instructions")
     items = []
     for i, item in enumerate(raw):
         field = f"instructions[{i}]"
@@ -331,7 +402,8 @@ def _profile_items(data: dict[str, Any]) -> list[dict[str, Any]]:
             item = {"text": item}
         if not isinstance(item, dict):
             raise ValidationError(f"{field}: expected a string or an object with text")
-        clean: dict[str, Any] = {"text": clean_text(item.get("text"), f"{field}.text")}
+        clean: dict[str, Any] = {"text": clean_text(item.get("text"), f"{field}.text", limit=max_chars,
+                                                    setting="max_instruction_chars")}
         if item.get("tags") is not None:
             clean["tags"] = clean_text(item["tags"], f"{field}.tags", limit=MAX_TAGS_CHARS)
             clean["tags_model"] = clean_text(item.get("tags_model") or "unknown", f"{field}.tags_model", limit=200)

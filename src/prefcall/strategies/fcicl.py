@@ -36,6 +36,7 @@ from prefcall.errors import StoreError
 from prefcall.retrieval.hybrid import HybridIndex
 from prefcall.retrieval.text import tokenize
 from prefcall.schemas.calls import parse_call
+from prefcall.storage.db import SHARED_OWNER
 from prefcall.storage.demos import Demonstration, DemoStore
 
 
@@ -105,28 +106,30 @@ class DemoRetriever:
     """Hybrid (BM25 + embedding) retrieval over a DemoStore, one in-memory index per catalogue.
 
     An index is rebuilt when the store's `revision` moved since it was built (a demonstration was added).
+    `owner` (a user id, `LOCAL_OWNER` on stdio) limits retrieval to that user's demonstrations and the shared
+    seeded ones; None reads every row (evaluation over a private store).
     """
 
     def __init__(self, store: DemoStore, embedder: Embedder | None = None) -> None:
         self.store = store
         self.embedder = embedder
         self._lock = threading.RLock()
-        self._indexes: dict[str, tuple[int, HybridIndex, list[Demonstration]]] = {}
+        self._indexes: dict[tuple[str, str | None], tuple[int, HybridIndex, list[Demonstration]]] = {}
 
-    def _index(self, catalogue: str) -> tuple[HybridIndex, list[Demonstration]]:
+    def _index(self, catalogue: str, owner: str | None = None) -> tuple[HybridIndex, list[Demonstration]]:
         with self._lock:
-            cached = self._indexes.get(catalogue)
+            cached = self._indexes.get((catalogue, owner))
             if cached is None or cached[0] != self.store.revision:
                 revision = self.store.revision
-                demos = self.store.all(catalogue)
+                demos = self.store.all(catalogue, owner=owner)
                 index = HybridIndex([search_text(d) for d in demos], self.embedder)
-                self._indexes[catalogue] = cached = (revision, index, demos)
+                self._indexes[(catalogue, owner)] = cached = (revision, index, demos)
             return cached[1], cached[2]
 
     def candidates(self, query: DemoQuery, catalogue: str, k: int = 20,
-                   exclude_ids: Iterable[str] = frozenset()) -> list[ScoredDemo]:
+                   exclude_ids: Iterable[str] = frozenset(), *, owner: str | None = None) -> list[ScoredDemo]:
         """Top-k by fused BM25 + embedding score, leaving out `exclude_ids` (leave-one-out evaluation)."""
-        index, demos = self._index(catalogue)
+        index, demos = self._index(catalogue, owner)
         excluded = {str(i) for i in exclude_ids}
         allowed = [i for i, d in enumerate(demos) if d.id not in excluded and d.id.split("#")[0] not in excluded]
         if not allowed:
@@ -136,8 +139,9 @@ class DemoRetriever:
         return [ScoredDemo(demo=demos[h.index], retrieval=h.score) for h in hits]
 
     def retrieve(self, query: DemoQuery, catalogue: str, *, n: int = 3, k: int = 20,
-                 exclude_ids: Iterable[str] = frozenset(), reranker: Reranker | None = None) -> list[ScoredDemo]:
-        pool = self.candidates(query, catalogue, k, exclude_ids)
+                 exclude_ids: Iterable[str] = frozenset(), reranker: Reranker | None = None,
+                 owner: str | None = None) -> list[ScoredDemo]:
+        pool = self.candidates(query, catalogue, k, exclude_ids, owner=owner)
         return (reranker or HeuristicReranker()).rerank(query, pool, n)
 
 
@@ -158,6 +162,7 @@ def load_nlsi_demonstrations(path: Path | str, catalogue: str = "nlsi") -> list[
             id=demo_id, dialogue=item["user_utterance"],
             instructions=list(item.get("applicable_standing_instructions") or []), catalogue=catalogue,
             calls=[parse_call(c) for c in item.get("api_calls") or []], source=f"nlsi:{Path(path).name}",
+            owner=SHARED_OWNER,  # public data: every user reads it, nobody's feedback changes it
         ))
     return demos
 

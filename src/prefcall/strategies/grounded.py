@@ -144,6 +144,9 @@ def tag_key(instruction: str, catalogue: Catalogue, mode: str, model: str) -> st
     return f"{digest}:{catalogue.name}@{listing}:{mode}:{model}"
 
 
+INSTRUCTION_FLOOR = 0.2  # lowest probability at which an instruction's best value is taken when none clears 0.5
+
+
 def tag_structured(grounder: Grounder, instruction: str, catalogue: Catalogue,
                    domains: DomainModel | None = None) -> TagResult:
     """Tag an instruction with the grounded filler: intent = the function its words name, slots = the spans the
@@ -157,8 +160,13 @@ def tag_structured(grounder: Grounder, instruction: str, catalogue: Catalogue,
     assert main is not None
     filled = grounder.fill(main, [Source("instruction", instruction, instruction)],
                            transcript([], [instruction]))
-    slots = [(slot_label(c.argument), text) for c in filled.choices for text in c.texts if text]
+    choices = list(filled.choices)
     condition, consequence = split_condition(instruction)
+    if not choices and filled.runner_up is not None and filled.runner_up.probability >= INSTRUCTION_FLOOR:
+        # A standing instruction exists to state a preference: when no value clears the bar, its most probable
+        # value is still the best reading (a chain instruction, which names only requests, has none that high).
+        choices = [filled.runner_up]
+    slots = [(slot_label(c.argument), text) for c in choices for text in c.texts if text]
     also = []
     if condition is not None:
         # A chain names another request in the consequence ("... then also look at Hotels"); a word that is a

@@ -15,6 +15,8 @@ generation with every TAPS step), full (grounded calling: strategies.grounded; t
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import re
 import threading
 import time
@@ -25,7 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
-from prefcall.engine.base import Embedder, Engine, Generation
+from prefcall.engine.base import LOCAL, Embedder, Engine, Generation, Scope, ScopedEngine
 from prefcall.errors import ValidationError
 from prefcall.profiles.tags import TaggedInstruction
 from prefcall.schemas.model import Call, Catalogue, MissingArgument, Turn, as_dialogue, render_dialogue
@@ -182,7 +184,9 @@ def _as_tagged(items: Iterable[str | TaggedInstruction]) -> list[TaggedInstructi
 
 
 class Pipeline:
-    """Composes the strategies; thread-safe as long as the engine is (the tag cache is locked)."""
+    """Composes the strategies; thread-safe as long as the engine is (the tag cache is locked).
+
+    One pipeline serves every caller; `scoped(scope)` is the view one request uses (see there)."""
 
     def __init__(self, engine: Engine, embedder: Embedder | None = None, demos: DemoStore | None = None, *,
                  tag_examples: TagExamples | None = None, reranker: Reranker | None = None,
@@ -193,13 +197,25 @@ class Pipeline:
         self.tag_examples = tag_examples
         self.reranker = reranker or HeuristicReranker()
         self.data_dir = data_dir  # where calibration.json lives; None: Settings().data_dir
-        self._tag_cache: OrderedDict[str, TagResult] = OrderedDict()
+        self._tag_cache: OrderedDict[tuple[str, str, str], TagResult] = OrderedDict()
         self._tag_cache_size = tag_cache_size
-        self._calibration: dict[tuple[str, tuple[str, ...], bool], list[float]] = {}
+        self._calibration: dict[tuple[str, str, str, bool], list[float]] = {}
         self._lock = threading.Lock()
         self.demos = demos
         self._memories = grounded.MemoryCache()
         self._weights: grounded.GroundingWeights | None = None
+        self.scope = LOCAL
+
+    def scoped(self, scope: Scope) -> Pipeline:
+        """This pipeline for one caller. Every model call carries `scope` (whose KV state it may reuse);
+        demonstrations are those of `scope.user` (the local user's on stdio) and the shared seeded ones; the tag
+        cache is keyed by the user and the calibration cache by who may read the catalogue (`scope.shared`), so
+        one user's requests never answer from, or show the state of, a cache another user's text filled.
+        Caches, indexes and weights are the parent's (keyed, not copied)."""
+        view = copy.copy(self)
+        view.engine = ScopedEngine(self.engine, scope)
+        view.scope = scope
+        return view
 
     # -- public ------------------------------------------------------------------------
     def tag(self, instruction: str, catalogue: Catalogue, config: PipelineConfig) -> TagResult:
@@ -313,7 +329,9 @@ class Pipeline:
     def _grounder(self, catalogue: Catalogue, exclude: frozenset[str]) -> grounded.Grounder:
         if self._weights is None:
             self._weights = grounded.load_weights(self.engine.info.model_name)
-        memory = self._memories.get(catalogue.name, self.demos.all(catalogue.name)) if self.demos is not None else None
+        owner = self.scope.user
+        memory = (self._memories.get(f"{catalogue.name}@{owner}", self.demos.all(catalogue.name, owner=owner))
+                  if self.demos is not None else None)
         return grounded.Grounder(self.engine, self.embedder, self._weights, memory, exclude)
 
     @staticmethod
@@ -348,7 +366,7 @@ class Pipeline:
             return []
         started = time.perf_counter()
         query = DemoQuery(dialogue=text, instructions=instructions)
-        pool = self.retriever.candidates(query, catalogue.name, config.demo_candidates, exclude)
+        pool = self.retriever.candidates(query, catalogue.name, config.demo_candidates, exclude, owner=self.scope.user)
         meter.time("demos", started)
         return pool
 
@@ -397,7 +415,10 @@ class Pipeline:
 
     def _calibration_for(self, catalogue: Catalogue, allow_none: bool, meter: _Meter) -> list[float]:
         """Content-free scores per catalogue, computed on first use and cached (they depend only on the listing)."""
-        key = (catalogue.name, tuple(catalogue.names), allow_none)
+        # Keyed by who may read the catalogue and by its content: a user's catalogue (and a replaced one) is never
+        # answered from a calibration made from another's.
+        content = hashlib.sha256(catalogue.model_dump_json().encode("utf-8")).hexdigest()
+        key = (self.scope.shared, catalogue.name, content, allow_none)
         with self._lock:
             cached = self._calibration.get(key)
         if cached is not None:
@@ -460,7 +481,8 @@ class Pipeline:
                  grounder: grounded.Grounder | None = None) -> TagResult:
         if item.tagged:
             return check_tagging(item.instruction, item.tagged, catalogue)  # pre-tagged: validate, never trust
-        key = grounded.tag_key(item.instruction, catalogue, config.tag_mode, self.engine.info.model_name)
+        key = (self.scope.user, self.scope.shared,
+               grounded.tag_key(item.instruction, catalogue, config.tag_mode, self.engine.info.model_name))
         with self._lock:
             if key in self._tag_cache:
                 self._tag_cache.move_to_end(key)

@@ -29,9 +29,11 @@ class TagsTask(BaseTask):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--examples", help="tagged few-shot examples (default: shared taps/tags_train.json)")
         parser.add_argument("--shots", type=int, default=None, help="retrieved few-shot examples per instruction (tagger default if unset)")
-        parser.add_argument("--tag-mode", choices=("text", "spans"), default="text",
-                            help="text: the model rewrites the instruction with brackets (TAPS); "
-                                 "spans: grammar-constrained JSON of labels and instruction spans (small models)")
+        parser.add_argument("--tag-mode", choices=("structured", "text", "spans"), default="structured",
+                            help="structured (default; what tag_profile and parse_request use): function scored, "
+                                 "values chosen among the instruction's spans by the grounded filler; "
+                                 "text: the model rewrites the instruction with brackets (TAPS); "
+                                 "spans: grammar-constrained JSON of labels and instruction spans")
 
     def load(self, args: argparse.Namespace) -> list[EvalItem]:
         path = require_data(args, shared_data_dir() / "taps" / "tags_dev.json")
@@ -48,7 +50,12 @@ class TagsTask(BaseTask):
         examples = ctx.memo("examples", lambda: self.examples(ctx))
         shots = getattr(ctx.args, "shots", None)
         kwargs = {"k": shots} if shots is not None else {}
-        kwargs["mode"] = getattr(ctx.args, "tag_mode", None) or "text"
+        kwargs["mode"] = getattr(ctx.args, "tag_mode", None) or "structured"
+        if kwargs["mode"] == "structured":
+            from prefcall.strategies.pipeline import Pipeline, get_config
+
+            pipe = ctx.memo("pipeline", lambda: Pipeline(ctx.engine, ctx.embedder))
+            return prediction_from_tagger(pipe.tag(item.input["instruction"], catalogue, get_config("full")))
         result = tag_instruction(ctx.engine, item.input["instruction"], catalogue, examples, **kwargs)
         return prediction_from_tagger(result)
 

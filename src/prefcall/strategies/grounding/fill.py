@@ -69,6 +69,7 @@ class FillResult(BaseModel):
     function: str
     choices: list[Choice] = Field(default_factory=list)
     considered: dict[str, float] = Field(default_factory=dict)  # argument -> best probability, set or not
+    runner_up: Choice | None = None  # the most probable value left unset (below the threshold), if any
     decisions: list[float] = Field(default_factory=list)  # the model's probability of each answer it gave
     model_calls: int = 0
     prompt_tokens: int = 0
@@ -157,6 +158,15 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
             argument=name, values=[c.value for _, c in picks], texts=[c.text for _, c in picks],
             sources=[f"{c.source.kind}:{c.source.ref}" if c.source else "schema" for _, c in picks],
             probability=probability, model_probability=model_p))
+    chosen_names = {c.argument for c in result.choices}
+    left = [(ranked[0], name) for _, name, ranked, _ in pending if name not in chosen_names]
+    if left:
+        (probability, candidate, model_p), name = max(left, key=lambda t: t[0][0])
+        if not _overlaps(candidate, taken):
+            result.runner_up = Choice(
+                argument=name, values=[candidate.value], texts=[candidate.text],
+                sources=[f"{candidate.source.kind}:{candidate.source.ref}" if candidate.source else "schema"],
+                probability=probability, model_probability=model_p)
     order = list(function.properties)
     result.choices.sort(key=lambda c: order.index(c.argument))
     return result
