@@ -198,8 +198,8 @@ async def serve_stdio(server: Any) -> None:
 class MalformedBodyGuard:
     """ASGI wrapper for the MCP endpoint: a POST body the SDK cannot parse gets a one-line 400 JSON-RPC error.
 
-    Bodies over `max_body` are passed on untouched (the SDK answers 413); accepted bodies are replayed to the
-    SDK, and every later `receive()` (the disconnect watch) reaches the client's connection as before."""
+    A body over `max_body` gets 413 with a JSON-RPC error (the SDK's own 413 is plain text); accepted bodies
+    are replayed to the SDK, and every later `receive()` (the disconnect watch) reaches the client as before."""
 
     def __init__(self, app: Any, max_body: int) -> None:
         self.app = app
@@ -210,9 +210,12 @@ class MalformedBodyGuard:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        if "json" not in headers.get("content-type", ""):
+            await self.app(scope, receive, send)  # the SDK answers 415
+            return
         declared = headers.get("content-length", "")
-        if "json" not in headers.get("content-type", "") or (declared.isdigit() and int(declared) > self.max_body):
-            await self.app(scope, receive, send)
+        if declared.isdigit() and int(declared) > self.max_body:
+            await self._too_large(send)
             return
         chunks: list[bytes] = []
         size = 0
@@ -227,15 +230,17 @@ class MalformedBodyGuard:
             size += len(chunk)
             if size > self.max_body or not message.get("more_body", False):
                 break
+        if size > self.max_body:
+            await self._too_large(send)
+            return
         body = b"".join(chunks)
-        complete = not pending and size <= self.max_body
-        if complete:
+        if not pending:
             error = rejection(body)
             if error is not None:
                 log.info("answered an unreadable HTTP body with %s: %s", error.error.code, error.error.message)
                 await _send_json(send, 400, error.model_dump(mode="json", by_alias=True, exclude_unset=True))
                 return
-        replay = [{"type": "http.request", "body": body, "more_body": not complete and not pending}, *pending]
+        replay = [{"type": "http.request", "body": body, "more_body": False}, *pending]
 
         async def replayed() -> dict:
             if replay:
@@ -243,6 +248,10 @@ class MalformedBodyGuard:
             return await receive()
 
         await self.app(scope, replayed, send)
+
+    async def _too_large(self, send: Callable) -> None:
+        error = _error(None, INVALID_REQUEST, f"Invalid request: the body is larger than {self.max_body} bytes")
+        await _send_json(send, 413, error.model_dump(mode="json", by_alias=True, exclude_unset=True))
 
 
 async def _send_json(send: Callable, status: int, payload: dict) -> None:
