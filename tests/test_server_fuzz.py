@@ -433,3 +433,29 @@ def test_the_cases_are_the_same_for_the_same_seed() -> None:
     assert [c.payload for c in first] == [c.payload for c in second]
     categories = Counter(c.category for c in first)
     assert len(categories) >= 12 and min(categories.values()) >= 4, categories
+
+
+def test_the_error_carries_the_id_where_one_can_be_read_and_null_where_not() -> None:
+    from prefcall.server.transport import rejection
+
+    def answer(text: str) -> tuple[Any, int]:
+        error = rejection(text)
+        assert error is not None, text[:80]
+        assert "\n" not in error.error.message
+        return error.id, error.error.code
+
+    deep = 5000  # deeper than Python's own json recursion limit too
+    assert answer('{"jsonrpc":"2.0","id":7,"method":"tools/list"') == (None, -32700)  # truncated
+    assert answer("") == (None, -32700)
+    assert answer('{"jsonrpc":"2.0","id":7,"method":"ping","params":{"x":"\\ud800"}}') == (7, -32600)
+    assert answer('{"jsonrpc":"2.0","id":"a","method":"ping","params":' + "[" * 300 + "]" * 300 + "}") == ("a", -32600)
+    assert answer('{"params":' + '{"a":' * deep + "1" + "}" * deep + ',"id":9,"method":"x","jsonrpc":"2.0"}') == (9, -32600)
+    assert answer('{"id":5,"a":' + "[" * deep) == (None, -32700)  # deep and truncated: a parse error
+    assert answer('[{"jsonrpc":"2.0","id":5,"method":"ping"}]') == (None, -32600)  # batch
+    assert answer('{"jsonrpc":"2.0","id":6,"method":7}') == (6, -32600)
+    assert answer('{"id":7,"method":"ping"}') == (7, -32600)
+    assert answer('{"jsonrpc":"2.0","id":null,"method":"ping"}') == (None, -32600)
+    assert answer('{"jsonrpc":"2.0","id":true,"method":"ping"}') == (None, -32600)
+    assert answer('{"jsonrpc":"2.0","id":5,"result":5}') == (None, -32600)  # a broken response: never its id
+    assert rejection('{"jsonrpc":"2.0","id":8,"method":"nope"}') is None  # the SDK answers: method not found
+    assert rejection('{"jsonrpc":"2.0","method":"notifications/initialized"}') is None  # never answered

@@ -42,6 +42,7 @@ from pydantic import ValidationError as PydanticValidationError
 log = logging.getLogger("prefcall.server")
 
 MAX_MESSAGE_CHARS = 200  # of a detail quoted back in an error message
+SCAN_LIMIT = 256 * 1024  # longest message whose id is looked for without recursion (deeper than json.loads goes)
 
 
 # ------------------------------------------------------------------------------- the one classifier
@@ -83,7 +84,15 @@ def rejection(line: str | bytes) -> JSONRPCError | None:
         return None
     try:
         parsed = json.loads(line)
-    except (ValueError, RecursionError):
+    except RecursionError:
+        # Deeper than Python's own limit: the members of the outer object are still readable without recursion.
+        text = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
+        members = _top_level_scalars(text)
+        if members is None:
+            return _error(None, PARSE_ERROR, f"Parse error: {detail}")
+        return _error(_usable_id(members), INVALID_REQUEST,
+                      "Invalid request: nested too deeply (the SDK's JSON parser stops at about 200 levels)")
+    except ValueError:
         # Not JSON by the standard library either: nothing to take an id from.
         if isinstance(line, bytes):
             line = line.decode("utf-8", "replace")
@@ -95,6 +104,55 @@ def rejection(line: str | bytes) -> JSONRPCError | None:
     if not isinstance(parsed, dict):
         return _error(None, INVALID_REQUEST, f"Invalid request: a message is a JSON object, not {type(parsed).__name__}")
     return _error(_usable_id(parsed), INVALID_REQUEST, f"Invalid request: {_parse_reason(parsed, detail)}")
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _top_level_scalars(text: str) -> dict[str, Any] | None:
+    """The scalar members (and the names of the others) of a top-level JSON object, read without recursion;
+    None when the text is not a complete object, or is longer than `SCAN_LIMIT` (a character loop in Python:
+    kept short so that a huge deep body cannot hold the event loop). For messages too deep for `json.loads`."""
+    if len(text) > SCAN_LIMIT:
+        return None
+    i, n = 0, len(text)
+    while i < n and text[i].isspace():
+        i += 1
+    if i >= n or text[i] != "{":
+        return None
+    members: dict[str, Any] = {}
+    depth, i, key, expect_key = 1, i + 1, None, True
+    while i < n and depth > 0:
+        char = text[i]
+        if char == '"':
+            try:
+                value, end = _DECODER.raw_decode(text, i)
+            except ValueError:
+                return None
+            if depth == 1 and expect_key:
+                key, expect_key = value, False
+            elif depth == 1 and key is not None:
+                members[key], key = value, None
+            i = end
+            continue
+        if char in "{[":
+            if depth == 1 and key is not None:
+                members[key], key = ..., None  # a nested value: present, not read
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+        elif char == "," and depth == 1:
+            expect_key = True
+        elif depth == 1 and key is not None and not char.isspace() and char != ":":
+            try:
+                value, end = _DECODER.raw_decode(text, i)
+            except ValueError:
+                return None
+            members[key], key = value, None
+            i = end
+            continue
+        i += 1
+    return members if depth == 0 else None
 
 
 def _has_id_member(line: str | bytes) -> bool:
