@@ -198,7 +198,7 @@ def test_over_http_a_full_queue_answers_busy_at_once_and_the_queued_request_stil
         await setup_users(base)
         async with anyio.create_task_group() as group:
             group.start_soon(parse, "alice-first", ALICE)
-            await anyio.to_thread.run_sync(engine.started.wait, 20)  # alice runs
+            assert await anyio.to_thread.run_sync(engine.started.wait, 20)  # alice runs
             await parse("alice-second", ALICE)  # alice's share is 1: refused at once
             group.start_soon(parse, "bob", BOB)  # waits (the one waiting place)
             deadline = time.monotonic() + 20
@@ -235,7 +235,7 @@ def test_over_http_a_client_that_goes_away_cancels_its_model_work(tmp_path: Path
             with anyio.move_on_after(30) as scope:
                 async with anyio.create_task_group() as group:
                     group.start_soon(client.call_tool, "parse_request", PARSE)
-                    await anyio.to_thread.run_sync(engine.started.wait, 20)
+                    assert await anyio.to_thread.run_sync(engine.started.wait, 20)
                     group.cancel_scope.cancel()  # the host gives up on the call
             assert not scope.cancelled_caught
         await anyio.to_thread.run_sync(engine.cancelled.wait, 20)
@@ -249,3 +249,29 @@ def test_over_http_a_client_that_goes_away_cancels_its_model_work(tmp_path: Path
         anyio.run(scenario)
     assert engine.cancelled.is_set()
     assert server.services.model.snapshot()["cancelled"] >= 1
+
+
+def test_a_cancelled_mcp_request_stops_its_model_work(tmp_path: Path) -> None:
+    """A 2025-revision client (stdio-style stream) that gives up sends notifications/cancelled."""
+    from prefcall.server.app import create_server
+
+    engine = SlowEngine(tokens=100_000)
+    server = create_server(server_settings(tmp_path), engine=engine, embedder=FakeEmbedder())
+
+    async def scenario() -> None:
+        async with Client(server, mode="legacy") as client:
+            assert not (await client.call_tool("import_catalogue", {"name": "travel", "tools": TRAVEL_TOOLS})).is_error
+            assert not (await client.call_tool("create_profile", {"user_id": "me"})).is_error
+            async with anyio.create_task_group() as group:
+                group.start_soon(client.call_tool, "parse_request", {**PARSE, "user_id": "me"})
+                assert await anyio.to_thread.run_sync(engine.started.wait, 20)
+                group.cancel_scope.cancel()
+            await anyio.to_thread.run_sync(engine.cancelled.wait, 20)
+            engine.hold.set()
+            assert not (await client.call_tool("list_catalogues", {})).is_error
+
+    try:
+        anyio.run(scenario)
+    finally:
+        server.services.close()
+    assert engine.cancelled.is_set()
