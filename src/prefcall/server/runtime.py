@@ -92,8 +92,7 @@ class ModelQueue:
         self.served = 0
         self.refused = 0
         self.cancelled = 0
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)  # started by the first job
 
     # -- what callers see --------------------------------------------------------------------------
     @property
@@ -135,6 +134,8 @@ class ModelQueue:
                 retry = self._retry_after(waiting)
                 raise BusyError(f"busy: the model queue is full ({waiting} waiting); retry in ~{retry} s",
                                 retry_after_s=retry)
+            if not self._thread.is_alive() and self._thread.ident is None:
+                self._thread.start()
             job = Job(user=user, fn=fn)
             self._waiting.setdefault(user, deque()).append(job)
             self._held[user] = held + 1
