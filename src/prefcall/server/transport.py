@@ -99,10 +99,11 @@ def rejection(line: str | bytes) -> JSONRPCError | None:
         reason = "empty message" if not line.strip() else detail
         return _error(None, PARSE_ERROR, f"Parse error: {reason}")
     if isinstance(parsed, list):
-        return _error(None, INVALID_REQUEST,
-                      "Invalid request: JSON-RPC batches are not supported (MCP removed them): send one message at a time")
+        return _error(None, INVALID_REQUEST, "Invalid request: JSON-RPC batches are not supported (MCP removed "
+                                             "them): send one message at a time")
     if not isinstance(parsed, dict):
-        return _error(None, INVALID_REQUEST, f"Invalid request: a message is a JSON object, not {type(parsed).__name__}")
+        kind = type(parsed).__name__
+        return _error(None, INVALID_REQUEST, f"Invalid request: a message is a JSON object, not {kind}")
     return _error(_usable_id(parsed), INVALID_REQUEST, f"Invalid request: {_parse_reason(parsed, detail)}")
 
 
