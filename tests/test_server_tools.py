@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -349,8 +350,10 @@ def test_resources_and_prompt(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------- model loading, logging
 def test_a_tool_call_waits_for_the_model_and_reports_progress(tmp_path: Path) -> None:
+    release = threading.Event()
+
     def slow_engine(settings):
-        time.sleep(0.8)
+        release.wait(30)  # still loading until the tool call is under way (no race with a loaded machine)
         return travel_engine()
 
     services = Services(server_settings(tmp_path), load_engine=slow_engine, load_embedder=lambda s: FakeEmbedder())
@@ -364,9 +367,21 @@ def test_a_tool_call_waits_for_the_model_and_reports_progress(tmp_path: Path) ->
         async def on_progress(value, total, message):
             progress.append(message)
 
-        result = await session.client.call_tool(
-            "parse_request", {"user_id": "alice", "dialogue": "A flight to Boston", "catalogue": "travel",
-                              "config": "default"}, progress_callback=on_progress)
+        async def call():
+            return await session.client.call_tool(
+                "parse_request", {"user_id": "alice", "dialogue": "A flight to Boston", "catalogue": "travel",
+                                  "config": "default"}, progress_callback=on_progress)
+
+        async with anyio.create_task_group() as group:
+            outcome = {}
+
+            async def run_call():
+                outcome["result"] = await call()
+
+            group.start_soon(run_call)
+            await anyio.sleep(0.3)
+            release.set()
+        result = outcome["result"]
         assert not result.is_error, result.content[0].text
         assert result.structured_content["calls"][0]["arguments"]["airlines"] == "Delta"
 

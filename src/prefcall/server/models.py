@@ -88,7 +88,9 @@ class ParseRequestResult(BaseModel):
     catalogue: str
     config: str
     status: Literal["ok", "parse_error"]
-    decision: Literal["call", "ask", "refuse"]
+    decision: Literal["call", "ask", "refuse", "error"] = Field(
+        description="call: make `calls`; ask: put `question` to the user; refuse: no tool fits; "
+                    "error: no decision, the model's output could not be parsed (status parse_error, see errors)")
     calls: list[CallOut] = Field(default_factory=list)
     question: str | None = Field(default=None, description="the clarifying question when decision is 'ask'")
     missing: list[MissingArgument] = Field(default_factory=list)

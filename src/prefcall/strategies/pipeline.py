@@ -112,7 +112,8 @@ class Trace(BaseModel):
 
 class ParseResult(BaseModel):
     status: Literal["ok", "parse_error"] = "ok"
-    decision: Literal["call", "ask", "refuse"] = "call"
+    # "error": no decision was made, the model's output could not be parsed (status parse_error, see errors)
+    decision: Literal["call", "ask", "refuse", "error"] = "call"
     calls: list[Call] = Field(default_factory=list)
     question: str | None = None
     missing: list[MissingArgument] = Field(default_factory=list)
@@ -281,7 +282,7 @@ class Pipeline:
             meter.scoring(selection.usage)
         result.raw.append(selection.raw)
         if selection.error:
-            result.status, result.decision = "parse_error", "refuse"
+            result.status, result.decision = "parse_error", "error"
             result.errors.append(f"select: {selection.error}")
             return
         result.functions = list(selection.value or [])
@@ -520,6 +521,8 @@ class Pipeline:
         else:
             result.calls = _dedupe(calls)
             result.decision = "call" if result.calls else "refuse"
+        if result.status == "parse_error" and not result.calls:
+            result.decision = "error"  # a parse failure is not a refusal
         meter.time("post_check", started)
 
 
