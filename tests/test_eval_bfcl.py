@@ -240,3 +240,12 @@ def test_pipeline_predictions_rescore_from_results(tmp_path) -> None:
     stored = tmp_path / "BFCL_v4_multiple.json" / "results.jsonl"
     summary = run_bfcl(tmp_path, "BFCL_v4_multiple.json", FakeEngine(), out=None, predictions=str(stored))
     assert summary["metrics"]["selection_accuracy"] == 1.0
+
+
+def test_report_lists_calls_on_irrelevant_requests(tmp_path) -> None:
+    # A model that never finds "None" likely calls the only function on the weather request.
+    engine = FakeEngine(scorer=lambda p, c: -5.0 if c.strip() == "None" else -0.1)
+    summary = run_bfcl(tmp_path, "BFCL_v4_irrelevance.json", engine)
+    assert summary["metrics"]["irrelevance_no_call_rate"] == 0.0
+    report = (tmp_path / "BFCL_v4_irrelevance.json" / "report.md").read_text()
+    assert "Irrelevant requests that got no refusal (1)" in report and "geometry.triangle_area(" in report

@@ -296,6 +296,34 @@ def aggregate(scored: list[ScoredItem]) -> dict[str, Any]:
     return metrics
 
 
+def _calls_section(items: list[ScoredItem], *, irrelevant: bool, limit: int = 15) -> str:
+    if irrelevant:
+        rows = [i for i in items if i.scorable and "selection" not in i.scores and "no_call" in i.scores
+                and i.scores["no_call"] < 1.0]
+        title, header = "Irrelevant requests that got no refusal", "| id | request | status / decision | called |"
+    else:
+        rows = [i for i in items if i.scorable and i.scores.get("selection", 1.0) < 1.0]
+        title, header = "Relevant requests with a wrong selection", "| id | request | status / decision | called (gold) |"
+    if not rows:
+        return ""
+    lines = [f"## {title} ({len(rows)})", "", header, "|---|---|---|---|"]
+    for item in rows[:limit]:
+        p = item.prediction
+        called = ", ".join(_short_call(c) for c in p.get("calls") or ([p["call"]] if p.get("call") else [])) or "-"
+        if not irrelevant:
+            called += f" ({', '.join((item.gold or {}).get('functions', []))})"
+        state = f"{p.get('status', 'ok')} / {p.get('decision', '-')}"
+        request = str(item.input.get("question", ""))[:90]
+        lines.append("| " + " | ".join(x.replace("|", "/").replace("\n", " ") for x in (item.id, request, state, called))
+                     + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _short_call(call: dict[str, Any]) -> str:
+    arguments = ", ".join(f"{k}={v!r}" for k, v in (call.get("arguments") or {}).items())
+    return f"{call.get('name')}({arguments})"[:120]
+
+
 class BfclTask(BaseTask):
     name = "bfcl"
     description = ("BFCL v4: NLT selection (--mode generate|score|structured), the one-stage call baseline "
@@ -342,6 +370,10 @@ class BfclTask(BaseTask):
 
     def score(self, item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
         return score(item, prediction, getattr(self, "mode", None))
+
+    def report_sections(self, items: list[ScoredItem], metrics: dict[str, Any]) -> list[str]:
+        """What was called on irrelevant requests, and the wrong or refused selections on relevant ones."""
+        return [s for s in (_calls_section(items, irrelevant=True), _calls_section(items, irrelevant=False)) if s]
 
     def aggregate(self, items: list[ScoredItem]) -> dict[str, Any]:
         return aggregate(items)
