@@ -249,3 +249,10 @@ def test_report_lists_calls_on_irrelevant_requests(tmp_path) -> None:
     assert summary["metrics"]["irrelevance_no_call_rate"] == 0.0
     report = (tmp_path / "BFCL_v4_irrelevance.json" / "report.md").read_text()
     assert "Irrelevant requests that got no refusal (1)" in report and "geometry.triangle_area(" in report
+
+
+def test_pipeline_prediction_keeps_stage_one_scores(tmp_path) -> None:
+    run_bfcl(tmp_path, "BFCL_v4_irrelevance.json", FakeEngine(scorer=bfcl_scorer))
+    table = results(tmp_path, "BFCL_v4_irrelevance.json")[0]["prediction"]["selection_scores"]
+    assert set(table) == {"geometry.triangle_area", "None"}
+    assert table["None"]["combined"] > table["geometry.triangle_area"]["combined"]

@@ -24,6 +24,7 @@ reports the same selection / no-call figures, so the two can be compared side by
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -207,11 +208,21 @@ def pipeline_prediction(result: ParseResult) -> dict[str, Any]:
         "calls": calls, "call": calls[0] if calls else None, "functions": result.functions,
         "question": result.question, "errors": result.errors, "notes": result.notes,
         "error": "; ".join(result.errors) if result.status != "ok" else None,
-        "confidence": round(result.confidence, 4),
+        "confidence": round(result.confidence, 4), "selection_scores": _selection_table(result.raw),
         "tokens": {"prompt_tokens": trace.prompt_tokens, "evaluated": trace.evaluated, "reused": trace.reused,
                    "completion_tokens": trace.completion_tokens},
         "seconds": round(trace.timings.get("total", 0.0), 4),
     }
+
+
+def _selection_table(raw: list[str]) -> dict[str, Any] | None:
+    """Stage 1's per-function score table (scored selection writes it as the first raw output), for analysis
+    of refusals ("None" among the candidates); None when stage 1 generated names instead."""
+    try:
+        table = json.loads(raw[0]) if raw else None
+    except (TypeError, ValueError):
+        return None
+    return table if isinstance(table, dict) and all(isinstance(v, dict) for v in table.values()) else None
 
 
 def _add(total: dict[str, int], part: dict[str, Any]) -> None:
