@@ -135,3 +135,19 @@ def test_gated_regeneration_reuses_the_scored_selection():
     assert result.gate_fired and result.tagged and result.functions == ["GetRestaurants"]
     request_scores = [c for c in fake.calls if c["kind"] == "score" and "Thai food" in c["prompt"]]
     assert len(request_scores) == 1  # the tagged pass did not score the same dialogue again
+
+
+def test_a_request_far_from_every_function_is_refused_by_the_none_prior_alone():
+    from prefcall.engine.fake import FakeEmbedder
+
+    embedder = FakeEmbedder()
+    names = [*CATALOGUE.names, "None"]
+    joke = dict(zip(names, domain_log_prior(CATALOGUE, "User: tell me a joke", embedder, allow_none=True)))
+    hotel = dict(zip(names, domain_log_prior(CATALOGUE, "User: booking hotels in Paris", embedder, allow_none=True)))
+    assert joke["None"] > 0 > hotel["None"]
+    engine = FakeEngine(scorer=lambda prompt, candidate: 0.0)  # the model has no opinion
+    calibration = content_free_scores(engine, CATALOGUE, allow_none=True)
+    for dialogue, expected in (("User: tell me a joke", []), ("User: booking hotels in Paris", ["GetHotels"])):
+        out = select_by_score(engine, CATALOGUE, CallingContext(dialogue=dialogue), calibration=calibration,
+                              embedder=embedder, use_prior=True, allow_none=True)
+        assert out.value == expected, dialogue

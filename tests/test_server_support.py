@@ -140,10 +140,11 @@ def serve_fake_stdio(db_path: str) -> None:
     import anyio
 
     from prefcall.server.app import create_server
+    from prefcall.server.transport import serve_stdio
 
     settings = Settings(data_dir=Path(db_path).parent / "data", db_path=Path(db_path))
     server = create_server(settings, engine=travel_engine(), embedder=FakeEmbedder())
-    anyio.run(server.run_stdio_async)
+    anyio.run(serve_stdio, server)
 
 
 if __name__ == "__main__":

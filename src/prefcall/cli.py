@@ -47,12 +47,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0 if args.command is None else 2
     try:
+        from prefcall.config import Settings
+
+        Settings()  # PREFCALL_* variables are checked before any command starts (a spawned server included)
         return int(handler(args) or 0)
-    except PrefcallError as exc:
-        print(f"prefcall: error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         return 130
+    except BaseException as exc:  # noqa: BLE001 - configuration and model errors are one line, the rest re-raised
+        line = one_line_error(exc)
+        if line is None:
+            raise
+        print(f"prefcall: error: {line}", file=sys.stderr)
+        return 2
+
+
+def one_line_error(exc: BaseException) -> str | None:
+    """The one line to print for a prefcall error or an invalid setting (also when a task group wrapped it);
+    None for anything else (a bug: its traceback is wanted)."""
+    from pydantic import ValidationError as PydanticValidationError
+
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if isinstance(exc, PrefcallError):
+        return str(exc)
+    if isinstance(exc, PydanticValidationError):
+        from prefcall.config import settings_error
+
+        error = settings_error(exc)
+        return None if error is None else str(error)
+    return None
 
 
 if __name__ == "__main__":

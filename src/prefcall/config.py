@@ -6,7 +6,10 @@ import os
 from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator
+from pydantic import ValidationError as PydanticValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from prefcall.errors import ConfigError
 
 
 def default_data_dir() -> Path:
@@ -82,6 +85,12 @@ class Settings(BaseSettings):
     max_instruction_chars: int = Field(default=2_000, ge=10, description="longest standing instruction")
     tokens: str | None = Field(default=None, description="HTTP bearer tokens as 'token:user_id,token2:user2'")
     tokens_file: Path | None = Field(default=None, description="file with one 'token:user_id' per line (HTTP)")
+    # The model queue (prefcall serve): the model runs one request at a time; the rest wait, shared fairly.
+    queue_size: int = Field(default=32, ge=1, description="requests that may wait for the model; more are refused "
+                                                          "with a one-line 'busy ... retry in ~N s' error")
+    queue_per_user: int = Field(default=4, ge=1, description="requests one user may have waiting or running")
+    model_retry_s: float = Field(default=10.0, ge=0, description="back-off before loading a model that failed "
+                                                                 "again (doubles per failure, up to 5 min)")
 
     def database_path(self) -> Path:
         return self.db_path or self.data_dir / "prefcall.db"
@@ -93,3 +102,20 @@ class Settings(BaseSettings):
         if self.engine_api_key_env:
             return os.environ.get(self.engine_api_key_env) or None
         return None
+
+
+def settings_error(exc: PydanticValidationError) -> ConfigError | None:
+    """One line naming the setting, for a validation error of `Settings` (None for any other model's error).
+
+    pydantic-settings raises the same error whether the value came from a PREFCALL_ variable or from a
+    command-line flag that overrides it; the line names the variable (the flags' help names it too)."""
+    if exc.title != Settings.__name__:
+        return None
+    errors = exc.errors()
+    first = errors[0]
+    field = str(first["loc"][0]) if first["loc"] else ""
+    name = f"PREFCALL_{field.upper()}" if field else "a PREFCALL_ setting"
+    value = first.get("input")
+    shown = "" if isinstance(value, dict | list) or value is None else f"={str(value)[:60]!s}"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return ConfigError(f"invalid setting {name}{shown}: {first['msg']}{more}: fix it or unset it")

@@ -86,3 +86,11 @@ class DownloadError(PrefcallError):
 
 class IntegrityError(PrefcallError):
     """A file's SHA-256 does not match the hub's LFS hash or prefcall's pin; it was not installed."""
+
+
+class BusyError(PrefcallError):
+    """The model queue is full (or the caller already holds their share of it): retry later."""
+
+    def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

@@ -97,7 +97,10 @@ async def stdio_cold_start(ctx: BenchContext, db: Path) -> dict[str, Any]:
 def http_server(ctx: BenchContext, db: Path, token: str, log_path: Path):
     """`prefcall serve --transport http` on 127.0.0.1:<free port>; yields (base_url, process)."""
     port = free_port()
-    env = {**os.environ, "PREFCALL_DB_PATH": str(db), "PREFCALL_TOKENS": f"{token}:{USER}"}
+    # Every bench client uses the one token (one user): raise the model queue's per-user share above the most
+    # concurrent clients (16), or the queue would refuse all but PREFCALL_QUEUE_PER_USER of them as busy.
+    env = {**os.environ, "PREFCALL_DB_PATH": str(db), "PREFCALL_TOKENS": f"{token}:{USER}",
+           "PREFCALL_QUEUE_PER_USER": "64", "PREFCALL_QUEUE_SIZE": "64"}
     command = serve_command(ctx.model_args, "--transport", "http", "--host", "127.0.0.1", "--port", str(port))
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
@@ -112,19 +115,22 @@ def http_server(ctx: BenchContext, db: Path, token: str, log_path: Path):
             process.wait(timeout=10)
 
 
-def wait_ready(base: str, process: subprocess.Popen, timeout: float = 600.0) -> float:
+def wait_ready(base: str, process: subprocess.Popen, timeout: float = 600.0, log_path: Path | None = None) -> float:
     import httpx
 
     started = time.perf_counter()
     while time.perf_counter() - started < timeout:
         if process.poll() is not None:
             raise RuntimeError(f"prefcall serve exited with status {process.returncode} before it was ready")
-        with contextlib.suppress(httpx.HTTPError):
-            body = httpx.get(f"{base}/healthz", timeout=5).json()
-            if body.get("ready"):
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            # /healthz says only ready (200) or not (503); why a load failed is in the server's log.
+            if httpx.get(f"{base}/healthz", timeout=5).json().get("status") == "ready":
                 return time.perf_counter() - started
-            if body.get("error"):
-                raise RuntimeError(f"model failed to load: {body['error']}")
+        if log_path is not None and log_path.is_file():
+            lines = log_path.read_text(errors="replace").splitlines()
+            failed = [line for line in lines if "model loading failed" in line]
+            if failed:
+                raise RuntimeError(failed[-1].strip())
         time.sleep(0.25)
     raise TimeoutError(f"prefcall serve was not ready after {timeout:.0f} s")
 
@@ -174,7 +180,7 @@ async def http_throughput(ctx: BenchContext, db: Path, log_path: Path) -> dict[s
     with http_server(ctx, db, token, log_path) as (base, process):
         import anyio
 
-        out["ready_s"] = round(await anyio.to_thread.run_sync(wait_ready, base, process), 3)
+        out["ready_s"] = round(await anyio.to_thread.run_sync(wait_ready, base, process, 600.0, log_path), 3)
         async with http_client(base, token) as client:
             await _call(client, "create_profile", {})
             ok, answer, warm = await _call(client, "parse_request", parse_arguments(ctx, 0))  # warm the catalogue

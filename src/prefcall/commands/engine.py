@@ -87,4 +87,5 @@ def run_generate(args: argparse.Namespace) -> int:
 def run_demo(args: argparse.Namespace) -> int:
     from prefcall.demo import run
 
+    settings_from_args(args)  # a bad --n-ctx is one line here, not a failure inside the spawned server
     return run(args)

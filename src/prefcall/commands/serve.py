@@ -52,9 +52,11 @@ def run_serve(args: argparse.Namespace) -> int:
 
     import anyio
 
+    from prefcall.server.transport import serve_stdio
+
     server = create_server(settings)
     try:
-        anyio.run(server.run_stdio_async)
+        anyio.run(serve_stdio, server)
     finally:
         server.services.close()  # type: ignore[attr-defined]
     return 0

@@ -5,6 +5,13 @@ runs never load a model); the MCP server calls `start()` when it starts and `awa
 tools/list answers at once while the model loads. Both paths share the same once-only, thread-safe loading.
 A threading lock and Event (not anyio's) because a loader may be shared by several event loops (one per
 in-process client in tests, uvicorn's loop over HTTP).
+
+A failed load is not final: the next `wait()` (a tool call) or `poll()` (/healthz) loads again once the
+back-off has passed (PREFCALL_MODEL_RETRY_S, doubling per failure up to `MAX_BACKOFF_S`), or at once when the
+model file changed (its size or modification time), so fixing the file or the setting needs no restart.
+
+The engine handed out is `CancelBound`: model calls made inside a server model job stop between tokens when
+that job's client goes away (`prefcall.engine.cancel`).
 """
 
 from __future__ import annotations
@@ -13,16 +20,51 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 
 import prefcall.engine as engines
 from prefcall.config import Settings
 from prefcall.engine.base import Embedder, Engine
+from prefcall.engine.cancel import cancel_bound
 from prefcall.errors import EngineError, PrefcallError
 
 log = logging.getLogger("prefcall.engine")
 
 ProgressFn = Callable[[float, str], Awaitable[None]]
+
+MAX_BACKOFF_S = 300.0
+
+
+def model_file_signature(settings: Settings) -> Hashable:
+    """(path, size, mtime) of the model file the settings name; None for served engines or when not resolvable.
+
+    A missing file has a signature too (path, None, None), so that the file appearing counts as a change."""
+    from prefcall.engine.served import parse_engine_spec
+
+    try:
+        if parse_engine_spec(settings.engine, settings.engine_model) is not None:
+            return None
+        if settings.model:
+            from prefcall.engine.references import resolve_reference
+
+            path = resolve_reference(settings.model).path
+        else:
+            from prefcall.engine.resolve import embedded_model_path
+
+            path = embedded_model_path()
+    except Exception:  # noqa: BLE001 - an unresolvable reference has no file to watch; the back-off still applies
+        return None
+    try:
+        stat = path.stat()
+    except OSError:
+        return (str(path), None, None)
+    return (str(path), stat.st_size, stat.st_mtime_ns)
+
+
+def as_prefcall_error(exc: BaseException) -> PrefcallError:
+    if isinstance(exc, PrefcallError):
+        return exc
+    return EngineError(f"model loading failed: {type(exc).__name__}: {exc}: check PREFCALL_MODEL")
 
 
 class ModelLoader:
@@ -37,12 +79,16 @@ class ModelLoader:
         embedder: Embedder | None = None,
         load_engine: Callable[[Settings], Engine] | None = None,
         load_embedder: Callable[[Settings], Embedder] | None = None,
+        signature: Callable[[Settings], Hashable] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
-        self._engine = engine
+        self._engine = cancel_bound(engine) if engine is not None else None
         self._embedder = embedder
         self._load_engine = load_engine
         self._load_embedder = load_embedder
+        self._signature = signature or model_file_signature
+        self._clock = clock
         self._engine_lock = threading.Lock()
         self._embedder_lock = threading.Lock()
         self._done = threading.Event()
@@ -51,6 +97,9 @@ class ModelLoader:
         self.error: PrefcallError | None = None
         self.stage = "waiting to start"
         self.seconds = 0.0
+        self.failures = 0  # consecutive failed loads
+        self._failed_at = 0.0
+        self._attempt_signature: Hashable = None
         if engine is not None and embedder is not None:
             self._done.set()
             self.stage = "ready"
@@ -64,8 +113,12 @@ class ModelLoader:
                 self.stage = "loading the language model"
                 log.info("loading the language model ...")
                 loader = self._load_engine or engines.load_engine
-                self._engine = loader(self.settings)
-                log.info("model ready: %s (%s)", self._engine.info.model_name, self._engine.info.backend)
+                try:
+                    loaded = loader(self.settings)
+                except Exception as exc:  # noqa: BLE001 - every load failure is one line naming what to fix
+                    raise as_prefcall_error(exc) from exc
+                self._engine = cancel_bound(loaded)
+                log.info("model ready: %s (%s)", loaded.info.model_name, loaded.info.backend)
             return self._engine
 
     @property
@@ -75,7 +128,10 @@ class ModelLoader:
             if self._embedder is None:
                 self.stage = "loading the sentence embedder"
                 loader = self._load_embedder or engines.load_embedder
-                self._embedder = loader(self.settings)
+                try:
+                    self._embedder = loader(self.settings)
+                except Exception as exc:  # noqa: BLE001
+                    raise as_prefcall_error(exc) from exc
             return self._embedder
 
     # -- in the background -----------------------------------------------------------------------
@@ -83,13 +139,38 @@ class ModelLoader:
     def ready(self) -> bool:
         return self._done.is_set() and self.error is None
 
+    def backoff_s(self) -> float:
+        """How long after the last failure the next attempt is due (0 before any failure)."""
+        if not self.failures:
+            return 0.0
+        return min(MAX_BACKOFF_S, self.settings.model_retry_s * 2 ** (self.failures - 1))
+
+    def retry_in_s(self) -> float:
+        return max(0.0, self._failed_at + self.backoff_s() - self._clock())
+
     def start(self) -> None:
         """Load both in a daemon thread (idempotent); returns at once."""
         with self._start_lock:
             if self._started or self._done.is_set():
                 return
             self._started = True
+            self._attempt_signature = self._signature(self.settings)
         threading.Thread(target=self._load_both, name="prefcall-model-loader", daemon=True).start()
+
+    def poll(self) -> bool:
+        """Start loading if it has not started, or again if the last load failed and a retry is due (back-off
+        passed or the model file changed). Returns at once; True when the models are ready."""
+        with self._start_lock:
+            if self._done.is_set() and self.error is not None:
+                changed = self._signature(self.settings) != self._attempt_signature
+                if changed or self.retry_in_s() <= 0:
+                    log.info("retrying the model load (%s)", "the model file changed" if changed else "back-off over")
+                    self.error = None
+                    self.stage = "waiting to start"
+                    self._started = False
+                    self._done.clear()
+        self.start()
+        return self.ready
 
     def _load_both(self) -> None:
         started = time.perf_counter()
@@ -98,28 +179,48 @@ class ModelLoader:
             # The packaged embedder loads lazily; warm it here so the first request does not pay for it.
             self.embedder.embed(["warm up"])
             self.stage = "ready"
-        except PrefcallError as exc:
-            self.error = exc
-            self.stage = "failed"
-            log.error("model loading failed: %s", exc)
+            self.failures = 0
         except Exception as exc:  # noqa: BLE001 - any loader crash must become a tool error, not a dead server
-            self.error = EngineError(f"model loading failed: {type(exc).__name__}: {exc}: check PREFCALL_MODEL")
+            self.error = as_prefcall_error(exc)
             self.stage = "failed"
-            log.exception("model loading failed")
+            self.failures += 1
+            self._failed_at = self._clock()
+            if isinstance(exc, PrefcallError):
+                log.error("model loading failed: %s", exc)
+            else:
+                log.exception("model loading failed")
         finally:
             self.seconds = time.perf_counter() - started
             self._done.set()
 
+    def _failure(self, error: PrefcallError) -> PrefcallError:
+        """The load error, saying when the next attempt is due."""
+        hint = (f"prefcall loads it again on a call after ~{max(1, round(self.retry_in_s()))} s, "
+                "or at once when the model file changes")
+        try:
+            again = type(error)(f"{error} ({hint})")
+        except Exception:  # noqa: BLE001 - an error type with another signature: keep the original
+            return error
+        again.__cause__ = error
+        return again
+
     async def wait(self, progress: ProgressFn | None = None) -> tuple[Engine, Embedder]:
-        """Start the background load if needed, wait (asynchronously, reporting progress) and return both;
-        raise the load error."""
-        self.start()
+        """Start the background load (or a due retry), wait (asynchronously, reporting progress) and return
+        both; raise the load error, saying when the next attempt is due."""
         waited = 0.0
-        while not self._done.is_set():
-            if progress is not None:
-                await progress(waited, f"prefcall is {self.stage} ...")
-            await asyncio.sleep(0.25)
-            waited += 0.25
-        if self.error is not None:
-            raise self.error
-        return self.engine, self.embedder
+        while True:
+            self.poll()
+            while not self._done.is_set():
+                if progress is not None:
+                    await progress(waited, f"prefcall is {self.stage} ...")
+                await asyncio.sleep(0.25)
+                waited += 0.25
+            with self._start_lock:
+                if not self._done.is_set():  # a retry started between the two checks: wait for it
+                    continue
+                error = self.error
+                if error is None and self._engine is not None and self._embedder is not None:
+                    return self._engine, self._embedder
+            if error is not None:
+                raise self._failure(error)
+            return self.engine, self.embedder

@@ -18,6 +18,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.server.mcpserver.resolve import Elicit
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field, create_model
 from pydantic import ValidationError as PydanticValidationError
 
@@ -227,8 +228,19 @@ def request_caller() -> Caller:
 
 
 def client_can_elicit(ctx: Context) -> bool:
+    """Whether asking the user can work on this request: the client declared elicitation, and either the
+    protocol carries the question in the result (2026-07-28: the SDK's portable input-required form, a retry
+    with the answer) or the connection has a back channel for `elicitation/create` (2025 revisions over stdio
+    or SSE; not stateless or JSON-response HTTP). Otherwise clarify answers with the question as data."""
     capabilities = ctx.client_capabilities
-    return capabilities is not None and capabilities.elicitation is not None
+    if capabilities is None or capabilities.elicitation is None:
+        return False
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        return True
+    try:
+        return bool(ctx.session.can_send_request)
+    except Exception:  # noqa: BLE001 - no session to ask through: answer with the question as data
+        return False
 
 
 # ------------------------------------------------------------------------------- the factory

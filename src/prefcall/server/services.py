@@ -27,7 +27,7 @@ from prefcall.profiles.tags import TaggedInstruction
 from prefcall.schemas.model import Call, Catalogue, Function, Turn, render_dialogue
 from prefcall.schemas.registry import BUILTIN_NAMES, CatalogueRegistry
 from prefcall.server import models as m
-from prefcall.server.runtime import Worker
+from prefcall.server.runtime import ModelQueue, Worker
 from prefcall.storage.db import LOCAL_OWNER
 from prefcall.storage.demos import Demonstration, DemoStore, add_demonstration
 from prefcall.storage.profiles import Instruction, ProfileStore
@@ -198,7 +198,7 @@ class Services:
             settings, engine=engine, embedder=embedder, load_engine=load_engine, load_embedder=load_embedder
         )
         self.db = Worker("prefcall-db")
-        self.model = Worker("prefcall-model")
+        self.model = ModelQueue("prefcall-model", size=settings.queue_size, per_user=settings.queue_per_user)
         self._profiles_source = profiles
         self._catalogues_source = catalogues
         self._demos_source = demos
