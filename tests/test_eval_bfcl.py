@@ -148,8 +148,8 @@ def bfcl_scorer(prompt: str, candidate: str) -> float:
     argument = re.search(r'\{"(\w+)": $', prompt)
     if argument is None:
         if "Oslo" in prompt:
-            return -0.1 if candidate.strip() == "None" else -5.0
-        return -0.1 if wanted and candidate.strip() == wanted[0] else -5.0
+            return -0.1 if candidate.strip() == "None" else -20.0
+        return -0.1 if wanted and candidate.strip() == wanted[0] else -20.0
     value = wanted[1].get(argument.group(1)) if wanted else None
     if value is None:
         return -0.1 if candidate == "null" else -6.0
@@ -197,7 +197,7 @@ def test_full_pipeline_calls_the_right_function_with_the_written_values(tmp_path
 
 
 def test_a_refusal_of_a_relevant_request_is_a_wrong_selection(tmp_path) -> None:
-    engine = FakeEngine(scorer=lambda p, c: -0.1 if (c.strip() == "None") == ("base of 10" in p) else -5.0)
+    engine = FakeEngine(scorer=lambda p, c: -0.1 if (c.strip() == "None") == ("base of 10" in p) else -20.0)
     summary = run_bfcl(tmp_path, "BFCL_v4_simple_python.json", engine)
     row = results(tmp_path, "BFCL_v4_simple_python.json")[0]
     assert row["prediction"]["decision"] == "refuse"
@@ -243,8 +243,9 @@ def test_pipeline_predictions_rescore_from_results(tmp_path) -> None:
 
 
 def test_report_lists_calls_on_irrelevant_requests(tmp_path) -> None:
-    # A model that never finds "None" likely calls the only function on the weather request.
-    engine = FakeEngine(scorer=lambda p, c: -5.0 if c.strip() == "None" else -0.1)
+    # A model that finds "None" unlikely for this request calls the only function (the margin outweighs stage 1's
+    # None prior, which the fake embedder's unrelated vectors make positive; a constant one is calibrated away).
+    engine = FakeEngine(scorer=lambda p, c: -30.0 if c.strip() == "None" and "Oslo" in p else -0.1)
     summary = run_bfcl(tmp_path, "BFCL_v4_irrelevance.json", engine)
     assert summary["metrics"]["irrelevance_no_call_rate"] == 0.0
     report = (tmp_path / "BFCL_v4_irrelevance.json" / "report.md").read_text()
