@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
+import io
 import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 
-from prefcall.engine.fake import FakeEngine
+from prefcall.engine.fake import FakeEmbedder, FakeEngine
+from prefcall.errors import ConfigError
+from prefcall.evaluation.runner import run_eval
 from prefcall.evaluation.task import EvalItem, ScoredItem
 from prefcall.evaluation.tasks import bfcl
 from prefcall.schemas.model import Call, Function
@@ -69,10 +75,11 @@ def test_ast_match_nested_values_and_booleans() -> None:
 
 def test_irrelevance_scores_a_missing_call_as_right() -> None:
     item = _item([], "irrelevance")
-    assert bfcl.score(item, {"status": "ok", "call": None}) == {"ast_match": 1.0}
-    assert bfcl.score(item, {"status": "ok", "call": {"name": "calc_area", "arguments": {}}}) == {"ast_match": 0.0}
+    assert bfcl.score(item, {"status": "ok", "call": None}) == {"ast_match": 1.0, "no_call": 1.0}
+    called = {"status": "ok", "call": {"name": "calc_area", "arguments": {}}}
+    assert bfcl.score(item, called) == {"ast_match": 0.0, "no_call": 0.0}
     assert bfcl.score(item, {"status": "ok", "selected": []})["exact_set"] == 1.0
-    assert bfcl.score(item, {"status": "error", "error": "overflow"}, "call") == {"ast_match": 0.0}
+    assert bfcl.score(item, {"status": "error", "error": "overflow"}, "call") == {"ast_match": 0.0, "no_call": 0.0}
 
 
 def test_selection_mode_prediction_and_score() -> None:
@@ -91,25 +98,31 @@ def test_call_mode_generates_name_then_grammar_constrained_arguments() -> None:
     assert engine.calls[0]["json_schema"]["properties"]["name"]["enum"] == ["calc_area", "calc_volume"]
     args_schema = engine.calls[1]["json_schema"]
     assert args_schema["properties"]["size"] == {"type": "number"} and args_schema["required"] == ["shape", "size"]
-    assert bfcl.score(_item(GOLD), prediction) == {"ast_match": 1.0}
+    assert bfcl.score(_item(GOLD), prediction) == {"ast_match": 1.0, "selection": 1.0, "no_call": 0.0}
+    wrong = {"status": "ok", "call": {"name": "calc_volume", "arguments": {"solid": "cube"}}}
+    assert bfcl.score(_item(GOLD), wrong) == {"ast_match": 0.0, "selection": 0.0, "no_call": 0.0}
 
 
 def test_gated_call_mode_makes_no_call_when_nlt_selects_nothing() -> None:
     engine = FakeEngine(scorer=lambda p, c: math.log(0.1 if c == " YES" else 0.9))
     prediction = bfcl.predict(_item([], "irrelevance"), engine, "call", gate="score")
     assert prediction["call"] is None and all(c["kind"] == "score" for c in engine.calls)
-    assert bfcl.score(_item([], "irrelevance"), prediction) == {"ast_match": 1.0}
+    assert bfcl.score(_item([], "irrelevance"), prediction) == {"ast_match": 1.0, "no_call": 1.0}
 
 
 def test_aggregate_call_mode() -> None:
     rows = [ScoredItem(id=str(i), input={}, prediction=p, scores=s) for i, (p, s) in enumerate([
-        ({"status": "ok", "call": None}, {"ast_match": 1.0}),
-        ({"status": "ok", "call": {"name": "f"}}, {"ast_match": 0.0}),
-        ({"status": "parse_error"}, {"ast_match": 0.0}),
-        ({"status": "ok", "call": {"name": "f"}}, {"ast_match": 1.0}),
+        ({"status": "ok", "call": None}, {"ast_match": 1.0, "no_call": 1.0}),
+        ({"status": "ok", "call": {"name": "f"}}, {"ast_match": 0.0, "selection": 1.0, "no_call": 0.0}),
+        ({"status": "parse_error"}, {"ast_match": 0.0, "selection": 0.0, "no_call": 0.0}),
+        ({"status": "ok", "call": {"name": "f"}}, {"ast_match": 1.0, "selection": 1.0, "no_call": 0.0}),
     ])]
     metrics = bfcl.aggregate(rows)
     assert metrics["ast_accuracy"] == 0.5 and metrics["parse_error_rate"] == 0.25 and metrics["no_call_rate"] == 0.25
+    assert metrics["irrelevance_no_call_rate"] == 1.0 and metrics["irrelevance_no_call_rate"].n == 1
+    assert metrics["selection_accuracy"] == pytest.approx(2 / 3) and metrics["selection_accuracy"].n == 3
+    lo, hi = metrics["selection_accuracy"].interval()
+    assert 0 < lo < 2 / 3 < hi < 1  # Wilson
 
 
 def test_loads_the_shared_bfcl_files(shared_data) -> None:
@@ -120,3 +133,127 @@ def test_loads_the_shared_bfcl_files(shared_data) -> None:
     assert len(irrelevance) == 240 and all(i.gold["functions"] == [] for i in irrelevance)
     catalogue = bfcl.catalogue_of(multiple[0].input["functions"])
     assert catalogue.names[0] == "triangle_properties.get"
+
+
+# -- the server's pipeline (--config) over a made-up BFCL folder ---------------------------------
+DATA = Path(__file__).parent / "data" / "bfcl"
+WANTED = {"base of 10": ("geometry.triangle_area", {"base": 10, "height": 5}),
+          "USD to EUR": ("currency.exchange_rate", {"source": "USD", "target": "EUR"})}
+
+
+def bfcl_scorer(prompt: str, candidate: str) -> float:
+    """The fake model: "None" is likely for the Oslo weather request only (a constant preference would be
+    calibrated away); otherwise the function the request's words ask for, and the values it wrote."""
+    wanted = next((w for marker, w in WANTED.items() if marker in prompt), None)
+    argument = re.search(r'\{"(\w+)": $', prompt)
+    if argument is None:
+        if "Oslo" in prompt:
+            return -0.1 if candidate.strip() == "None" else -20.0
+        return -0.1 if wanted and candidate.strip() == wanted[0] else -20.0
+    value = wanted[1].get(argument.group(1)) if wanted else None
+    if value is None:
+        return -0.1 if candidate == "null" else -6.0
+    return -0.1 if candidate == json.dumps(value) else -6.0
+
+
+def run_bfcl(tmp_path: Path, data: str, engine: FakeEngine, **args) -> dict:
+    namespace = argparse.Namespace(**({"limit": None, "out": str(tmp_path / data), "predictions": None,
+                                       "config": "full", "mode": None, "answers": None,
+                                       "data": str(DATA / data)} | args))
+    return run_eval("bfcl", namespace, engine=engine, embedder=FakeEmbedder(), stdout=io.StringIO(),
+                    stderr=io.StringIO())
+
+
+def results(tmp_path: Path, data: str) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / data / "results.jsonl").read_text().splitlines()]
+
+
+def test_loads_turns_of_the_question() -> None:
+    item = bfcl.load_items(DATA / "BFCL_v4_multiple.json")[0]
+    assert item.input["turns"] == [{"role": "user", "content": item.input["question"]}]
+    assert item.gold["functions"] == ["currency.exchange_rate"]
+
+
+def test_full_pipeline_refuses_an_irrelevant_request(tmp_path) -> None:
+    summary = run_bfcl(tmp_path, "BFCL_v4_irrelevance.json", FakeEngine(scorer=bfcl_scorer))
+    row = results(tmp_path, "BFCL_v4_irrelevance.json")[0]
+    assert row["prediction"]["decision"] == "refuse" and row["prediction"]["calls"] == []
+    assert row["scores"] == {"ast_match": 1.0, "no_call": 1.0}
+    assert summary["metrics"]["irrelevance_no_call_rate"] == 1.0 and summary["metrics"]["parse_error_rate"] == 0.0
+    assert summary["intervals"]["irrelevance_no_call_rate"]["method"] == "wilson"
+
+
+@pytest.mark.parametrize("data", ["BFCL_v4_simple_python.json", "BFCL_v4_multiple.json"])
+def test_full_pipeline_calls_the_right_function_with_the_written_values(tmp_path, data) -> None:
+    summary = run_bfcl(tmp_path, data, FakeEngine(scorer=bfcl_scorer))
+    row = results(tmp_path, data)[0]
+    name, arguments = next(w for m, w in WANTED.items() if m in row["input"]["question"])
+    assert row["prediction"]["decision"] == "call"
+    assert row["prediction"]["call"] == {"name": name, "arguments": arguments}
+    assert row["scores"] == {"ast_match": 1.0, "selection": 1.0, "no_call": 0.0}
+    metrics = summary["metrics"]
+    assert metrics["selection_accuracy"] == 1.0 and metrics["relevant_ast_accuracy"] == 1.0
+    assert metrics["false_refusal_rate"] == 0.0 and "irrelevance_no_call_rate" not in metrics
+
+
+def test_a_refusal_of_a_relevant_request_is_a_wrong_selection(tmp_path) -> None:
+    engine = FakeEngine(scorer=lambda p, c: -0.1 if (c.strip() == "None") == ("base of 10" in p) else -20.0)
+    summary = run_bfcl(tmp_path, "BFCL_v4_simple_python.json", engine)
+    row = results(tmp_path, "BFCL_v4_simple_python.json")[0]
+    assert row["prediction"]["decision"] == "refuse"
+    assert row["scores"] == {"ast_match": 0.0, "selection": 0.0, "no_call": 1.0}
+    assert summary["metrics"]["false_refusal_rate"] == 1.0
+
+
+def test_a_parse_error_is_its_own_state_not_a_refusal(tmp_path) -> None:
+    # fnctod-full generates the values; a backend that ignores the grammar writes something that is not JSON.
+    engine = FakeEngine(scorer=bfcl_scorer, enforce_schema=False).reply("the area is 25")
+    for data in ("BFCL_v4_simple_python.json", "BFCL_v4_multiple.json"):
+        summary = run_bfcl(tmp_path, data, engine, config="fnctod-full")
+        row = results(tmp_path, data)[0]
+        assert row["prediction"]["status"] == "parse_error" and row["prediction"]["error"]
+        assert row["scores"] == {"ast_match": 0.0, "selection": 0.0, "no_call": 0.0}
+        metrics = summary["metrics"]
+        assert metrics["parse_error_rate"] == 1.0 and metrics["false_refusal_rate"] == 0.0
+        assert metrics["no_call_rate"] == 0.0 and metrics["selection_accuracy"] == 0.0
+
+
+def test_a_parse_error_on_an_irrelevant_item_is_not_a_no_call() -> None:
+    item = bfcl.load_items(DATA / "BFCL_v4_irrelevance.json")[0]
+    scores = bfcl.score(item, {"status": "parse_error", "decision": "refuse", "calls": [], "call": None})
+    assert scores == {"ast_match": 0.0, "no_call": 0.0}
+    rows = [ScoredItem(id="a", input={}, prediction={"status": "parse_error", "decision": "refuse"}, scores=scores),
+            ScoredItem(id="b", input={}, prediction={"status": "ok", "decision": "refuse", "calls": []},
+                       scores={"ast_match": 1.0, "no_call": 1.0})]
+    metrics = bfcl.aggregate(rows)
+    assert metrics["irrelevance_no_call_rate"] == 0.5 and metrics["parse_error_rate"] == 0.5
+
+
+def test_config_and_mode_are_exclusive() -> None:
+    args = argparse.Namespace(config="full", mode="call", data=str(DATA / "BFCL_v4_irrelevance.json"), answers=None)
+    with pytest.raises(ConfigError, match="not both"):
+        bfcl.TASK.load(args)
+
+
+def test_pipeline_predictions_rescore_from_results(tmp_path) -> None:
+    run_bfcl(tmp_path, "BFCL_v4_multiple.json", FakeEngine(scorer=bfcl_scorer))
+    stored = tmp_path / "BFCL_v4_multiple.json" / "results.jsonl"
+    summary = run_bfcl(tmp_path, "BFCL_v4_multiple.json", FakeEngine(), out=None, predictions=str(stored))
+    assert summary["metrics"]["selection_accuracy"] == 1.0
+
+
+def test_report_lists_calls_on_irrelevant_requests(tmp_path) -> None:
+    # A model that finds "None" unlikely for this request calls the only function (the margin outweighs stage 1's
+    # None prior, which the fake embedder's unrelated vectors make positive; a constant one is calibrated away).
+    engine = FakeEngine(scorer=lambda p, c: -30.0 if c.strip() == "None" and "Oslo" in p else -0.1)
+    summary = run_bfcl(tmp_path, "BFCL_v4_irrelevance.json", engine)
+    assert summary["metrics"]["irrelevance_no_call_rate"] == 0.0
+    report = (tmp_path / "BFCL_v4_irrelevance.json" / "report.md").read_text()
+    assert "Irrelevant requests that got no refusal (1)" in report and "geometry.triangle_area(" in report
+
+
+def test_pipeline_prediction_keeps_stage_one_scores(tmp_path) -> None:
+    run_bfcl(tmp_path, "BFCL_v4_irrelevance.json", FakeEngine(scorer=bfcl_scorer))
+    table = results(tmp_path, "BFCL_v4_irrelevance.json")[0]["prediction"]["selection_scores"]
+    assert set(table) == {"geometry.triangle_area", "None"}
+    assert table["None"]["combined"] > table["geometry.triangle_area"]["combined"]

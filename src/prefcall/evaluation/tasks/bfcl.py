@@ -7,26 +7,39 @@ is not given. The irrelevance file has no answers: gold is "no function".
 Modes (--mode):
 - generate | score | structured: NLT tool selection; exact-set accuracy of the selected names against the
   gold function names (irrelevance: the empty set);
-- call: a grammar-constrained call (function name enum, then that function's arguments) scored by BFCL's
-  AST match; on irrelevance the score is 1 when no call is made. `--gate MODE` first runs NLT selection in
-  that mode and makes no call when nothing is selected (without a gate the call predictor always calls).
+- call: the one-stage baseline: a grammar-constrained call (function name enum, then that function's
+  arguments) scored by BFCL's AST match; on irrelevance the score is 1 when no call is made. `--gate MODE`
+  first runs NLT selection in that mode and makes no call when nothing is selected (without a gate the call
+  predictor always calls).
+
+Pipeline (--config NAME, e.g. `full`, the server's default with grounded values, or `fnctod-full`, free
+generation of values): parse_request's pipeline the way the MCP server runs it (`allow_refuse=True`) over the
+item's own catalogue and the question's turns, no standing instructions. Scores: on irrelevance items the
+no-call rate (decision refuse, or no calls); on simple / multiple items function-selection accuracy (the first
+call's name is the gold name; a refusal is wrong) and BFCL's AST match of the first call. A parse error is its
+own state: neither a refusal nor a call, wrong everywhere, reported as parse_error_rate. The call baseline
+reports the same selection / no-call figures, so the two can be compared side by side.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefcall.errors import ConfigError, PrefcallError
 from prefcall.evaluation.metrics.intervals import mean, proportion
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
 from prefcall.evaluation.tasks import tools as selection
 from prefcall.schemas.importers import import_catalogue
-from prefcall.schemas.model import Call, Catalogue, Function
+from prefcall.schemas.model import Call, Catalogue, Function, Turn
 from prefcall.strategies.nlt import select_tools
 from prefcall.strategies.qwn_draft import draft_call
+
+if TYPE_CHECKING:
+    from prefcall.strategies.pipeline import ParseResult, Pipeline, PipelineConfig
 
 MODES = (*selection.NLT_MODES, "call")
 
@@ -42,10 +55,18 @@ def category_of(item_id: str) -> str:
     return re.sub(r"_\d+(-\d+)*$", "", item_id)
 
 
+def _flat_turns(question: Any) -> list[dict[str, Any]]:
+    return [t for group in question for t in (group if isinstance(group, list) else [group])]
+
+
 def question_text(question: Any) -> str:
     """BFCL nests turns as [[{role, content}]]; the user's words are what selection sees."""
-    turns = [t for group in question for t in (group if isinstance(group, list) else [group])]
-    return "\n".join(str(t.get("content", "")) for t in turns if t.get("role") == "user")
+    return "\n".join(str(t.get("content", "")) for t in _flat_turns(question) if t.get("role") == "user")
+
+
+def question_turns(question: Any) -> list[dict[str, str]]:
+    """The turns of a BFCL question as {role, content} (what the pipeline reads as prefcall Turns)."""
+    return [{"role": str(t.get("role", "user")), "content": str(t.get("content", ""))} for t in _flat_turns(question)]
 
 
 def load_items(path: str | Path, answers_path: str | Path | None = None) -> list[EvalItem]:
@@ -62,7 +83,8 @@ def load_items(path: str | Path, answers_path: str | Path | None = None) -> list
         items.append(
             EvalItem(
                 id=item_id,
-                input={"question": question_text(record["question"]), "functions": record["function"]},
+                input={"question": question_text(record["question"]), "turns": question_turns(record["question"]),
+                       "functions": record["function"]},
                 gold={"functions": [name for call in ground_truth for name in call], "ground_truth": ground_truth},
                 meta={"category": category, "n_functions": len(record["function"])},
             )
@@ -170,6 +192,39 @@ def predict_call(item: EvalItem, engine: Any, *, gate: str | None = None, thresh
     return {"status": "ok", "call": draft.call.model_dump(), "tokens": tokens, "seconds": round(draft.seconds, 4)}
 
 
+def predict_pipeline(item: EvalItem, pipeline: Pipeline, config: PipelineConfig) -> dict[str, Any]:
+    """parse_request's pipeline over the item's own catalogue (no standing instructions), as the server runs it."""
+    catalogue = catalogue_of(item.input["functions"])
+    turns = [Turn.model_validate(t) for t in item.input.get("turns") or [{"role": "user", "content": item.input["question"]}]]
+    result = pipeline.parse(turns, [], catalogue, config)
+    return pipeline_prediction(result)
+
+
+def pipeline_prediction(result: ParseResult) -> dict[str, Any]:
+    calls = [c.model_dump() for c in result.calls]
+    trace = result.trace
+    return {
+        "status": result.status, "decision": result.decision, "config": result.config,
+        "calls": calls, "call": calls[0] if calls else None, "functions": result.functions,
+        "question": result.question, "errors": result.errors, "notes": result.notes,
+        "error": "; ".join(result.errors) if result.status != "ok" else None,
+        "confidence": round(result.confidence, 4), "selection_scores": _selection_table(result.raw),
+        "tokens": {"prompt_tokens": trace.prompt_tokens, "evaluated": trace.evaluated, "reused": trace.reused,
+                   "completion_tokens": trace.completion_tokens},
+        "seconds": round(trace.timings.get("total", 0.0), 4),
+    }
+
+
+def _selection_table(raw: list[str]) -> dict[str, Any] | None:
+    """Stage 1's per-function score table (scored selection writes it as the first raw output), for analysis
+    of refusals ("None" among the candidates); None when stage 1 generated names instead."""
+    try:
+        table = json.loads(raw[0]) if raw else None
+    except (TypeError, ValueError):
+        return None
+    return table if isinstance(table, dict) and all(isinstance(v, dict) for v in table.values()) else None
+
+
 def _add(total: dict[str, int], part: dict[str, Any]) -> None:
     for key in total:
         total[key] += int(part.get(key, 0))
@@ -182,34 +237,108 @@ def predict(item: EvalItem, engine: Any, mode: str, **options: Any) -> dict[str,
     return predict_selection(item, engine, mode, **options)
 
 
+def _is_call_prediction(prediction: dict[str, Any], mode: str | None) -> bool:
+    if mode is not None:
+        return mode == "call"
+    return "call" in prediction or "calls" in prediction or bool(prediction.get("stage"))
+
+
+def made_no_call(prediction: dict[str, Any]) -> bool:
+    """A valid answer with no call: the pipeline's refusal (or an empty call list), the baseline's `call: null`."""
+    if str(prediction.get("status", "ok")) != "ok":
+        return False  # a parse error is neither a refusal nor a call
+    if prediction.get("decision") == "refuse":
+        return True
+    return not prediction.get("call") and not prediction.get("calls")
+
+
+def call_scores(item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
+    """Irrelevance: no_call (and ast_match, the same). Relevant items: selection (the first call's name is the
+    gold name) and ast_match of the first call. A parse error or a refusal scores 0."""
+    gold = item.gold or {}
+    ground_truth = gold.get("ground_truth", [])
+    ok = str(prediction.get("status", "ok")) == "ok"
+    no_call = made_no_call(prediction)
+    if not ground_truth:
+        return {"ast_match": float(no_call), "no_call": float(no_call)}
+    if not ok or no_call:
+        return {"ast_match": 0.0, "selection": 0.0, "no_call": float(no_call)}
+    call = Call.model_validate(prediction["call"] if prediction.get("call") else prediction["calls"][0])
+    function = catalogue_of(item.input["functions"]).function(call.name)
+    match, _ = ast_match(call, ground_truth, function)
+    gold_name = next(iter(ground_truth[0]))
+    return {"ast_match": float(match), "selection": float(call.name == gold_name), "no_call": 0.0}
+
+
 def score(item: EvalItem, prediction: dict[str, Any], mode: str | None = None) -> dict[str, float]:
-    """Selection scores, or {"ast_match"} in call mode (inferred from the prediction when mode is None)."""
+    """Call scores (call mode and pipeline configs; inferred from the prediction when mode is None), else the
+    NLT selection scores."""
     gold = item.gold or {}
     status = str(prediction.get("status", "ok"))
-    if mode == "call" or (mode is None and ("call" in prediction or prediction.get("stage"))):
-        call = Call.model_validate(prediction["call"]) if prediction.get("call") else None
-        if status != "ok":
-            return {"ast_match": 0.0}
-        function = catalogue_of(item.input["functions"]).function(call.name) if call else None
-        match, _ = ast_match(call, gold.get("ground_truth", []), function)
-        return {"ast_match": float(match)}
+    if _is_call_prediction(prediction, mode):
+        return call_scores(item, prediction)
     return selection.selection_scores(prediction.get("selected"), gold.get("functions", []), status)
 
 
 def aggregate(scored: list[ScoredItem]) -> dict[str, Any]:
-    if any("ast_match" in i.scores for i in scored):
-        n = len(scored)
-        metrics: dict[str, Any] = {"n": n, "ast_accuracy": mean(i.scores.get("ast_match", 0.0) for i in scored)}
-        metrics["parse_error_rate"] = proportion(sum(i.status != "ok" for i in scored), n)
-        metrics["no_call_rate"] = proportion(sum(i.status == "ok" and not i.prediction.get("call") for i in scored), n)
-        metrics.update(selection.mean_tokens(scored))
-        return metrics
-    return selection.aggregate(scored, per_tool=False)
+    if not any("ast_match" in i.scores for i in scored):
+        return selection.aggregate(scored, per_tool=False)
+    n = len(scored)
+    irrelevant = [i for i in scored if "selection" not in i.scores]
+    relevant = [i for i in scored if "selection" in i.scores]
+    metrics: dict[str, Any] = {"n": n}
+    if irrelevant:
+        metrics["irrelevance_no_call_rate"] = proportion(sum(i.scores.get("no_call", 0.0) == 1.0 for i in irrelevant),
+                                                         len(irrelevant))
+    if relevant:
+        metrics["selection_accuracy"] = proportion(sum(i.scores["selection"] == 1.0 for i in relevant), len(relevant))
+        metrics["relevant_ast_accuracy"] = proportion(sum(i.scores.get("ast_match", 0.0) == 1.0 for i in relevant),
+                                                      len(relevant))
+        metrics["false_refusal_rate"] = proportion(sum(i.scores.get("no_call", 0.0) == 1.0 for i in relevant),
+                                                   len(relevant))
+    metrics["ast_accuracy"] = mean(i.scores.get("ast_match", 0.0) for i in scored)
+    metrics["parse_error_rate"] = proportion(sum(i.status == "parse_error" for i in scored), n)
+    metrics["failure_rate"] = proportion(sum(i.status not in ("ok", "parse_error") for i in scored), n)
+    metrics["no_call_rate"] = proportion(sum(made_no_call(i.prediction) for i in scored), n)
+    decisions = [str(i.prediction["decision"]) for i in scored if i.prediction.get("decision")]
+    if decisions:
+        metrics["decisions"] = {d: {"share": proportion(decisions.count(d), n)} for d in sorted(set(decisions))}
+    metrics.update(selection.mean_tokens(scored))
+    return metrics
+
+
+def _calls_section(items: list[ScoredItem], *, irrelevant: bool, limit: int = 15) -> str:
+    if irrelevant:
+        rows = [i for i in items if i.scorable and "selection" not in i.scores and "no_call" in i.scores
+                and i.scores["no_call"] < 1.0]
+        title, header = "Irrelevant requests that got no refusal", "| id | request | status / decision | called |"
+    else:
+        rows = [i for i in items if i.scorable and i.scores.get("selection", 1.0) < 1.0]
+        title, header = "Relevant requests with a wrong selection", "| id | request | status / decision | called (gold) |"
+    if not rows:
+        return ""
+    lines = [f"## {title} ({len(rows)})", "", header, "|---|---|---|---|"]
+    for item in rows[:limit]:
+        p = item.prediction
+        called = ", ".join(_short_call(c) for c in p.get("calls") or ([p["call"]] if p.get("call") else [])) or "-"
+        if not irrelevant:
+            called += f" ({', '.join((item.gold or {}).get('functions', []))})"
+        state = f"{p.get('status', 'ok')} / {p.get('decision', '-')}"
+        request = str(item.input.get("question", ""))[:90]
+        lines.append("| " + " | ".join(x.replace("|", "/").replace("\n", " ") for x in (item.id, request, state, called))
+                     + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _short_call(call: dict[str, Any]) -> str:
+    arguments = ", ".join(f"{k}={v!r}" for k, v in (call.get("arguments") or {}).items())
+    return f"{call.get('name')}({arguments})"[:120]
 
 
 class BfclTask(BaseTask):
     name = "bfcl"
-    description = "BFCL v4: NLT selection (--mode generate|score|structured) or AST-matched calls (--mode call)"
+    description = ("BFCL v4: NLT selection (--mode generate|score|structured), the one-stage call baseline "
+                   "(--mode call) or parse_request's pipeline (--config full|fnctod-full|...)")
     primary_score = "exact_set"
 
     def add_arguments(self, parser: Any) -> None:
@@ -217,21 +346,45 @@ class BfclTask(BaseTask):
         parser.add_argument("--gate", choices=selection.NLT_MODES, help="call mode: select with NLT first; no call when none")
 
     def load(self, args: argparse.Namespace) -> list[EvalItem]:
-        self.mode = getattr(args, "mode", None) or "generate"  # score() needs it for failed predictions
+        if getattr(args, "config", None) and getattr(args, "mode", None):
+            raise ConfigError("eval bfcl takes --config NAME (the pipeline) or --mode MODE, not both")
+        # score() needs the mode for failed predictions; a pipeline config scores like the call baseline.
+        self.mode = "call" if getattr(args, "config", None) else (getattr(args, "mode", None) or "generate")
         if not getattr(args, "data", None):
             raise ConfigError("eval bfcl needs --data BFCL_v4_<category>.json (answers are found in possible_answer/)")
         return load_items(args.data, getattr(args, "answers", None))
 
     def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
         args = ctx.args
+        if getattr(args, "config", None):
+            from prefcall.strategies.pipeline import get_config
+
+            config = get_config(args.config, allow_refuse=True)  # the MCP server's parse_request default
+            return predict_pipeline(item, ctx.memo("pipeline", lambda: self.pipeline(ctx)), config)
         mode = getattr(args, "mode", None) or "generate"
         if mode not in MODES:
             raise ConfigError(f"--mode {mode!r}: use one of {', '.join(MODES)}")
         return predict(item, ctx.engine, mode, threshold=getattr(args, "threshold", 0.5),
                        calibrate=bool(getattr(args, "calibrate", False)), gate=getattr(args, "gate", None))
 
+    @staticmethod
+    def pipeline(ctx: EvalContext) -> Pipeline:
+        """Built like the server's (services._get_pipeline): the engine, the embedder, an empty demonstration
+        store (BFCL catalogues have none) and the built-in tag examples; calibrations under the data dir."""
+        from prefcall.storage.demos import DemoStore
+        from prefcall.strategies.pipeline import Pipeline
+        from prefcall.strategies.taps_tagger import BUILTIN_EXAMPLES, TagExamples
+
+        embedder = ctx.embedder
+        return Pipeline(ctx.engine, embedder=embedder, demos=DemoStore(None),
+                        tag_examples=TagExamples(list(BUILTIN_EXAMPLES), embedder), data_dir=ctx.settings.data_dir)
+
     def score(self, item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
         return score(item, prediction, getattr(self, "mode", None))
+
+    def report_sections(self, items: list[ScoredItem], metrics: dict[str, Any]) -> list[str]:
+        """What was called on irrelevant requests, and the wrong or refused selections on relevant ones."""
+        return [s for s in (_calls_section(items, irrelevant=True), _calls_section(items, irrelevant=False)) if s]
 
     def aggregate(self, items: list[ScoredItem]) -> dict[str, Any]:
         return aggregate(items)
