@@ -171,3 +171,15 @@ def test_an_instruction_keeps_its_best_value_when_none_clears_the_bar(monkeypatc
     monkeypatch.setattr(grounded, "INSTRUCTION_FLOOR", 0.0)
     tagged = grounded.tag_structured(grounder, text, CATALOGUE).tagged
     assert f"[SL:{filled.runner_up.argument.upper()} {filled.runner_up.texts[0]} ]" in tagged
+
+
+def test_a_request_that_names_no_function_and_fills_none_of_its_required_arguments_is_refused_not_asked():
+    # Stage 1 must pick something (the model likes GetHotels), but nothing in the request is about hotels.
+    engine = FakeEngine(scorer=scorer("GetHotels"))
+    off_topic = parse(engine, "User: find a city in a country", allow_refuse=True)  # near, yet not about hotels
+    assert off_topic.decision == "refuse" and off_topic.calls == [] and off_topic.question is None
+    assert any("names none of them" in n for n in off_topic.notes)
+    named = parse(engine, "User: I need a hotel", allow_refuse=True)  # names the function: ask for the city
+    assert named.decision == "ask" and named.missing[0].argument == "location"
+    hosted = parse(engine, "User: what is the capital of France?")  # no refusals allowed (NLSI): still asks
+    assert hosted.decision == "ask"

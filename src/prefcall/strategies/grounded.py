@@ -32,6 +32,7 @@ from typing import Any
 from prefcall.engine.base import Embedder, Engine
 from prefcall.errors import ConfigError, ParseError
 from prefcall.profiles.tags import build_span_tags, intent_label, parse_tags, slot_label
+from prefcall.retrieval.text import tokenize
 from prefcall.schemas.model import Call, Catalogue, Function, Turn, as_dialogue
 from prefcall.storage.demos import Demonstration
 from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, ValueMemory, Weights
@@ -190,6 +191,19 @@ def preference_of(tag: TagResult, catalogue: Catalogue) -> Preference | None:
     if tag.status != "ok" or not tag.tagged:
         return None
     return preference_from_tags(tag.instruction, parse_tags(tag.tagged), catalogue)
+
+
+def unsupported(drafts: list[Draft], catalogue: Catalogue, user_text: str) -> bool:
+    """No drafted function is supported by the request: the user's words name none of them and fill none of
+    their required arguments (values from standing instructions do not count: they apply to any request)."""
+    named = DomainModel.build(catalogue).named(tokenize(user_text, drop_stop_words=False))
+    for draft in drafts:
+        function = catalogue.function(draft.name)
+        if function is None or draft.name in named or not function.required:
+            return False
+        if any(argument in draft.values for argument in function.required):
+            return False
+    return bool(drafts)
 
 
 def calls_of(drafts: list[Draft]) -> list[Call]:

@@ -300,6 +300,7 @@ class Pipeline:
             confidences.append(1.0 - filled.least_confidence)
             drafts.append(grounded.draft_from_fill(filled))
         meter.time("fill", started)
+        unsupported = grounded.unsupported(drafts, catalogue, users)  # before preferences add their values
 
         preferences = []
         if chosen and drafts:
@@ -325,6 +326,12 @@ class Pipeline:
         result.calls, result.missing, result.question = checked.calls, checked.missing, checked.question
         result.notes = [f"{n.action} {n.call}: {n.reason}" for n in checked.notes]
         result.decision = checked.decision
+        if config.allow_refuse and result.decision == "ask" and unsupported:
+            # Nothing the user wrote fills any required argument and nothing names the function: the request is
+            # not about it, so asking for its arguments would be the wrong question.
+            result.notes.append(f"refuse {', '.join(result.functions)}: the request names none of them and "
+                                "gives none of their required arguments")
+            result.calls, result.missing, result.question, result.decision = [], [], None, "refuse"
         meter.time("post_check", started)
 
     def _grounder(self, catalogue: Catalogue, exclude: frozenset[str]) -> grounded.Grounder:
