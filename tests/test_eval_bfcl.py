@@ -242,9 +242,14 @@ def test_pipeline_predictions_rescore_from_results(tmp_path) -> None:
     assert summary["metrics"]["selection_accuracy"] == 1.0
 
 
-def test_report_lists_calls_on_irrelevant_requests(tmp_path) -> None:
+def test_report_lists_calls_on_irrelevant_requests(tmp_path, monkeypatch) -> None:
     # A model that finds "None" unlikely for this request calls the only function (the margin outweighs stage 1's
     # None prior, which the fake embedder's unrelated vectors make positive; a constant one is calibrated away).
+    # The rule that turns an unsupported "ask" into a refusal is tested in test_grounded; here it is off so that
+    # the report's listing of a wrong answer is what is under test.
+    from prefcall.strategies import grounded
+
+    monkeypatch.setattr(grounded, "unsupported", lambda *a: False)
     engine = FakeEngine(scorer=lambda p, c: -30.0 if c.strip() == "None" and "Oslo" in p else -0.1)
     summary = run_bfcl(tmp_path, "BFCL_v4_irrelevance.json", engine)
     assert summary["metrics"]["irrelevance_no_call_rate"] == 0.0
