@@ -13,6 +13,7 @@ from prefcall.engine.fake import FakeEngine
 from prefcall.errors import ConfigError
 from prefcall.evaluation.runner import run_eval
 from prefcall.evaluation.task import EvalItem, ScoredItem
+from prefcall.evaluation.tasks import nlt as nlt_task
 from prefcall.evaluation.tasks import tools
 
 TOOLS = [{"name": "a", "description": "Does A."}, {"name": "b", "description": "Does B."}]
@@ -96,3 +97,76 @@ def test_harness_run_with_fake_engine(tmp_path: Path) -> None:
 def test_unknown_mode_is_a_config_error() -> None:
     with pytest.raises(ConfigError):
         tools.nlt_mode(argparse.Namespace(mode="telepathy"))
+
+
+# -- the NLT set (tests/data/nlt) and the `nlt` task ----------------------------------------------
+NLT_DIR = Path(__file__).parent / "data" / "nlt"
+
+
+def test_messages_records_give_the_last_user_turn_and_the_history(tmp_path: Path) -> None:
+    data = tmp_path / "m.jsonl"
+    data.write_text(json.dumps({"id": "x", "context": "A shop.", "tools": TOOLS, "expected": ["a"], "messages": [
+        {"role": "user", "content": "I need A."}, {"role": "assistant", "content": "Shall I do A?"},
+        {"role": "user", "content": "Yes."}]}))
+    item = tools.load_items(data)[0]
+    assert item.input["text"] == "Yes." and item.input["context"] == "A shop."
+    assert item.input["history"] == [["user", "I need A."], ["assistant", "Shall I do A?"]]
+    for bad in ([], [{"role": "assistant", "content": "hi"}], [{"role": "system", "content": "x"}]):
+        data.write_text(json.dumps({"id": "y", "tools": TOOLS, "expected": [], "messages": bad}))
+        with pytest.raises(ConfigError):
+            tools.load_items(data)
+
+
+def test_nlt_splits_are_disjoint_well_formed_and_what_build_py_writes() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("nlt_build", NLT_DIR / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(build)
+    rows = build.records()
+    splits = {name: nlt_task.split_path(name) for name in nlt_task.SPLITS}
+    ids: dict[str, set[str]] = {}
+    for name, path in splits.items():
+        expected = [{k: v for k, v in r.items() if k != "split"} for r in rows if r["split"] == name]
+        assert tools.read_records(path) == expected, f"{path} is stale: run python tests/data/nlt/build.py"
+        items = tools.load_items(path)
+        ids[name] = {i.id for i in items}
+        assert len(ids[name]) == len(items)
+        for item in items:
+            assert set(item.gold) <= {t["name"] for t in item.input["tools"]}
+        no_tool = sum(not i.gold for i in items) / len(items)
+        assert 0.25 <= no_tool <= 0.45 and any(len(i.gold) == 2 for i in items)
+        assert len({i.meta["domain"] for i in items}) >= 8
+    assert not ids["dev"] & ids["report"]
+    assert 0.35 <= len(ids["dev"]) / (len(ids["dev"]) + len(ids["report"])) <= 0.45
+
+
+def test_nlt_task_split_and_data_options(tmp_path: Path) -> None:
+    parser = argparse.Namespace(data=None, split="dev")
+    assert len(nlt_task.TASK.load(parser)) == len(tools.read_records(NLT_DIR / "dev.jsonl"))
+    with pytest.raises(ConfigError, match="either --data"):
+        nlt_task.TASK.load(argparse.Namespace(data="x.jsonl", split="dev"))
+    with pytest.raises(ConfigError, match="is not here"):
+        nlt_task.split_path("dev", root=tmp_path)
+    with pytest.raises(ConfigError):
+        nlt_task.split_path("test")
+
+
+def test_nlt_task_score_mode_reports_interval_and_the_rule_fitted_on_these_items(tmp_path: Path) -> None:
+    import math
+
+    # A model with no signal: YES at 0.9 for everything. The lexical prior has to carry the decision.
+    engine = FakeEngine(scorer=lambda prompt, c: math.log(0.9 if c == " YES" else 0.1))
+    args = argparse.Namespace(data=None, split="dev", answers=None, limit=12, out=str(tmp_path / "out"),
+                              predictions=None, mode=None, config=None, threshold=None, calibrate=True)
+    summary = run_eval(nlt_task.TASK, args, engine=engine, stdout=io.StringIO(), stderr=io.StringIO())
+    metrics = summary["metrics"]
+    assert metrics["n"] == 12 and metrics["parse_error_rate"] == 0.0
+    interval = summary["intervals"]["exact_set_accuracy"]
+    assert interval["method"] == "wilson" and interval["lo"] <= metrics["exact_set_accuracy"] <= interval["hi"]
+    fit = metrics["fitted_rule"]
+    assert fit["model_weight"] == 0.0 and fit["lexical_weight"] > 0
+    assert fit["exact_set_accuracy_in_sample"] >= metrics["exact_set_accuracy"]
+    lines = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert all(set(r["prediction"]["evidence"]) == {t["name"] for t in r["input"]["tools"]} for r in lines)

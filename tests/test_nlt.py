@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 
 import pytest
 
+from prefcall.engine.base import Scope, ScopedEngine
 from prefcall.engine.fake import FakeEngine
 from prefcall.errors import ValidationError
 from prefcall.schemas.model import Catalogue, Function
+from prefcall.strategies import nlt
 from prefcall.strategies.nlt import (
+    CONTENT_FREE_MESSAGES,
+    ContentFreeCache,
+    DecisionRule,
     ToolSpec,
     as_tool_specs,
     calibrate_probability,
+    fit_rule,
+    lexical_scores,
+    logit,
     parse_nlt_output,
     select_tools,
 )
@@ -46,7 +55,7 @@ def test_empty_tool_list_is_rejected() -> None:
 # -- generate mode ------------------------------------------------------------------------------
 def test_prompt_has_the_five_parts_and_lists_every_tool() -> None:
     engine = FakeEngine().reply("Thinking: weather.\nget_weather - YES\nsend_email - NO\nbook_flight - NO\n")
-    select_tools(engine, "Is it raining in Paris?", TOOLS, context="User is in France")
+    select_tools(engine, "Is it raining in Paris?", TOOLS, mode="generate", context="User is in France")
     prompt = engine.prompts[0]
     for part in ("You are a tool selection assistant", "Your task:", "Tools:", "Output format:", "Example"):
         assert part in prompt
@@ -62,7 +71,7 @@ def test_generate_mode_parses_decisions_and_reasoning() -> None:
     engine = FakeEngine().reply(
         "Thinking: The user asks about rain.\nget_weather - YES\nsend_email - NO\nbook_flight - NO\nAssessment finished."
     )
-    result = select_tools(engine, "Is it raining in Paris?", TOOLS)
+    result = select_tools(engine, "Is it raining in Paris?", TOOLS, mode="generate")
     assert result.status == "ok"
     assert result.selected == ["get_weather"]
     assert result.reasoning == "The user asks about rain."
@@ -100,7 +109,7 @@ def test_parser_reports_unknown_names_and_conflicting_duplicates() -> None:
 
 
 def test_unparseable_output_is_a_parse_error_not_an_empty_selection() -> None:
-    result = select_tools(FakeEngine().reply("I think you should check the weather."), "rain?", TOOLS)
+    result = select_tools(FakeEngine().reply("I think you should check the weather."), "rain?", TOOLS, mode="generate")
     assert result.status == "parse_error"
     assert result.missing == NAMES
     assert result.raw_text.startswith("I think you should check the weather.")
@@ -127,20 +136,32 @@ def _scorer(prompt: str, candidate: str) -> float:
 
 def test_score_mode_forces_each_tool_line_and_reads_yes_probability() -> None:
     engine = FakeEngine(scorer=_scorer)
-    result = select_tools(engine, "Is it raining in Paris?", TOOLS, mode="score")
+    result = select_tools(engine, "Is it raining in Paris?", TOOLS, mode="score", calibrate=False)
     assert result.status == "ok" and result.selected == ["get_weather"]
     probs = {d.name: d.probability for d in result.decisions}
     assert probs["get_weather"] == pytest.approx(0.9)
     assert probs["send_email"] == pytest.approx(0.2)
+    assert {d.name: d.raw_logodds for d in result.decisions}["get_weather"] == pytest.approx(math.log(9))
     assert len(engine.calls) == 3
     for call, name in zip(engine.calls, NAMES):
         assert call["kind"] == "score" and call["candidates"] == [" YES", " NO"]
         assert call["prompt"].endswith(f"\n{name} -")
 
 
+def test_score_is_the_default_mode_and_calibrated() -> None:
+    engine = FakeEngine(scorer=_scorer)
+    result = select_tools(engine, "Is it raining in Paris?", TOOLS)
+    assert result.mode == "score" and result.content_free is not None
+    # 3 tools for the message, then 3 tools for each of the 3 content-free requests.
+    assert result.usage.calls == 3 + 3 * len(CONTENT_FREE_MESSAGES)
+    content_free = [c["prompt"] for c in engine.calls[3:]]
+    for message in CONTENT_FREE_MESSAGES:
+        assert sum(f"Message: {message}\n" in p for p in content_free) == 3
+
+
 def test_score_mode_reuses_the_shared_prefix() -> None:
     engine = FakeEngine(scorer=_scorer)
-    result = select_tools(engine, "Is it raining in Paris?", TOOLS, mode="score")
+    result = select_tools(engine, "Is it raining in Paris?", TOOLS, mode="score", calibrate=False)
     first = engine.count_tokens(engine.calls[0]["prompt"])
     assert result.usage.prompt_tokens == sum(engine.count_tokens(c["prompt"]) for c in engine.calls)
     # After the first call only the per-tool tail is evaluated.
@@ -149,27 +170,113 @@ def test_score_mode_reuses_the_shared_prefix() -> None:
 
 
 def test_threshold_is_configurable() -> None:
-    result = select_tools(FakeEngine(scorer=_scorer), "Is it raining?", TOOLS, mode="score", threshold=0.15)
-    assert result.selected == NAMES
+    result = select_tools(FakeEngine(scorer=_scorer), "Is it raining?", TOOLS, mode="score", threshold=0.15,
+                          calibrate=False)
+    assert result.selected == NAMES and result.threshold == pytest.approx(0.15)
     with pytest.raises(ValidationError):
         select_tools(FakeEngine(scorer=_scorer), "x", TOOLS, mode="score", threshold=1.5)
 
 
-def test_calibration_divides_by_the_content_free_prior() -> None:
+def _yes_scorer(p_yes: dict[str, float], default: float) -> Callable[[str, str], float]:
+    """P(YES) per tool for the real message (`Message: <text>` with a key of p_yes in it), `default` otherwise."""
+    def score(prompt: str, candidate: str) -> float:
+        tool = prompt.rsplit("\n", 1)[-1].removesuffix(" -")
+        message = prompt.split("Message: ", 1)[1].split("\n", 1)[0]
+        p = p_yes.get(tool, default) if message not in CONTENT_FREE_MESSAGES else default
+        return math.log(p if candidate == " YES" else 1 - p)
+    return score
+
+
+def test_calibration_subtracts_the_content_free_log_odds() -> None:
     assert calibrate_probability(0.6, 0.6) == pytest.approx(0.5)
     assert calibrate_probability(0.9, 0.5) == pytest.approx(0.9)
-    # Model says YES 80% for everything, 90% for this message: calibrated P(YES) > 0.5 only here.
-    def biased(prompt: str, candidate: str) -> float:
-        p = 0.8 if "Message: N/A" in prompt else (0.9 if prompt.endswith("get_weather -") else 0.8)
-        return math.log(p if candidate == " YES" else 1 - p)
-
-    engine = FakeEngine(scorer=biased)
-    plain = select_tools(engine, "Is it raining?", TOOLS, mode="score")
+    # The model says YES at 0.98 for every tool whatever the message (SmolLM2's bias), 0.995 for the weather
+    # tool on this message: uncalibrated, all three pass; calibrated, only the weather tool rose above its baseline.
+    scorer = _yes_scorer({"get_weather": 0.995}, 0.98)
+    plain = select_tools(FakeEngine(scorer=scorer), "Is it raining?", TOOLS, calibrate=False)
     assert plain.selected == NAMES
-    calibrated = select_tools(FakeEngine(scorer=biased), "Is it raining?", TOOLS, mode="score", calibrate=True)
+    calibrated = select_tools(FakeEngine(scorer=scorer), "Is it raining?", TOOLS, rule=DecisionRule())
     assert calibrated.selected == ["get_weather"]
-    assert calibrated.content_free == {n: pytest.approx(0.8) for n in NAMES}
-    assert calibrated.usage.calls == 6
+    assert calibrated.content_free == {n: pytest.approx(logit(0.98)) for n in NAMES}
+    weather = {d.name: d for d in calibrated.decisions}["get_weather"]
+    assert weather.model_logodds == pytest.approx(logit(0.995) - logit(0.98))
+    assert weather.probability == pytest.approx(calibrate_probability(0.995, 0.98))
+
+
+def test_no_tool_is_a_real_outcome() -> None:
+    result = select_tools(FakeEngine(scorer=_yes_scorer({}, 0.98)), "thanks, bye", TOOLS, rule=DecisionRule())
+    assert result.status == "ok" and result.selected == [] and len(result.decisions) == 3
+    assert all(not d.selected and d.probability == pytest.approx(0.5) for d in result.decisions)
+
+
+def test_content_free_baseline_is_computed_once_per_engine_catalogue_and_context() -> None:
+    cache = ContentFreeCache()
+    engine = FakeEngine(scorer=_yes_scorer({"get_weather": 0.9}, 0.5))
+    first = select_tools(engine, "Is it raining?", TOOLS, cache=cache)
+    again = select_tools(engine, "Send an email", TOOLS, cache=cache)
+    assert first.calibration_cached is False and again.calibration_cached is True
+    assert again.usage.calls == 3 and again.content_free == first.content_free
+    # A ScopedEngine on the same model shares the baseline; another catalogue, context or engine does not.
+    scoped = select_tools(ScopedEngine(engine, Scope(user="u")), "x", TOOLS, cache=cache)
+    assert scoped.calibration_cached is True
+    assert select_tools(engine, "x", TOOLS[:2], cache=cache).calibration_cached is False
+    assert select_tools(engine, "x", TOOLS, context="In a bank", cache=cache).calibration_cached is False
+    other = FakeEngine(scorer=_yes_scorer({}, 0.7))
+    assert select_tools(other, "x", TOOLS, cache=cache).content_free == {n: pytest.approx(logit(0.7)) for n in NAMES}
+
+
+def test_lexical_prior_and_rule_weights() -> None:
+    hotel_tools = [
+        {"name": "GetFlights", "description": "Search flights to a destination city, optionally on a given airline."},
+        {"name": "GetHotels", "description": "Search hotels in a city."},
+        {"name": "GetRestaurants", "description": "Search restaurants in a city by cuisine."},
+    ]
+    lexical = lexical_scores(as_tool_specs(hotel_tools), "Book me a hotel in Paris")
+    assert lexical["GetHotels"] > 0 and lexical["GetFlights"] == lexical["GetRestaurants"] == 0
+    # A model with no signal (same log-odds for everything) and a rule that leans on the lexical prior.
+    rule = DecisionRule(model_weight=1.0, lexical_weight=1.0, threshold=0.5)
+    result = select_tools(FakeEngine(scorer=_yes_scorer({}, 0.9)), "Book me a hotel in Paris", hotel_tools, rule=rule)
+    assert result.selected == ["GetHotels"] and result.rule == rule
+    hotel = {d.name: d for d in result.decisions}["GetHotels"]
+    assert hotel.score == pytest.approx(hotel.lexical) and hotel.probability == pytest.approx(1 / (1 + math.exp(-hotel.score)))
+
+
+def test_history_reaches_the_prompt_and_the_lexical_prior() -> None:
+    specs = as_tool_specs(TOOLS)
+    history = [("user", "I need to tell Bob."), ("assistant", "Shall I send an email to Bob?")]
+    assert lexical_scores(specs, "yes please")["send_email"] == 0
+    assert lexical_scores(specs, "yes please", history)["send_email"] > 0
+    engine = FakeEngine(scorer=_scorer)
+    select_tools(engine, "yes please", TOOLS, history=history, calibrate=False)
+    assert "Conversation so far:\nuser: I need to tell Bob.\nassistant: Shall I send" in engine.prompts[0]
+    assert engine.prompts[0].index("Conversation so far") < engine.prompts[0].index("Message: yes please")
+
+
+def test_packaged_rules_are_valid_and_chosen_by_model_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    rules = nlt._packaged_rules()
+    for name, rule in rules.items():
+        parsed = DecisionRule(**rule)
+        assert parsed.model_weight >= 0 and parsed.lexical_weight >= 0 and "dev" in parsed.source, name
+    monkeypatch.setattr(nlt, "_packaged_rules", lambda: {"fake": {"model_weight": 0.5, "lexical_weight": 2.0,
+                                                                  "threshold": 1.0, "source": "dev fit"}})
+    assert nlt.rule_for(FakeEngine()) == DecisionRule(model_weight=0.5, lexical_weight=2.0, threshold=1.0,
+                                                      source="dev fit")
+    assert nlt.rule_for(FakeEngine(), calibrated=False).model_weight == 1.0
+
+
+def test_fit_rule_finds_the_separating_weights_and_threshold() -> None:
+    # The model's log-odds are noise; the lexical score separates gold from the rest (and "no tool" items).
+    examples = [
+        ({"a": (2.0, 3.0), "b": (-1.0, 0.0)}, {"a"}),
+        ({"a": (-2.0, 0.0), "b": (1.5, 2.5)}, {"b"}),
+        ({"a": (2.5, 0.0), "b": (0.5, 0.5)}, set()),
+        ({"a": (-1.0, 4.0), "b": (2.0, 2.0)}, {"a", "b"}),
+    ]
+    rule, accuracy = fit_rule(examples, source="dev")
+    assert accuracy == 1.0 and rule.model_weight == 0.0 and rule.lexical_weight > 0
+    assert 0.5 * rule.lexical_weight < rule.threshold < 2.0 * rule.lexical_weight
+    with pytest.raises(ValidationError):
+        fit_rule([])
 
 
 # -- structured baseline ------------------------------------------------------------------------
@@ -199,7 +306,7 @@ def test_generate_mode_repairs_copied_example_names_by_forcing_the_first_tool() 
     engine = FakeEngine()
     engine.reply(" Rain question.\nweather_lookup - YES\nsend_email - NO\n")  # copies the example's names
     engine.reply(" YES\nsend_email - NO\nbook_flight - NO\n")
-    result = select_tools(engine, "Is it raining?", TOOLS)
+    result = select_tools(engine, "Is it raining?", TOOLS, mode="generate")
     assert result.repaired and result.status == "ok"
     assert result.selected == ["get_weather"]
     assert engine.prompts[1].endswith("Thinking: Rain question.\nget_weather -")
@@ -208,5 +315,5 @@ def test_generate_mode_repairs_copied_example_names_by_forcing_the_first_tool() 
 
 def test_repair_that_still_fails_stays_a_parse_error() -> None:
     engine = FakeEngine().reply("blah").reply("blah again")
-    result = select_tools(engine, "Is it raining?", TOOLS)
+    result = select_tools(engine, "Is it raining?", TOOLS, mode="generate")
     assert result.status == "parse_error" and result.repaired and result.selected == []

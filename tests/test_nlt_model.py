@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from prefcall.schemas.model import Catalogue, Function
-from prefcall.strategies.nlt import select_tools
+from prefcall.strategies.nlt import ContentFreeCache, select_tools
 from prefcall.strategies.qwn import clarify
 
 TOOLS = [
@@ -33,12 +33,27 @@ def test_structured_mode_always_parses_and_generate_mode_reports_its_state_truth
 
 @pytest.mark.model
 def test_score_mode_reuses_the_prompt_prefix(real_engine) -> None:
-    result = select_tools(real_engine, "What is the weather in Paris tomorrow?", TOOLS, mode="score", calibrate=True)
+    cache = ContentFreeCache()
+    result = select_tools(real_engine, "What is the weather in Paris tomorrow?", TOOLS, mode="score", cache=cache)
     assert result.status == "ok" and len(result.decisions) == 2
     assert all(0.0 <= d.probability <= 1.0 for d in result.decisions)
-    # Four scoring calls (2 tools, plus the content-free pass); all but the first mostly reuse the KV cache.
-    assert result.usage.calls == 4
+    # 2 tools, plus 2 tools for each of the 3 content-free requests; most tokens come from the KV cache.
+    assert result.usage.calls == 2 + 2 * 3 and result.calibration_cached is False
     assert result.usage.reused > result.usage.evaluated
+    again = select_tools(real_engine, "Email Bob", TOOLS, mode="score", cache=cache)
+    assert again.usage.calls == 2 and again.calibration_cached is True
+
+
+@pytest.mark.model
+def test_demo_hotel_request_selects_only_the_hotel_tool(real_engine) -> None:
+    """The demo's select_tools_nlt step: before calibration SmolLM2 said YES (>= 0.986) to all three tools."""
+    tools = [{"name": "GetFlights", "description": "Search flights to a destination city, optionally on a given airline."},
+             {"name": "GetHotels", "description": "Search hotels in a city."},
+             {"name": "GetRestaurants", "description": "Search restaurants in a city by cuisine."}]
+    result = select_tools(real_engine, "Book me a hotel in Paris", tools)
+    assert result.mode == "score" and result.status == "ok"
+    assert result.selected == ["GetHotels"], result.decisions
+    assert select_tools(real_engine, "thanks, bye!", tools).selected == []
 
 
 @pytest.mark.model

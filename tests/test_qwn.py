@@ -10,6 +10,7 @@ import pytest
 from prefcall.engine.fake import FakeEmbedder, FakeEngine
 from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, Turn
 from prefcall.schemas.render import grammar_schema
+from prefcall.strategies.nlt import CONTENT_FREE_MESSAGES
 from prefcall.strategies.qwn import (
     LIMITATION_TEXT,
     clarify,
@@ -231,7 +232,8 @@ def test_usage_sums_every_model_call() -> None:
     engine.reply("Continue", when="Before calling a tool")
     engine.reply(json.dumps({"origin": "Boston"}), when="fill in the arguments")
     result = clarify(engine, "Fly me from Boston", CATALOGUE)
-    assert result.usage.calls == len(engine.calls) == 1 + 2 + 1  # decision, score + content-free, draft
+    # decision, score, one per content-free request ("", "N/A", "hello"), draft
+    assert result.usage.calls == len(engine.calls) == 1 + 1 + len(CONTENT_FREE_MESSAGES) + 1
     assert result.usage.completion_tokens > 0
 
 

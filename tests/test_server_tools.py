@@ -164,12 +164,39 @@ def test_select_tools_nlt_with_a_tool_list_and_with_a_catalogue(tmp_path: Path) 
         openai_tools = [{"type": "function", "function": {"name": t["name"], "description": t["description"],
                                                           "parameters": t["inputSchema"]}} for t in TRAVEL_TOOLS]
         for source in ({"tools": TRAVEL_TOOLS}, {"tools": openai_tools}, {"catalogue": "travel"}):
-            result = await session.ok("select_tools_nlt", {"message": "A flight to Boston please", **source})
+            result = await session.ok("select_tools_nlt", {"message": "A flight to Boston please", **source,
+                                                           "mode": "generate"})
             assert result["mode"] == "generate"
             assert {d["name"] for d in result["decisions"]} <= {"GetFlights", "GetHotels"}
         scored = await session.ok("select_tools_nlt", {"message": "A flight", "tools": TRAVEL_TOOLS, "mode": "score"})
         assert [d["name"] for d in scored["decisions"]] == ["GetFlights", "GetHotels"]
         assert all(0.0 <= d["probability"] <= 1.0 for d in scored["decisions"])
+
+    with_session(make_server(tmp_path, engine=engine), body)
+
+
+def test_select_tools_nlt_default_is_calibrated_scoring_where_no_tool_is_an_answer(tmp_path: Path) -> None:
+    import math
+
+    # A model that says YES to everything (P = 0.98, like the embedded model), a little more to the hotel tool
+    # when the message asks for a hotel: calibration against content-free requests keeps only that one.
+    def scorer(prompt: str, candidate: str) -> float:
+        p = 0.995 if "Message: Book me a hotel" in prompt and prompt.endswith("GetHotels -") else 0.98
+        return math.log(p if candidate == " YES" else 1 - p)
+
+    engine = RuleEngine()
+    engine.scorer = scorer
+
+    async def body(session: Session):
+        first = await session.ok("select_tools_nlt", {"message": "Book me a hotel in Paris", "tools": TRAVEL_TOOLS})
+        assert first["mode"] == "score" and first["status"] == "ok"
+        assert first["selected"] == ["GetHotels"]
+        chosen = {d["name"]: d for d in first["decisions"]}
+        assert chosen["GetHotels"]["probability"] > 0.5 >= chosen["GetFlights"]["probability"]
+        # The content-free baseline is computed once per catalogue: the second request scores only its own tools.
+        none = await session.ok("select_tools_nlt", {"message": "thanks, that's all", "tools": TRAVEL_TOOLS})
+        assert none["status"] == "ok" and none["selected"] == [] and len(none["decisions"]) == 2
+        assert none["trace"]["model_calls"] == len(TRAVEL_TOOLS) < first["trace"]["model_calls"]
 
     with_session(make_server(tmp_path, engine=engine), body)
 
@@ -182,7 +209,8 @@ def test_select_tools_nlt_reports_reasoning_when_the_model_writes_it(tmp_path: P
                                   "Assessment finished.")])
 
     async def body(session: Session):
-        result = await session.ok("select_tools_nlt", {"message": "A flight to Boston", "tools": TRAVEL_TOOLS})
+        result = await session.ok("select_tools_nlt", {"message": "A flight to Boston", "tools": TRAVEL_TOOLS,
+                                                       "mode": "generate"})
         assert result["status"] == "ok", result
         assert result["selected"] == ["GetFlights"]
         assert "flight" in (result["reasoning"] or "")

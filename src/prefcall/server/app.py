@@ -337,16 +337,19 @@ def create_server(
         ] = None,
         catalogue: Annotated[str | None, Field(description="or a stored catalogue name instead of tools")] = None,
         mode: Annotated[
-            Literal["generate", "score", "structured"],
-            Field(description="generate: reasoning then YES/NO per tool (paper); score: P(YES) per tool; "
-                              "structured: JSON baseline"),
-        ] = "generate",
+            Literal["score", "generate", "structured"],
+            Field(description="score (default): the model's YES/NO log-odds per tool, calibrated against "
+                              "content-free requests, plus a lexical prior, decided by the model's fitted rule; "
+                              "generate: reasoning then YES/NO lines per tool (the NLT paper); structured: JSON baseline"),
+        ] = "score",
         context: Annotated[str | None, Field(description="earlier conversation, if any")] = None,
-        threshold: Annotated[float, Field(ge=0.0, le=1.0, description="P(YES) needed in score mode")] = 0.5,
-        calibrate: Annotated[bool, Field(description="score mode: calibrate against a content-free request")] = False,
+        threshold: Annotated[float | None, Field(ge=0.0, le=1.0, description="score mode: decision probability "
+                                                 "a tool needs; default: the threshold fitted for the model")] = None,
+        calibrate: Annotated[bool, Field(description="score mode: subtract the log-odds the model gives each tool "
+                                                     "for content-free requests (cached per catalogue)")] = True,
     ) -> m.NltSelection:
-        """Decide YES/NO for every tool for this message; the selected set, probabilities (score mode) and
-        the selector's reasoning."""
+        """Decide YES/NO for every tool for this message; the selected set (possibly empty: no tool needed),
+        decision probabilities (score mode) and the selector's reasoning (generate mode)."""
         with tool_errors():
             text = check_text(message, "message", limit())
             if context is not None:
@@ -364,7 +367,8 @@ def create_server(
                           for t in tools]
             else:
                 chosen = await services.catalogue(str(catalogue), request_caller())
-            return await services.select_tools(text, chosen, mode=mode, context=context, threshold=threshold,
+            return await services.select_tools(text, chosen, mode=mode, context=context,
+                                               threshold=threshold,  # None: the rule fitted for the model
                                                calibrate=calibrate, progress=progress_for(ctx),
                                                caller=request_caller())
 

@@ -114,7 +114,10 @@ class ParseRequestResult(BaseModel):
 class ToolDecisionOut(BaseModel):
     name: str
     selected: bool
-    probability: float | None = Field(default=None, description="P(YES); score mode only")
+    probability: float | None = Field(default=None, description="score mode only: the decision probability "
+                                                                "(calibrated YES/NO log-odds plus lexical prior, "
+                                                                "squashed); the tool is selected when it passes the "
+                                                                "model's threshold")
 
 
 class NltSelection(BaseModel):

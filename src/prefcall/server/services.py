@@ -361,7 +361,7 @@ class Services:
         return out.model_copy(update={"trace": private_trace(out.trace)}) if caller.private else out
 
     async def select_tools(self, message: str, tools: Sequence[Function] | Catalogue, *, mode: str,
-                           context: str | None, threshold: float, calibrate: bool,
+                           context: str | None, threshold: float | None, calibrate: bool,
                            progress: ProgressFn | None = None, caller: Caller = LOCAL_CALLER) -> m.NltSelection:
         engine, _ = await self.ready(progress)
         shared = isinstance(tools, Catalogue) and self.is_builtin(tools)  # a host's own tool list is its text

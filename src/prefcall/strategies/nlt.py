@@ -1,36 +1,56 @@
 """NLT (Natural Language Tools): tool selection written in natural language, plus two variants.
 
 Modes
+- "score" (the shipped default): the NLT prompt, the reasoning skipped; for each tool the line `ToolName -`
+  is forced and the model's choice between " YES" and " NO" read as log-odds (the two candidates only,
+  renormalised over {YES, NO}). Everything stable (system prompt, tools, request) comes first, the per-tool line
+  last, so the engine's KV prefix reuse evaluates only a few tokens per tool. The log-odds are CALIBRATED
+  against content-free requests ("", "N/A", "hello"; "Calibrate before use", Zhao et al., 2021): the mean
+  log-odds the model gives each tool for those is subtracted. That baseline is computed once per engine,
+  catalogue and context and cached. A lexical relevance prior (BM25 between the request and the tool's name and
+  description) is added, and a tool is selected when the combined score passes a per-model threshold;
+  selecting nothing is a real outcome. The weights and threshold are fitted per model on the dev split of
+  tests/data/nlt only (data/nlt_rules.json; `prefcall eval nlt --split dev` reports the fit).
 - "generate" (the paper): a five-part prompt (role, search purpose, tool list with "use it when"
   descriptions, output description, output example); the model writes `Thinking: ...`, then one
-  `ToolName - YES|NO` line per tool, then `Assessment finished.`; a tolerant parser reads it.
-- "score" (beyond the paper): the same prompt, the reasoning skipped; for each tool the line
-  `ToolName -` is forced and P(" YES") vs P(" NO") read from the next-token distribution.
-  Everything stable (system prompt, tools, request) comes first, the per-tool line last, so the
-  engine's KV prefix reuse evaluates only a few tokens per tool. Optional calibration against a
-  content-free request ("N/A"), as in "Calibrate before use" (Zhao et al., 2021).
+  `ToolName - YES|NO` line per tool, then `Assessment finished.`; a tolerant parser reads it. Unparsable
+  output is status "parse_error" with no decisions, never a selection.
 - "structured" (the baseline NLT is compared with): tools as JSON function definitions and a
   grammar-constrained `{"tools": [...names]}` answer.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import re
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
+from functools import lru_cache
+from importlib import resources
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from prefcall.engine.base import Engine, Prompt, PromptUsage
 from prefcall.errors import ValidationError
+from prefcall.retrieval.hybrid import BM25Index
+from prefcall.retrieval.text import split_identifier
 from prefcall.schemas.model import Catalogue, Function
 
-Mode = Literal["generate", "score", "structured"]
+Mode = Literal["score", "generate", "structured"]
+MODES: tuple[str, ...] = ("score", "generate", "structured")
+DEFAULT_MODE: Mode = "score"
 Status = Literal["ok", "partial", "parse_error"]
 
-CONTENT_FREE_MESSAGE = "N/A"
+# Content-free requests for calibration: empty, a placeholder and a greeting (none of them needs a tool).
+CONTENT_FREE_MESSAGES: tuple[str, ...] = ("", "N/A", "hello")
+# Bump when the score-mode prompt changes: cached content-free baselines and fitted rules belong to a prompt.
+SCORE_PROMPT_VERSION = "nlt-score-1"
+RULES_FILE = "nlt_rules.json"
 FINISH_MARKER = "Assessment finished."
 _THINKING_PRIME = "Thinking:"
 _SKIPPED_THINKING = "Thinking: I check each tool against the message.\n"
@@ -47,7 +67,24 @@ class ToolSpec(BaseModel):
 class ToolDecision(BaseModel):
     name: str
     selected: bool
-    probability: float | None = None  # P(YES), calibrated when asked; score mode only
+    probability: float | None = None  # score mode: sigmoid(score), compared with the result's threshold
+    score: float | None = None  # score mode: model_weight * model_logodds + lexical_weight * lexical
+    model_logodds: float | None = None  # log P(YES)/P(NO), minus the content-free baseline when calibrated
+    raw_logodds: float | None = None  # log P(YES)/P(NO) as the model gave it
+    lexical: float | None = None  # BM25 of the request against the tool's name and description
+
+
+class DecisionRule(BaseModel):
+    """How score mode turns per-tool evidence into a decision: select when
+    `model_weight * model_logodds + lexical_weight * lexical > threshold` (log-odds units)."""
+
+    model_weight: float = 1.0
+    lexical_weight: float = 0.0
+    threshold: float = 0.0
+    source: str = "default (no rule fitted for this model): calibrated P(YES) > 0.5"
+
+    def score(self, model_logodds: float, lexical: float) -> float:
+        return self.model_weight * model_logodds + self.lexical_weight * lexical
 
 
 class NltUsage(BaseModel):
@@ -81,8 +118,10 @@ class NltResult(BaseModel):
     conflicts: list[str] = Field(default_factory=list)  # tools given both YES and NO (first kept)
     raw_text: str | None = None
     repaired: bool = False  # generate mode: the first answer had no tool line; a forced-name retry was parsed
-    threshold: float | None = None
-    content_free: dict[str, float] | None = None  # P(YES) for the "N/A" request, when calibrated
+    threshold: float | None = None  # score mode: the probability a tool's sigmoid(score) must exceed
+    rule: DecisionRule | None = None  # score mode: the weights and threshold used (and where they come from)
+    content_free: dict[str, float] | None = None  # score mode, calibrated: mean content-free log-odds per tool
+    calibration_cached: bool | None = None  # score mode: the content-free baseline came from the cache
     usage: NltUsage = Field(default_factory=NltUsage)
     seconds: float = 0.0
 
@@ -142,17 +181,21 @@ def nlt_system_prompt(specs: Sequence[ToolSpec]) -> str:
     return "\n\n".join([role, purpose, tool_list, output, example])
 
 
-def _user_prompt(message: str, context: str | None) -> str:
+def _user_prompt(message: str, context: str | None, history: Sequence[tuple[str, str]] = ()) -> str:
     parts = [f"Context: {context.strip()}"] if context and context.strip() else []
+    if history:
+        parts.append("Conversation so far:\n" + "\n".join(f"{role}: {text.strip()}" for role, text in history))
     parts.append(f"Message: {message.strip()}")
     return "\n".join(parts)
 
 
-def nlt_prompt(engine: Engine, specs: Sequence[ToolSpec], message: str, context: str | None = None) -> Prompt:
-    return Prompt.chat(nlt_system_prompt(specs), _user_prompt(message, context))
+def nlt_prompt(engine: Engine, specs: Sequence[ToolSpec], message: str, context: str | None = None,
+               history: Sequence[tuple[str, str]] = ()) -> Prompt:
+    return Prompt.chat(nlt_system_prompt(specs), _user_prompt(message, context, history))
 
 
-def structured_prompt(engine: Engine, specs: Sequence[ToolSpec], message: str, context: str | None = None) -> Prompt:
+def structured_prompt(engine: Engine, specs: Sequence[ToolSpec], message: str, context: str | None = None,
+                      history: Sequence[tuple[str, str]] = ()) -> Prompt:
     definitions = [
         {"name": s.name, "description": s.description, "parameters": s.parameters or {"type": "object", "properties": {}}}
         for s in specs
@@ -163,7 +206,7 @@ def structured_prompt(engine: Engine, specs: Sequence[ToolSpec], message: str, c
         + '\n\nAnswer with JSON {"tools": [...]} listing the names of the functions needed to answer the message; '
         "an empty list when none fits."
     )
-    return Prompt.chat(system, _user_prompt(message, context))
+    return Prompt.chat(system, _user_prompt(message, context, history))
 
 
 def selection_schema(names: Sequence[str]) -> dict[str, Any]:
@@ -243,10 +286,14 @@ def parse_nlt_output(text: str, names: Sequence[str]) -> NltResult:
 
 
 # -- the three modes --------------------------------------------------------------------------
-def _generate_mode(engine: Engine, specs: list[ToolSpec], message: str, context: str | None) -> NltResult:
+History = Sequence[tuple[str, str]]
+
+
+def _generate_mode(engine: Engine, specs: list[ToolSpec], message: str, context: str | None,
+                   history: History) -> NltResult:
     # The answer is primed with "Thinking:" so that small models start in the format instead of answering
     # the user's question directly.
-    prompt = nlt_prompt(engine, specs, message, context).continued(_THINKING_PRIME)
+    prompt = nlt_prompt(engine, specs, message, context, history).continued(_THINKING_PRIME)
     names = [s.name for s in specs]
     # Budget: reasoning plus one short line per tool; the finish marker stops generation early.
     budget = 64 + sum(engine.count_tokens(f"{s.name} - YES\n") for s in specs)
@@ -277,51 +324,173 @@ def _repair(engine: Engine, prompt: Prompt, first_text: str, names: list[str], b
     return result
 
 
-def tool_yes_probabilities(
-    engine: Engine, specs: Sequence[ToolSpec], message: str, context: str | None, usage: NltUsage
-) -> dict[str, float]:
-    """P(YES) per tool from the next token after the forced `ToolName -` (softmax over YES/NO)."""
-    prefix = nlt_prompt(engine, specs, message, context).continued(_SKIPPED_THINKING)
-    probabilities: dict[str, float] = {}
+# -- score mode: YES/NO log-odds, content-free calibration, lexical prior, fitted rule ------------
+def _tool_line(spec: ToolSpec) -> str:
+    return f"{spec.name} -"
+
+
+def tool_yes_logodds(engine: Engine, specs: Sequence[ToolSpec], message: str, context: str | None,
+                     usage: NltUsage, history: History = ()) -> dict[str, float]:
+    """log P(" YES") - log P(" NO") per tool after the forced tool line: the choice restricted to the two
+    answers (the softmax over {YES, NO} is the sigmoid of this)."""
+    prefix = nlt_prompt(engine, specs, message, context, history).continued(_SKIPPED_THINKING)
+    out: dict[str, float] = {}
     for spec in specs:
-        scores = engine.score_candidates(prefix.continued(f"{spec.name} -"), [" YES", " NO"])
+        scores = engine.score_candidates(prefix.continued(_tool_line(spec)), [" YES", " NO"])
         usage.add(scores.usage)
-        probabilities[spec.name] = scores.probabilities()[0]
-    return probabilities
+        out[spec.name] = scores.logprobs[0] - scores.logprobs[1]
+    return out
+
+
+def tool_yes_probabilities(engine: Engine, specs: Sequence[ToolSpec], message: str, context: str | None,
+                           usage: NltUsage) -> dict[str, float]:
+    """P(YES) per tool, renormalised over {YES, NO}."""
+    return {n: sigmoid(v) for n, v in tool_yes_logodds(engine, specs, message, context, usage).items()}
+
+
+def sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
+def logit(p: float) -> float:
+    p = min(max(p, 1e-12), 1.0 - 1e-12)
+    return math.log(p / (1.0 - p))
 
 
 def calibrate_probability(p_yes: float, p_yes_content_free: float) -> float:
-    """Divide by the content-free prior and renormalise (Zhao et al., 2021, two-class case)."""
+    """Divide by the content-free prior and renormalise (Zhao et al., 2021, two-class case); the same as
+    subtracting the content-free log-odds."""
     eps = 1e-9
     yes = p_yes / max(p_yes_content_free, eps)
     no = (1.0 - p_yes) / max(1.0 - p_yes_content_free, eps)
     return yes / (yes + no)
 
 
-def _score_mode(
-    engine: Engine, specs: list[ToolSpec], message: str, context: str | None, threshold: float, calibrate: bool
-) -> NltResult:
+def lexical_scores(specs: Sequence[ToolSpec], message: str, history: History = ()) -> dict[str, float]:
+    """BM25 of the request against each tool's split name and description, within this catalogue. Earlier
+    turns count at half weight, so "yes, please do that" inherits the topic of the question it answers."""
+    index = BM25Index()
+    index.add([f"{split_identifier(s.name)} {s.description}" for s in specs])
+    scores = index.scores(message)
+    if history:
+        scores = scores + 0.5 * index.scores(" ".join(text for _, text in history[-2:]))
+    return {s.name: float(v) for s, v in zip(specs, scores)}
+
+
+class ContentFreeCache:
+    """Content-free log-odds per tool, per engine (weakly: an entry goes with its engine), catalogue, context
+    and prompt version; least recently used catalogues are dropped past `size` per engine."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._by_engine: dict[int, OrderedDict[str, dict[str, float]]] = {}
+
+    @staticmethod
+    def key(specs: Sequence[ToolSpec], context: str | None) -> str:
+        payload = json.dumps([SCORE_PROMPT_VERSION, CONTENT_FREE_MESSAGES, [[s.name, s.description] for s in specs],
+                              (context or "").strip()], ensure_ascii=False)
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    def get(self, engine: Engine, key: str) -> dict[str, float] | None:
+        entries = self._by_engine.get(id(_base_engine(engine)))
+        if entries is None or key not in entries:
+            return None
+        entries.move_to_end(key)
+        return dict(entries[key])
+
+    def put(self, engine: Engine, key: str, value: dict[str, float]) -> None:
+        base = _base_engine(engine)
+        entries = self._by_engine.get(id(base))
+        if entries is None:
+            try:
+                weakref.finalize(base, self._by_engine.pop, id(base), None)
+            except TypeError:  # not weak-referenceable: never cache what could outlive its engine
+                return
+            entries = self._by_engine.setdefault(id(base), OrderedDict())
+        entries[key] = dict(value)
+        entries.move_to_end(key)
+        while len(entries) > self.size:
+            entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._by_engine.clear()
+
+
+def _base_engine(engine: Engine) -> Any:
+    """A ScopedEngine wraps the shared engine; calibrations belong to the model, not to one caller."""
+    return getattr(engine, "engine", engine)
+
+
+# Floats only (no model is held): the baselines of the catalogues seen, so a catalogue pays for its
+# content-free requests once per engine.
+CONTENT_FREE_CACHE = ContentFreeCache()
+
+
+def content_free_logodds(engine: Engine, specs: Sequence[ToolSpec], context: str | None, usage: NltUsage,
+                         cache: ContentFreeCache | None = None) -> tuple[dict[str, float], bool]:
+    """Mean YES/NO log-odds per tool over the content-free requests; (baseline, taken from the cache)."""
+    cache = CONTENT_FREE_CACHE if cache is None else cache
+    key = cache.key(specs, context)
+    cached = cache.get(engine, key)
+    if cached is not None:
+        return cached, True
+    runs = [tool_yes_logodds(engine, specs, m, context, usage) for m in CONTENT_FREE_MESSAGES]
+    baseline = {s.name: sum(r[s.name] for r in runs) / len(runs) for s in specs}
+    cache.put(engine, key, baseline)
+    return baseline, False
+
+
+@lru_cache(maxsize=1)
+def _packaged_rules() -> dict[str, Any]:
+    text = resources.files("prefcall").joinpath("data", RULES_FILE).read_text(encoding="utf-8")
+    return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
+
+
+def rule_for(engine: Engine, calibrated: bool = True) -> DecisionRule:
+    """The decision rule fitted for this model (by GGUF name), or the uncalibrated default. Rules are fitted
+    with calibration on; without it, only the default applies."""
+    if not calibrated:
+        return DecisionRule(source="uncalibrated: raw P(YES) > 0.5")
+    found = _packaged_rules().get(engine.info.model_name)
+    return DecisionRule(**found) if found else DecisionRule()
+
+
+def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: str | None, history: History,
+                threshold: float | None, calibrate: bool, rule: DecisionRule | None,
+                cache: ContentFreeCache | None) -> NltResult:
     usage = NltUsage()
-    probabilities = tool_yes_probabilities(engine, specs, message, context, usage)
-    content_free = None
-    if calibrate:
-        content_free = tool_yes_probabilities(engine, specs, CONTENT_FREE_MESSAGE, context, usage)
-        probabilities = {n: calibrate_probability(p, content_free[n]) for n, p in probabilities.items()}
-    decisions = [ToolDecision(name=s.name, selected=probabilities[s.name] > threshold, probability=probabilities[s.name]) for s in specs]
+    raw = tool_yes_logodds(engine, specs, message, context, usage, history)
+    baseline, cached = (content_free_logodds(engine, specs, context, usage, cache) if calibrate
+                        else ({s.name: 0.0 for s in specs}, None))
+    lexical = lexical_scores(specs, message, history)
+    chosen = (rule or rule_for(engine, calibrate)).model_copy()
+    if threshold is not None:
+        chosen.threshold = logit(threshold)
+        chosen.source += f"; threshold {threshold} given by the caller"
+    decisions = []
+    for spec in specs:
+        model = raw[spec.name] - baseline[spec.name]
+        score = chosen.score(model, lexical[spec.name])
+        decisions.append(ToolDecision(name=spec.name, selected=score > chosen.threshold, probability=sigmoid(score),
+                                      score=score, model_logodds=model, raw_logodds=raw[spec.name],
+                                      lexical=lexical[spec.name]))
     return NltResult(
         mode="score",
         status="ok",
         decisions=decisions,
         selected=[d.name for d in decisions if d.selected],
-        threshold=threshold,
-        content_free=content_free,
+        threshold=sigmoid(chosen.threshold),
+        rule=chosen,
+        content_free=baseline if calibrate else None,
+        calibration_cached=cached,
         usage=usage,
     )
 
 
-def _structured_mode(engine: Engine, specs: list[ToolSpec], message: str, context: str | None) -> NltResult:
+def _structured_mode(engine: Engine, specs: list[ToolSpec], message: str, context: str | None,
+                     history: History) -> NltResult:
     names = [s.name for s in specs]
-    prompt = structured_prompt(engine, specs, message, context)
+    prompt = structured_prompt(engine, specs, message, context, history)
     budget = 16 + sum(engine.count_tokens(json.dumps(n)) + 2 for n in names)
     generation = engine.generate(prompt, max_tokens=budget, json_schema=selection_schema(names))
     usage = NltUsage()
@@ -348,26 +517,88 @@ def select_tools(
     message: str,
     tools: Catalogue | Sequence[ToolSpec | Function | dict[str, Any]],
     *,
-    mode: Mode = "generate",
+    mode: Mode = DEFAULT_MODE,
     context: str | None = None,
-    threshold: float = 0.5,
-    calibrate: bool = False,
+    history: History = (),
+    threshold: float | None = None,
+    calibrate: bool = True,
+    rule: DecisionRule | None = None,
+    cache: ContentFreeCache | None = None,
 ) -> NltResult:
     """Decide YES/NO for every tool. A parse failure or missing tools show in `status`/`missing`.
 
-    Score mode selects a tool when P(YES) > threshold (strictly: a calibrated P(YES) of exactly 0.5 means
-    "no different from a content-free request")."""
+    `context` describes the setting (a system description, or the earlier conversation as text); `history` is
+    earlier turns as (role, text). Score mode (the default) selects a tool when sigmoid(score) > threshold,
+    strictly; `threshold=None` uses the rule fitted for the model (`rule_for`), a number overrides only the
+    threshold; `calibrate=False` skips the content-free baseline (and the fitted rule)."""
     specs = as_tool_specs(tools)
-    if not 0.0 <= threshold <= 1.0:
+    if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise ValidationError(f"threshold {threshold} is outside [0, 1]: pass a probability")
+    history = tuple((str(r), str(t)) for r, t in history)
     started = time.perf_counter()
     if mode == "generate":
-        result = _generate_mode(engine, specs, message, context)
+        result = _generate_mode(engine, specs, message, context, history)
     elif mode == "score":
-        result = _score_mode(engine, specs, message, context, threshold, calibrate)
+        result = _score_mode(engine, specs, message, context, history, threshold, calibrate, rule, cache)
     elif mode == "structured":
-        result = _structured_mode(engine, specs, message, context)
+        result = _structured_mode(engine, specs, message, context, history)
     else:
-        raise ValidationError(f"unknown NLT mode {mode!r}: use generate, score or structured")
+        raise ValidationError(f"unknown NLT mode {mode!r}: use score, generate or structured")
     result.seconds = time.perf_counter() - started
     return result
+
+
+# -- fitting a rule (on dev items only) ------------------------------------------------------
+Evidence = dict[str, tuple[float, float]]  # tool -> (model_logodds, lexical)
+
+MODEL_WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0)
+LEXICAL_WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
+
+
+def fit_rule(examples: Sequence[tuple[Evidence, set[str]]], *, source: str = "fitted",
+             model_weights: Sequence[float] = MODEL_WEIGHTS,
+             lexical_weights: Sequence[float] = LEXICAL_WEIGHTS) -> tuple[DecisionRule, float]:
+    """The weights and threshold with the best exact-set accuracy on `examples` (tool evidence, gold set).
+
+    Thresholds are searched among midpoints between the observed scores; for each weight pair the threshold is
+    the middle of the widest best-scoring run, and ties between weight pairs go to fewer wrong decisions, then to
+    the simpler rule (smaller weights). Returns the rule and its exact-set accuracy on the examples."""
+    if not examples:
+        raise ValidationError("no examples to fit an NLT rule on: evaluate the dev split in score mode first")
+    best: tuple[tuple[float, float, float, float], DecisionRule] | None = None
+    for a in model_weights:
+        for w in lexical_weights:
+            if a == 0.0 and w == 0.0:
+                continue
+            scored = [({n: a * m + w * lex for n, (m, lex) in ev.items()}, gold) for ev, gold in examples]
+            values = sorted({v for sc, _ in scored for v in sc.values()})
+            cuts = [values[0] - 1.0] + [(x + y) / 2 for x, y in zip(values, values[1:])] + [values[-1] + 1.0]
+            results = []
+            for t in cuts:
+                exact = wrong = 0
+                for sc, gold in scored:
+                    chosen = {n for n, v in sc.items() if v > t}
+                    exact += chosen == gold
+                    wrong += len(chosen ^ gold)
+                results.append((exact, -wrong))
+            top = max(results)
+            run = _widest_run([r == top for r in results])
+            t = cuts[run[0] + (run[1] - run[0]) // 2]
+            key = (top[0], top[1], -(a + w), 0.0)
+            if best is None or key > best[0]:
+                best = (key, DecisionRule(model_weight=a, lexical_weight=w, threshold=round(t, 4), source=source))
+    assert best is not None
+    return best[1], best[0][0] / len(examples)
+
+
+def _widest_run(flags: Sequence[bool]) -> tuple[int, int]:
+    """(start, end) inclusive of the longest run of True."""
+    best, start = (0, 0), None
+    for i, flag in enumerate([*flags, False]):
+        if flag and start is None:
+            start = i
+        elif not flag and start is not None:
+            if i - 1 - start > best[1] - best[0] or not flags[best[0]]:
+                best = (start, i - 1)
+            start = None
+    return best

@@ -250,8 +250,9 @@ def relevant_functions(
         scores = {f.name: float(vectors[0] @ vectors[i + 1]) for i, f in enumerate(catalogue.functions)}
         cut = 0.3 if threshold is None else threshold
     else:
+        # threshold None: the decision rule fitted for the model (nlt.rule_for)
         result = select_tools(engine, request, catalogue, mode="score", calibrate=calibrate, context=context,
-                              threshold=0.5 if threshold is None else threshold)
+                              threshold=threshold)
         usage.merge(result.usage)
         scores = {d.name: float(d.probability or 0.0) for d in result.decisions}
         cut = result.threshold or 0.5

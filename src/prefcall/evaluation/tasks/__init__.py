@@ -31,6 +31,12 @@ def _tools() -> Task:  # NLT / QwN tool selection
     return TASK
 
 
+def _nlt() -> Task:  # NLT on prefcall's own NLT set (tests/data/nlt: --split dev|report)
+    from prefcall.evaluation.tasks.nlt import TASK
+
+    return TASK
+
+
 def _bfcl() -> Task:  # Berkeley Function Calling Leaderboard subsets
     from prefcall.evaluation.tasks.bfcl import TASK
 
@@ -53,6 +59,7 @@ TASKS: dict[str, Callable[[], Task]] = {
     "nlsi": _nlsi,
     "tags": _tags,
     "tools": _tools,
+    "nlt": _nlt,
     "bfcl": _bfcl,
     "acebench": _acebench,
     "dst": _dst,

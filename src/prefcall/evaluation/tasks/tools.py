@@ -1,9 +1,13 @@
 """`prefcall eval tools`: NLT tool selection on `{id, text, tools: [{name, description}], expected: [names], context?}`.
 
-Data: a JSON list or JSON lines. `expected: []` means no tool should be used.
-Modes (--mode): generate (the paper), score (next-token YES/NO), structured (grammar-constrained JSON baseline).
-Metrics: exact-set accuracy (a parse error or a partial answer scores as wrong), micro precision/recall/F1
-over tool decisions, per-tool precision/recall, parse-error and partial rates, mean tokens in/out.
+Data: a JSON list or JSON lines. `expected: []` means no tool should be used. Instead of `text`, a record may
+carry the NLT paper's `messages: [{role, content}]` (the last one is the user's turn to decide on; earlier ones
+are the conversation so far); `context` is the host's description of the setting.
+Modes (--mode): score (the shipped default: calibrated YES/NO log-odds + lexical prior, fitted rule),
+generate (the paper), structured (grammar-constrained JSON baseline).
+Metrics: exact-set accuracy with a 95% Wilson interval (a parse error or a partial answer scores as wrong),
+micro precision/recall/F1 over tool decisions, per-tool precision/recall, parse-error and partial rates, mean
+tokens in/out; in score mode also the rule that would fit these items best (fit it on dev items only).
 The selection metrics here are shared by the bfcl task.
 """
 
@@ -19,9 +23,9 @@ from prefcall.errors import ConfigError
 from prefcall.evaluation.metrics.f1 import prf
 from prefcall.evaluation.metrics.intervals import Metric, mean, micro, proportion
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
-from prefcall.strategies.nlt import NltResult, select_tools
+from prefcall.strategies.nlt import DEFAULT_MODE, MODES, NltResult, fit_rule, select_tools
 
-NLT_MODES = ("generate", "score", "structured")
+NLT_MODES = MODES
 
 
 # -- plain functions (usable without the harness) ------------------------------------------
@@ -40,18 +44,38 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
 def load_items(path: str | Path, answers_path: str | Path | None = None) -> list[EvalItem]:
     items = []
     for n, record in enumerate(read_records(path)):
-        if "tools" not in record or "text" not in record:
-            raise ConfigError(f"{path} record {n} lacks 'text' or 'tools': each needs id, text, tools, expected")
+        if "tools" not in record or ("text" not in record and "messages" not in record):
+            raise ConfigError(f"{path} record {n} lacks 'tools' or 'text'/'messages': each needs id, text or "
+                              "messages, tools, expected")
+        text, history = message_and_history(record, f"{path} record {n}")
         expected = list(record.get("expected") or [])
+        meta = {"n_expected": len(expected), "n_tools": len(record["tools"])}
+        if record.get("domain"):
+            meta["domain"] = str(record["domain"])
         items.append(
             EvalItem(
                 id=str(record.get("id", n)),
-                input={"text": record["text"], "tools": record["tools"], "context": record.get("context")},
+                input={"text": text, "tools": record["tools"], "context": record.get("context"), "history": history},
                 gold=expected,
-                meta={"n_expected": len(expected), "n_tools": len(record["tools"])},
+                meta=meta,
             )
         )
     return items
+
+
+def message_and_history(record: dict[str, Any], where: str) -> tuple[str, list[list[str]]]:
+    """The user's turn to decide on and the earlier turns as [role, text]; `text` is a single-turn record."""
+    if "messages" not in record:
+        return str(record["text"]), []
+    messages = record["messages"]
+    if not isinstance(messages, list) or not messages or not all(
+        isinstance(m, dict) and m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str)
+        for m in messages
+    ):
+        raise ConfigError(f"{where}: 'messages' must be a non-empty list of {{role: user|assistant, content}}")
+    if messages[-1]["role"] != "user":
+        raise ConfigError(f"{where}: the last message must be the user's turn to select tools for")
+    return messages[-1]["content"], [[m["role"], m["content"]] for m in messages[:-1]]
 
 
 def tokens_of(result: NltResult) -> dict[str, int]:
@@ -72,16 +96,21 @@ def selection_prediction(result: NltResult) -> dict[str, Any]:
         "missing": result.missing,
         "unknown": result.unknown,
         "probabilities": {d.name: d.probability for d in result.decisions if d.probability is not None},
+        "evidence": {d.name: [d.model_logodds, d.lexical] for d in result.decisions if d.model_logodds is not None},
+        "rule": result.rule.model_dump() if result.rule else None,
+        "calibration_cached": result.calibration_cached,
         "raw": result.raw_text,
         "tokens": tokens_of(result),
         "seconds": round(result.seconds, 4),
     }
 
 
-def predict(item: EvalItem, engine: Any, mode: str = "generate", *, threshold: float = 0.5, calibrate: bool = False) -> dict[str, Any]:
+def predict(item: EvalItem, engine: Any, mode: str = DEFAULT_MODE, *, threshold: float | None = None,
+            calibrate: bool = True) -> dict[str, Any]:
+    history = [(str(r), str(t)) for r, t in item.input.get("history") or []]
     result = select_tools(
         engine, item.input["text"], item.input["tools"], mode=mode,  # type: ignore[arg-type]
-        context=item.input.get("context"), threshold=threshold, calibrate=calibrate,
+        context=item.input.get("context"), history=history, threshold=threshold, calibrate=calibrate,
     )
     return selection_prediction(result)
 
@@ -134,6 +163,18 @@ def per_tool_counts(scored: list[ScoredItem]) -> dict[str, dict[str, float]]:
     return counts
 
 
+def fitted_rule(scored: list[ScoredItem]) -> dict[str, Any] | None:
+    """Score mode: the rule that fits these items best (only meaningful on the dev split), or None."""
+    examples = []
+    for item in scored:
+        evidence = item.prediction.get("evidence") if item.status == "ok" else None
+        if not evidence:
+            return None
+        examples.append(({n: (float(v[0]), float(v[1])) for n, v in evidence.items()}, set(item.gold or [])))
+    rule, accuracy = fit_rule(examples, source=f"fitted on these {len(examples)} items (in-sample: fit on dev only)")
+    return {**rule.model_dump(), "exact_set_accuracy_in_sample": accuracy}
+
+
 def aggregate(scored: list[ScoredItem], *, per_tool: bool = True) -> dict[str, Any]:
     """Exact-set accuracy, micro P/R/F1, per-tool P/R, failure rates and mean tokens, each with its interval."""
     n = len(scored)
@@ -145,6 +186,13 @@ def aggregate(scored: list[ScoredItem], *, per_tool: bool = True) -> dict[str, A
     metrics["parse_error_rate"] = proportion(sum(i.status in ("parse_error", "error", "missing") for i in scored), n)
     metrics["partial_rate"] = proportion(sum(i.status == "partial" for i in scored), n)
     metrics.update(mean_tokens(scored))
+    no_tool = [i for i in scored if not i.gold]
+    if no_tool:
+        metrics["no_tool_accuracy"] = proportion(sum(i.scores.get("exact_set", 0.0) for i in no_tool), len(no_tool))
+        metrics["no_tool_n"] = len(no_tool)
+    fit = fitted_rule(scored)
+    if fit is not None:
+        metrics["fitted_rule"] = fit
     if per_tool:
         rows = [tool_rows(i) for i in scored]
         metrics["per_tool"] = {name: micro_precision_recall([r.get(name, (0.0, 0.0, 0.0)) for r in rows])
@@ -163,11 +211,13 @@ def mean_tokens(scored: list[ScoredItem]) -> dict[str, Metric]:
 
 # -- harness adapter ----------------------------------------------------------------------
 def add_nlt_options(parser: argparse.ArgumentParser | Any) -> None:
-    parser.add_argument("--threshold", type=float, default=0.5, help="score mode: select when P(YES) > this")
-    parser.add_argument("--calibrate", action="store_true", help="score mode: calibrate against a content-free 'N/A'")
+    parser.add_argument("--threshold", type=float, default=None,
+                        help="score mode: select when the decision probability > this (default: the model's fitted rule)")
+    parser.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=True,
+                        help="score mode: subtract the content-free baseline (default on; --no-calibrate: raw P(YES) > 0.5)")
 
 
-def nlt_mode(args: argparse.Namespace, default: str = "generate") -> str:
+def nlt_mode(args: argparse.Namespace, default: str = DEFAULT_MODE) -> str:
     mode = getattr(args, "mode", None) or default
     if mode not in NLT_MODES:
         raise ConfigError(f"--mode {mode!r} is not an NLT mode: use one of {', '.join(NLT_MODES)}")
@@ -176,7 +226,7 @@ def nlt_mode(args: argparse.Namespace, default: str = "generate") -> str:
 
 class ToolsTask(BaseTask):
     name = "tools"
-    description = "NLT tool selection (--mode generate|score|structured) on {id, text, tools, expected} records"
+    description = "NLT tool selection (--mode score|generate|structured) on {id, text|messages, tools, expected} records"
     primary_score = "exact_set"
 
     def add_arguments(self, parser: Any) -> None:
@@ -189,8 +239,8 @@ class ToolsTask(BaseTask):
 
     def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
         args = ctx.args
-        return predict(item, ctx.engine, nlt_mode(args), threshold=getattr(args, "threshold", 0.5),
-                       calibrate=bool(getattr(args, "calibrate", False)))
+        return predict(item, ctx.engine, nlt_mode(args), threshold=getattr(args, "threshold", None),
+                       calibrate=bool(getattr(args, "calibrate", True)))
 
     def score(self, item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
         return score(item, prediction)
