@@ -194,12 +194,14 @@ def preference_of(tag: TagResult, catalogue: Catalogue) -> Preference | None:
 
 
 def unsupported(drafts: list[Draft], catalogue: Catalogue, user_text: str) -> bool:
-    """No drafted function is supported by the request: the user's words name none of them and fill none of
-    their required arguments (values from standing instructions do not count: they apply to any request)."""
-    named = DomainModel.build(catalogue).named(tokenize(user_text, drop_stop_words=False))
+    """No drafted function is supported by the request: the user's words contain no word of their names and
+    fill none of their required arguments (values from standing instructions do not count: they apply to any
+    request). Only name words count: a description's verbs ("calculate", "find") fit many requests."""
+    domains = DomainModel.build(catalogue)
+    said = set(tokenize(user_text, drop_stop_words=False))
     for draft in drafts:
         function = catalogue.function(draft.name)
-        if function is None or draft.name in named or not function.required:
+        if function is None or domains.name_words.get(draft.name, set()) & said or not function.required:
             return False
         if any(argument in draft.values for argument in function.required):
             return False
