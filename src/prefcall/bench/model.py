@@ -16,6 +16,7 @@ import numpy as np
 from prefcall.bench.context import BenchContext, WorkItem
 from prefcall.bench.stats import overhead_ratio, ratio, raw_seconds, summarize, target
 from prefcall.engine.base import Engine, Prompt
+from prefcall.strategies.pipeline import DEFAULT_CONFIG
 
 # -- raw llama.cpp limit ---------------------------------------------------------------------------
 COUNT_REQUEST = "Count from 1 to 300, one number after another, separated by commas."
@@ -105,7 +106,7 @@ def _strategy_run(fn: Callable[[], tuple[int, int]], raw: dict[str, Any]) -> dic
     return out
 
 
-def _parse_once(ctx: BenchContext, item: WorkItem, pipeline: Any = None, config: str = "default",
+def _parse_once(ctx: BenchContext, item: WorkItem, pipeline: Any = None, config: str = DEFAULT_CONFIG,
                 **overrides: Any) -> Any:
     from prefcall.strategies.pipeline import Pipeline, get_config
 
@@ -179,7 +180,7 @@ def section_prefix(ctx: BenchContext) -> dict[str, Any]:
             pipeline = Pipeline(engine)
             from prefcall.strategies.pipeline import get_config
 
-            config = get_config("default")
+            config = get_config(DEFAULT_CONFIG)
             started = time.perf_counter()
             cold = pipeline.parse(first.dialogue, first.instructions, ctx.catalogue(), config, applicable=first.applicable)
             cold_u = _usage_of(cold, time.perf_counter() - started)
@@ -197,7 +198,7 @@ def section_prefix(ctx: BenchContext) -> dict[str, Any]:
                      "latency_ratio": ratio(cold_u["seconds"], warm_u["seconds"])})
     evaluated = float(np.median([r["evaluated_ratio"] for r in runs if r["evaluated_ratio"]] or [0])) or None
     latency = float(np.median([r["latency_ratio"] for r in runs if r["latency_ratio"]] or [0])) or None
-    figures = {"catalogue": ctx.catalogue().name, "functions": len(ctx.catalogue().functions), "config": "default",
+    figures = {"catalogue": ctx.catalogue().name, "functions": len(ctx.catalogue().functions), "config": DEFAULT_CONFIG,
                "runs": runs, "evaluated_ratio_p50": evaluated, "latency_ratio_p50": latency}
     targets = [target("prefix: cold/warm prompt tokens evaluated", evaluated, 5.0, higher_is_better=True, unit="x"),
                target("prefix: cold/warm latency", latency, 3.0, higher_is_better=True, unit="x")]

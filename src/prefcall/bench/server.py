@@ -19,6 +19,7 @@ from typing import Any
 
 from prefcall.bench.context import BenchContext
 from prefcall.bench.stats import ratio, rss_bytes, summarize, target
+from prefcall.strategies.pipeline import DEFAULT_CONFIG
 
 USER = "bench-user"
 READ_TIMEOUT = 900.0
@@ -57,7 +58,7 @@ def _mb(value: int | None) -> float | None:
 
 def parse_arguments(ctx: BenchContext, i: int) -> dict[str, Any]:
     item = ctx.item(i)
-    return {"dialogue": item.utterance, "catalogue": "nlsi", "config": "default", "applicable": item.applicable}
+    return {"dialogue": item.utterance, "catalogue": "nlsi", "config": DEFAULT_CONFIG, "applicable": item.applicable}
 
 
 async def _call(client: Any, tool: str, arguments: dict[str, Any]) -> tuple[bool, Any, float]:
@@ -210,7 +211,7 @@ def section_server(ctx: BenchContext) -> dict[str, Any]:
         stdio = anyio.run(stdio_cold_start, ctx, folder_path / "stdio.db")
         ctx.log("bench: HTTP server ...")
         http = anyio.run(http_throughput, ctx, folder_path / "http.db", folder_path / "http.log")
-    figures = {"stdio": stdio, "http": http, "config": "default",
+    figures = {"stdio": stdio, "http": http, "config": DEFAULT_CONFIG,
                "note": "parse_request on nlsi with the request's applicable instructions; every request a different "
                        "NLSI utterance; model calls are serialised on one model thread, so latency grows with queue depth"}
     top = max(http["levels"], key=int)

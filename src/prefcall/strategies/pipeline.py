@@ -49,6 +49,9 @@ FunctionSelection = Literal["generate", "score", "hybrid"]
 Filling = Literal["generate", "grounded"]
 
 
+DEFAULT_CONFIG = "full"  # the configuration the server ships (parse_request without `config`) and bench measures
+
+
 class PipelineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
