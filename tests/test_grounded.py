@@ -183,3 +183,18 @@ def test_a_request_that_names_no_function_and_fills_none_of_its_required_argumen
     assert named.decision == "ask" and named.missing[0].argument == "location"
     hosted = parse(engine, "User: what is the capital of France?")  # no refusals allowed (NLSI): still asks
     assert hosted.decision == "ask"
+
+
+def test_a_sentences_first_word_does_not_make_the_next_word_part_of_a_name():
+    from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, features
+
+    text = "Find Italian food near Rome"
+    pool = argument_candidates("cuisine", RESTAURANTS.properties["cuisine"], [Source("user", text, "turn 0")])
+    rows = features(FeatureContext(RESTAURANTS, None), "cuisine", RESTAURANTS.properties["cuisine"], pool.candidates)
+    cut = dict(zip([c.text for c in pool.candidates], rows[:, FEATURES.index("cuts_name")]))
+    assert cut["Italian"] == 0.0  # "Find" is capitalised because it starts the sentence
+    inside = argument_candidates("cuisine", RESTAURANTS.properties["cuisine"],
+                                 [Source("user", "Book at Casa Italian Kitchen", "turn 0")])
+    rows = features(FeatureContext(RESTAURANTS, None), "cuisine", RESTAURANTS.properties["cuisine"], inside.candidates)
+    cut = dict(zip([c.text for c in inside.candidates], rows[:, FEATURES.index("cuts_name")]))
+    assert cut["Italian"] == 1.0  # inside "Casa Italian Kitchen" it cuts a name

@@ -169,7 +169,11 @@ def _shape(candidate: Candidate) -> dict[str, float]:
     l_punct = not lw or lw[-1] in ",.;:!?\"(" or lw.lower() in CONNECTIVES
     r_punct = not rw or text[candidate.end:candidate.end + 1] in ",.;:!?\")" or rw[0] in ",.;:!?"
     capital = candidate.text[:1].isupper()
-    l_cap = bool(lw) and lw[0].isupper() and not (lw[-1] in ",.;:!?") and lw.lower() not in CONNECTIVES
+    before_left = left[: len(left) - len(lw)].rstrip()
+    # "Find Italian ...": the first word of a sentence is capitalised as such, not as part of a name
+    sentence_start = not before_left or before_left[-1] in ".!?:\n"
+    l_cap = (bool(lw) and lw[0].isupper() and not (lw[-1] in ",.;:!?") and lw.lower() not in CONNECTIVES
+             and not sentence_start)
     r_cap = bool(rw) and rw[0].isupper() and not r_punct
     return {"open_left": float(l_punct), "close_right": float(r_punct or rw.lower() in CONNECTIVES),
             "cuts_name": float(capital and (l_cap or r_cap)), "joins_right": float(rw.lower().strip(",.") in JOINERS)}
