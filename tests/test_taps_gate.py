@@ -98,3 +98,18 @@ def test_embedded_model_defaults_to_its_packaged_calibration(tmp_path):
     assert default_threshold(embedded, tmp_path) == packaged
     assert default_threshold(embedded, None) == packaged
     assert default_threshold("some other model", tmp_path) == DEFAULT_GATE_THRESHOLD
+
+
+def test_gate_status_says_whether_the_gate_carries_a_signal(tmp_path):
+    import json as _json
+
+    from prefcall.strategies.taps_gate import gate_status
+
+    assert gate_status("unknown-model", None)["calibrated"] is False
+    (tmp_path / "calibration.json").write_text(_json.dumps({"m": {"least_confidence": {
+        "threshold": 1.0, "f1": 0.04, "f1_never": 0.04, "f1_always": 0.03, "n_items": 12}}, "n": {
+        "least_confidence": {"threshold": 0.3, "f1": 0.6, "f1_never": 0.4, "f1_always": 0.5, "n_items": 150}}}))
+    none = gate_status("m", tmp_path)
+    assert none["signal"] is False and "no signal" in none["note"] and "fewer than 100" in none["note"]
+    some = gate_status("n", tmp_path)
+    assert some["signal"] is True and some["threshold"] == 0.3 and "fewer than 100" not in some["note"]

@@ -34,8 +34,11 @@ def run_info(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     engine = load_engine(settings)
+    from prefcall.strategies.taps_gate import gate_status
+
     report = info_report(engine.info, settings.model) | {
-        "engine": settings.engine or "llama-cpp", "capabilities": asdict(engine.info.capabilities)}
+        "engine": settings.engine or "llama-cpp", "capabilities": asdict(engine.info.capabilities),
+        "taps_gate": gate_status(engine.info.model_name, settings.data_dir)}
     print(json.dumps(report, indent=2, default=str))
     close = getattr(engine, "close", None)
     if callable(close):

@@ -16,7 +16,7 @@ from importlib import resources
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -130,3 +130,23 @@ def default_threshold(model_name: str, data_dir: Path | None, measure: str = "le
     stored = load_calibration(data_dir) if data_dir is not None else {}
     entry = stored.get(model_name, {}).get(measure) or packaged_calibration().get(model_name, {}).get(measure)
     return float(entry["threshold"]) if entry else DEFAULT_GATE_THRESHOLD
+
+
+def gate_status(model_name: str, data_dir: Path | None, measure: str = "least_confidence") -> dict[str, Any]:
+    """What `prefcall info` says about the TAPS gate for this model: calibrated or not, on how many items, and
+    whether it carries a signal (its F1 beats both never and always regenerating with tags)."""
+    stored = load_calibration(data_dir) if data_dir is not None else {}
+    entry = stored.get(model_name, {}).get(measure) or packaged_calibration().get(model_name, {}).get(measure)
+    if not entry:
+        return {"calibrated": False, "threshold": DEFAULT_GATE_THRESHOLD,
+                "note": "not calibrated for this model: run `prefcall calibrate` on dev items (100 or more)"}
+    best_constant = max(float(entry.get("f1_never", 0.0)), float(entry.get("f1_always", 0.0)))
+    signal = float(entry.get("f1", 0.0)) > best_constant
+    n_items = int(entry.get("n_items", 0))
+    note = ("carries a signal" if signal else
+            "carries no signal for this model: its F1 is no better than never or always tagging") + (
+            f"; calibrated on {n_items} items (fewer than 100: recalibrate with `prefcall calibrate`)"
+            if n_items < 100 else f"; calibrated on {n_items} items")
+    return {"calibrated": True, "threshold": float(entry["threshold"]), "signal": signal, "n_items": n_items,
+            "note": note + ". The default configuration `full` tags every applicable instruction and does not use "
+                           "the gate."}
