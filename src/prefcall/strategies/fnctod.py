@@ -339,7 +339,8 @@ def domain_log_prior(catalogue: Catalogue, dialogue: str, embedder: Any = None, 
         flat = 1.0 / len(names)  # log prior relative to flat, so "no evidence" and "flat" score alike
         prior = [math.log((inside if n in detected else outside) / flat) for n in names]
     if allow_none and NONE_CANDIDATE in names and cosines is not None and len(cosines):
-        prior[names.index(NONE_CANDIDATE)] = none_log_odds(float(np.max(cosines)), bool(model.named(tokenize(text, drop_stop_words=False))))
+        named = bool(model.named(tokenize(text, drop_stop_words=False)))
+        prior[names.index(NONE_CANDIDATE)] = none_log_odds(float(np.max(cosines)), named)
     return prior
 
 

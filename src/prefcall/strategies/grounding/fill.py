@@ -154,22 +154,22 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
         for _, c in picks:
             if c.source is not None:
                 taken.append((c.source, c.start, c.end))
-        result.choices.append(Choice(
-            argument=name, values=[c.value for _, c in picks], texts=[c.text for _, c in picks],
-            sources=[f"{c.source.kind}:{c.source.ref}" if c.source else "schema" for _, c in picks],
-            probability=probability, model_probability=model_p))
+        result.choices.append(_choice(name, [c for _, c in picks], probability, model_p))
     chosen_names = {c.argument for c in result.choices}
     left = [(ranked[0], name) for _, name, ranked, _ in pending if name not in chosen_names]
     if left:
         (probability, candidate, model_p), name = max(left, key=lambda t: t[0][0])
         if not _overlaps(candidate, taken):
-            result.runner_up = Choice(
-                argument=name, values=[candidate.value], texts=[candidate.text],
-                sources=[f"{candidate.source.kind}:{candidate.source.ref}" if candidate.source else "schema"],
-                probability=probability, model_probability=model_p)
+            result.runner_up = _choice(name, [candidate], probability, model_p)
     order = list(function.properties)
     result.choices.sort(key=lambda c: order.index(c.argument))
     return result
+
+
+def _choice(argument: str, candidates: list[Candidate], probability: float, model_p: float | None) -> Choice:
+    return Choice(argument=argument, values=[c.value for c in candidates], texts=[c.text for c in candidates],
+                  sources=[f"{c.source.kind}:{c.source.ref}" if c.source else "schema" for c in candidates],
+                  probability=probability, model_probability=model_p)
 
 
 def _rank(pool: ArgumentCandidates, ctx: FeatureContext, weights: GroundingWeights, scorer: _Scorer,
