@@ -193,6 +193,10 @@ def test_select_tools_nlt_default_is_calibrated_scoring_where_no_tool_is_an_answ
         assert first["selected"] == ["GetHotels"]
         chosen = {d["name"]: d for d in first["decisions"]}
         assert chosen["GetHotels"]["probability"] > 0.5 >= chosen["GetFlights"]["probability"]
+        # The host sees why: each tool's evidence and the rule that decided.
+        assert chosen["GetHotels"]["score"] > chosen["GetFlights"]["score"]
+        assert chosen["GetHotels"]["lexical"] > 0 and chosen["GetHotels"]["model_logodds"] is not None
+        assert first["threshold"] is not None and set(first["rule"]) >= {"model_weight", "lexical_weight", "threshold"}
         # The content-free baseline is computed once per catalogue: the second request scores only its own tools.
         none = await session.ok("select_tools_nlt", {"message": "thanks, that's all", "tools": TRAVEL_TOOLS})
         assert none["status"] == "ok" and none["selected"] == [] and len(none["decisions"]) == 2

@@ -118,6 +118,10 @@ class ToolDecisionOut(BaseModel):
                                                                 "(calibrated YES/NO log-odds plus lexical prior, "
                                                                 "squashed); the tool is selected when it passes the "
                                                                 "model's threshold")
+    score: float | None = Field(default=None, description="score mode: the rule's log-odds (model + lexical)")
+    model_logodds: float | None = Field(default=None, description="score mode: log P(YES)/P(NO), minus the "
+                                                                  "content-free baseline when calibrated")
+    lexical: float | None = Field(default=None, description="score mode: BM25 of the message against the tool")
 
 
 class NltSelection(BaseModel):
@@ -129,6 +133,9 @@ class NltSelection(BaseModel):
     missing: list[str] = Field(default_factory=list, description="tools the model gave no decision for")
     unknown: list[str] = Field(default_factory=list)
     raw_text: str | None = None
+    threshold: float | None = Field(default=None, description="score mode: the probability a tool must exceed")
+    rule: dict[str, Any] | None = Field(default=None, description="score mode: the decision rule's weights, "
+                                                                  "threshold and where they come from")
     trace: Trace = Field(default_factory=Trace)
 
 

@@ -129,12 +129,15 @@ def nlt_out(result: NltResult) -> m.NltSelection:
     return m.NltSelection(
         mode=result.mode,
         status=result.status,
-        decisions=[m.ToolDecisionOut(name=d.name, selected=d.selected, probability=d.probability) for d in result.decisions],
+        decisions=[m.ToolDecisionOut(name=d.name, selected=d.selected, probability=d.probability, score=d.score,
+                                     model_logodds=d.model_logodds, lexical=d.lexical) for d in result.decisions],
         selected=list(result.selected),
         reasoning=result.reasoning,
         missing=list(result.missing),
         unknown=list(result.unknown),
         raw_text=result.raw_text,
+        threshold=result.threshold,
+        rule=result.rule.model_dump() if result.rule is not None else None,
         trace=usage_trace(result.usage, result.seconds),
     )
 
