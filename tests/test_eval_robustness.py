@@ -280,3 +280,42 @@ def test_every_task_scores_stored_predictions_with_intervals(build, tmp_path: Pa
     assert summary["n_scored"] > 0 and summary["intervals"]
     assert all(v["method"] in ("wilson", "bootstrap") for v in summary["intervals"].values()), summary["intervals"]
     assert "[95% interval]" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_dst_predicted_history_replays_the_models_own_calls_and_state(tmp_path: Path):
+    from prefcall.engine.fake import FakeEmbedder, FakeEngine
+    from prefcall.evaluation.tasks.dst import TASK as DST
+    from prefcall.evaluation.tasks.dst import with_history
+
+    turns = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "calls": [{"name": "G"}]},
+             {"role": "user", "content": "c"}]
+    assert with_history(turns, [[{"name": "P", "arguments": {}}]])[1]["calls"] == [{"name": "P", "arguments": {}}]
+    assert turns[1]["calls"] == [{"name": "G"}]  # the item's own (gold) history is left as it was
+
+    # A model that always calls FindTrains with class "Economy" (gold: no class at turn 1, "Business" at turn 2).
+    def scorer(prompt: str, candidate: str) -> float:
+        if candidate.strip() in ("FindTrains", "None"):
+            return -0.1 if candidate.strip() == "FindTrains" else -9.0
+        return -0.1 if candidate == "null" else -5.0
+
+    def run(history: str, out: Path) -> list[dict[str, Any]]:
+        args = dst_namespace(schema=str(SGD / "schema_trains.json"), config="full", history=history, out=str(out),
+                             function_selection=None)
+        run_eval(DST, args, engine=FakeEngine(scorer=scorer), embedder=FakeEmbedder(), stdout=io.StringIO(),
+                 stderr=io.StringIO())
+        return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+    oracle = run("oracle", tmp_path / "oracle")
+    assert all("carried" not in r["prediction"] for r in oracle)
+    predicted = run("predicted", tmp_path / "predicted")
+    first, second = predicted
+    assert first["prediction"]["carried"] == {}
+    calls = first["prediction"]["calls"]
+    assert [c["name"] for c in calls] == ["FindTrains"]
+    service = next(iter(second["prediction"]["carried"]))
+    # The state the model's own turn-1 call set (not the gold call of the oracle history).
+    assert second["prediction"]["carried"] == {service: {"intent": "FindTrains", "slots": calls[0]["arguments"]}}
+    gold = DST.load(dst_namespace(schema=str(SGD / "schema_trains.json")))[1].meta["carried"]
+    assert gold[service]["slots"] and gold != second["prediction"]["carried"]  # the oracle state differs
+    again = run("predicted", tmp_path / "predicted")  # resumed: nothing to predict, history read back
+    assert [r["prediction"] for r in again] == [r["prediction"] for r in predicted]

@@ -52,6 +52,11 @@ class DstTask(BaseTask):
         # The common --schema FILE is the SGD schema of the split: the catalogue AND the gold-name mapping.
         parser.add_argument("--sgd-schema", help=argparse.SUPPRESS)  # deprecated alias of --schema
         parser.add_argument("--dialogues", type=int, help="use only the first N dialogues (all their user turns)")
+        parser.add_argument("--history", choices=("oracle", "predicted"), default="oracle",
+                            help="earlier turns' calls in the dialogue and the carried state: the gold ones "
+                                 "(oracle, items independent) or the model's own predictions for those turns "
+                                 "(predicted: a dialogue's turns run in order; a resumed run reads them back "
+                                 "from --out's results.jsonl)")
 
         add_function_selection_option(parser)
 
@@ -77,9 +82,27 @@ class DstTask(BaseTask):
         embedder = ctx.embedder if needs else None
         pipe = ctx.memo("pipeline", lambda: Pipeline(ctx.engine, embedder, None))
         catalogue = ctx.memo("catalogue", lambda: self.catalogue(ctx.args))
-        dialogue = [Turn.model_validate(t) for t in item.input["dialogue"]]
+        turns = item.input["dialogue"]
+        predicted = getattr(ctx.args, "history", "oracle") == "predicted"
+        earlier: list[list[dict[str, Any]]] = []
+        if predicted:
+            store = ctx.memo("predicted_calls", lambda: stored_predictions(ctx.args))
+            missing = [i for i in item.meta.get("earlier", []) if i not in store]
+            if missing:
+                raise ConfigError(f"predicted history: turn {missing[0]} of this dialogue has no prediction in this "
+                                  "run: run the dialogue's turns in order (no --limit cutting a dialogue)")
+            earlier = [store[i] for i in item.meta.get("earlier", [])]
+            turns = with_history(turns, earlier)
+        dialogue = [Turn.model_validate(t) for t in turns]
         result = pipe.parse(dialogue, [], catalogue, config, applicable=None, exclude_demo_ids={item.id})
-        return prediction_from_result(result)
+        prediction = prediction_from_result(result)
+        if predicted:
+            store[item.id] = prediction.get("calls", [])
+            carried: dict[str, dict[str, Any]] = {}
+            for calls in earlier:
+                carried = predicted_state(calls_from_any(calls), item.meta.get("functions", {}), carried)
+            prediction["carried"] = carried  # the state the model's own earlier calls set
+        return prediction
 
     def catalogue(self, args: argparse.Namespace) -> Any:
         """The catalogue imported from the same schema file that maps the gold names (see `schema_path`)."""
@@ -100,7 +123,8 @@ class DstTask(BaseTask):
             return dict(ZERO) | {"tp": 0.0, "n_pred": 0.0,
                                  "n_gold": float(sum(len(f["slots"]) for f in gold.values()))}
         # The state is cumulative: a service not called this turn keeps what earlier calls set (FnCTOD).
-        carried = {s: v for s, v in (item.meta.get("carried") or {}).items() if s in gold}
+        source = prediction["carried"] if "carried" in prediction else item.meta.get("carried")
+        carried = {s: v for s, v in (source or {}).items() if s in gold}
         calls = calls_from_any(prediction.get("calls"))
         functions = item.meta.get("functions", {})
         scores = score_turn(predicted_state(calls, functions, carried), gold)
@@ -116,7 +140,9 @@ class DstTask(BaseTask):
         metrics["parse_error_rate"] = proportion(sum(i.status == "parse_error" for i in items), n)
         metrics["failure_rate"] = proportion(sum(i.status not in ("ok", "parse_error") for i in items), n)
         metrics["dialogues"] = len({i.meta.get("dialogue_id") for i in items})
-        metrics["history"] = "oracle (gold calls of earlier turns in context)"
+        predicted = any("carried" in i.prediction for i in items)
+        metrics["history"] = ("predicted (the model's own calls of earlier turns in context and in the state)"
+                              if predicted else "oracle (gold calls of earlier turns in context)")
         groups: dict[str, list[ScoredItem]] = {}
         for item in items:
             groups.setdefault(item.meta.get("domain", "unknown"), []).append(item)
@@ -251,6 +277,7 @@ def turn_items(dialogue: dict[str, Any], names: dict[str, str]) -> list[EvalItem
     history: list[dict[str, Any]] = []
     pending: list[Call] = []
     carried: dict[str, dict[str, Any]] = {}  # state set by the calls already in the history
+    earlier: list[str] = []  # ids of the dialogue's earlier user turns (predicted history replays them)
     services = dialogue.get("services", [])
     functions = {name: key.split("|")[0] for key, name in names.items() if key.split("|")[0] in services}
     for index, turn in enumerate(dialogue["turns"]):
@@ -263,8 +290,10 @@ def turn_items(dialogue: dict[str, Any], names: dict[str, str]) -> list[EvalItem
                 input={"dialogue": [dict(t) for t in history], "services": services},
                 gold={"state": state, "calls": [c.model_dump() for c in calls]},
                 meta={"dialogue_id": dialogue["dialogue_id"], "domain": "+".join(sorted(state)) or "none",
-                      "functions": functions, "carried": {k: dict(v) for k, v in carried.items()}},
+                      "functions": functions, "carried": {k: dict(v) for k, v in carried.items()},
+                      "earlier": list(earlier)},
             ))
+            earlier.append(items[-1].id)
             pending = calls
             carried = predicted_state(calls, functions, carried)
         else:
@@ -272,6 +301,37 @@ def turn_items(dialogue: dict[str, Any], names: dict[str, str]) -> list[EvalItem
                             "calls": [c.model_dump() for c in pending]})
             pending = []
     return items
+
+
+def with_history(turns: list[dict[str, Any]], earlier: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The dialogue with the model's own calls on the assistant turns that answered each earlier user turn."""
+    out, answered = [], 0
+    for turn in turns:
+        turn = dict(turn)
+        if turn.get("role") == "assistant":
+            turn["calls"] = list(earlier[answered]) if answered < len(earlier) else []
+            answered += 1
+        out.append(turn)
+    return out
+
+
+def stored_predictions(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
+    """Calls already predicted in --out's results.jsonl (a resumed run replays them as history)."""
+    import json
+
+    out = getattr(args, "out", None)
+    path = Path(out) / "results.jsonl" if out else None
+    store: dict[str, list[dict[str, Any]]] = {}
+    if path is not None and path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            prediction = record.get("prediction") or {}
+            if "id" in record and prediction.get("status", "ok") == "ok":
+                store[str(record["id"])] = list(prediction.get("calls") or [])
+    return store
 
 
 def predicted_state(
