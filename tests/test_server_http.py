@@ -4,8 +4,6 @@ and 20 concurrent clients each get their own user's answer (fake engine, uvicorn
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,46 +13,24 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from test_server_support import TRAVEL_TOOLS, make_server
+from test_server_support import TRAVEL_TOOLS, free_port, make_server, serving
 
 from prefcall.errors import ConfigError
 from prefcall.server.auth import parse_tokens
-from prefcall.server.http import http_app, is_loopback
+from prefcall.server.http import is_loopback
 
 ALICE, BOB = "alice-token-0123456789", "bob-token-0123456789ab"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextmanager
 def http_server(tmp_path: Path, tokens: dict[str, str], **kwargs: Any) -> Iterator[str]:
     """prefcall over streamable HTTP on 127.0.0.1:<free port>, in a thread; yields the base URL.
     `kwargs` go to `make_server` (engine, settings overrides)."""
-    server = make_server(tmp_path, tokens=tokens, **kwargs)
-    port = free_port()
-    app = http_app(server, host="127.0.0.1")
-    runner = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=runner.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not runner.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("HTTP server did not start")
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        runner.should_exit = True
-        thread.join(timeout=10)
-        server.services.close()
+    with serving(make_server(tmp_path, tokens=tokens, **kwargs)) as base:
+        yield base
 
 
 def client_for(base: str, token: str) -> Client:

@@ -6,21 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from test_server_support import TRAVEL_TOOLS, RuleEngine, server_settings, travel_engine
+from test_server_support import TRAVEL_TOOLS, RuleEngine, free_port, server_settings, serving, travel_engine
 
 from prefcall.engine.base import LOCAL, ChatMessage, Prompt, Scope
 from prefcall.engine.cancel import CancelBound, current_cancel
@@ -136,28 +132,6 @@ def test_a_cancelled_caller_stops_its_running_job_between_tokens_and_leaves_the_
 
 
 # ------------------------------------------------------------------------------- through the protocol
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextmanager
-def serving(server) -> Iterator[str]:
-    from prefcall.server.http import http_app
-
-    port = free_port()
-    runner = uvicorn.Server(uvicorn.Config(http_app(server, host="127.0.0.1"), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=runner.run, daemon=True)
-    thread.start()
-    wait_until(lambda: runner.started or not thread.is_alive(), 20)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        runner.should_exit = True
-        thread.join(timeout=10)
-        server.services.close()
 
 
 def client_for(base: str, token: str, **kwargs: Any) -> Client:

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 
 from prefcall.config import Settings
 from prefcall.engine.base import LOCAL, Generation, Prompt, Scope, TokenLogprob, schema_key_order
@@ -151,3 +156,34 @@ if __name__ == "__main__":
     import sys
 
     serve_fake_stdio(sys.argv[1])
+
+
+# ------------------------------------------------------------------------------- HTTP in a thread
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def serving(server) -> Iterator[str]:
+    """`server` over streamable HTTP on 127.0.0.1:<free port>, uvicorn in a thread; yields the base URL and closes
+    the server's services afterwards."""
+    from prefcall.server.http import http_app
+
+    port = free_port()
+    runner = uvicorn.Server(uvicorn.Config(http_app(server, host="127.0.0.1"), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=runner.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not runner.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("HTTP server did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        runner.should_exit = True
+        thread.join(timeout=10)
+        server.services.close()
