@@ -24,8 +24,7 @@ from typing import Any
 
 import httpx
 from mcp_types import JSONRPCNotification, JSONRPCRequest, jsonrpc_message_adapter
-from test_server_queue import serving
-from test_server_support import TRAVEL_TOOLS, make_server
+from test_server_support import TRAVEL_TOOLS, make_server, serving
 
 import prefcall
 

@@ -16,7 +16,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from test_server_support import TRAVEL_TOOLS, RuleEngine, free_port, server_settings, serving, travel_engine
+from test_server_support import TRAVEL_TOOLS, RuleEngine, server_settings, serving, travel_engine
 
 from prefcall.engine.base import LOCAL, ChatMessage, Prompt, Scope
 from prefcall.engine.cancel import CancelBound, current_cancel

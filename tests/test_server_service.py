@@ -19,8 +19,8 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import ElicitResult
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_PROTOCOL_VERSION
-from test_server_queue import client_for, free_port, serving, wait_until
-from test_server_support import TRAVEL_TOOLS, make_server, server_settings, travel_engine
+from test_server_queue import client_for, wait_until
+from test_server_support import TRAVEL_TOOLS, free_port, make_server, server_settings, serving, travel_engine
 
 import prefcall
 from prefcall.cli import main
