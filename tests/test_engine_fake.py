@@ -176,3 +176,14 @@ def test_the_fakes_grammar_check_agrees_with_llama_cpp(schema, compiles) -> None
         else:
             with pytest.raises(GrammarError):
                 check(cleaned)
+
+
+def test_heal_boundary_moves_the_prefixs_trailing_spaces_onto_the_candidates():
+    from prefcall.engine.base import Prompt, heal_boundary
+
+    prompt = Prompt.chat("s", "u", prefix='{"city": ')
+    healed, texts = heal_boundary(prompt, ['"Paris"', "null"])
+    assert healed.prefix == '{"city":' and texts == [' "Paris"', " null"]
+    assert healed.messages == prompt.messages
+    same, untouched = heal_boundary(Prompt.chat("s", "u", prefix="Function:"), [" GetBuses"])
+    assert same.prefix == "Function:" and untouched == [" GetBuses"]

@@ -125,6 +125,18 @@ def test_candidate_scoring_evaluates_the_prompt_once(real_engine):
     assert again.logprobs == pytest.approx(first.logprobs[:2], abs=0.1)
 
 
+def test_a_space_ending_the_prefix_is_scored_with_the_candidate(real_engine):
+    # `{"city": ` then `"Paris"` must score like the text the model would write, `{"city":` then ` "Paris"`:
+    # BPE writes ` "` as one token, and a lone trailing space token made Qwen2.5 put ~0 on every value.
+    split = chat(real_engine, "Find hotels in Paris.", prefix='{"city": ')
+    joined = chat(real_engine, "Find hotels in Paris.", prefix='{"city":')
+    healed = real_engine.score_candidates(split, ['"Paris"', "null"])
+    natural = real_engine.score_candidates(joined, [' "Paris"', " null"])
+    assert healed.candidates == ['"Paris"', "null"]  # the caller's texts come back unchanged
+    assert healed.logprobs == pytest.approx(natural.logprobs, abs=0.5)  # same tokens; batch vs reuse kernels differ
+    assert healed.logprobs[0] > healed.logprobs[1]  # the city the request names beats null
+
+
 def test_shared_prefix_is_kept_between_alternating_prompts(real_engine):
     catalogue_a = "Tools: " + ", ".join(f"GetThing{i} finds thing number {i}" for i in range(60))
     catalogue_b = "Tools: " + ", ".join(f"BookPlace{i} books place number {i}" for i in range(60))

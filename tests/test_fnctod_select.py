@@ -4,6 +4,9 @@ instruction chains, its prompt layout, and its use by the pipeline's `function_s
 from __future__ import annotations
 
 import json
+import math
+
+import pytest
 
 from prefcall.engine.fake import FakeEngine, render_fake
 from prefcall.schemas.model import Catalogue, Function
@@ -16,6 +19,7 @@ from prefcall.strategies.fnctod import (
     score_functions,
     scoring_prompt,
     select_by_score,
+    smoothed,
 )
 from prefcall.strategies.pipeline import Pipeline, get_config
 
@@ -49,7 +53,8 @@ def test_uncalibrated_scores_follow_the_bias_and_calibration_removes_it():
     calibration = content_free_scores(engine, CATALOGUE)
     fixed = score_functions(engine, CATALOGUE, THAI, calibration=calibration)
     assert fixed.best() == "GetRestaurants"
-    assert abs(fixed.combined[fixed.names.index("GetRestaurants")] - 2.0) < 1e-9  # raw minus the content-free prior
+    i = fixed.names.index("GetRestaurants")
+    assert fixed.combined[i] == pytest.approx(raw.raw[i] - smoothed(calibration)[i])  # raw minus the smoothed prior
 
 
 def test_scoring_prompt_puts_the_listing_first_and_asks_for_a_name():
@@ -151,3 +156,39 @@ def test_a_request_far_from_every_function_is_refused_by_the_none_prior_alone():
         out = select_by_score(engine, CATALOGUE, CallingContext(dialogue=dialogue), calibration=calibration,
                               embedder=embedder, use_prior=True, allow_none=True)
         assert out.value == expected, dialogue
+
+
+def test_smoothed_calibration_bounds_the_gain_of_a_name_the_model_never_says_unprompted():
+    # Qwen2.5's content-free log P("GetDoctors") was -13.5: unsmoothed, every medical request became GetDoctors.
+    calibration = [-13.5, -1.0, -3.0, -3.0]
+    floored = smoothed(calibration, -10.0)
+    assert -floored[0] < 10.0 and floored[1:] == pytest.approx(calibration[1:], abs=1e-3)
+    assert sorted(range(4), key=floored.__getitem__) == sorted(range(4), key=calibration.__getitem__)  # order kept
+    engine = FakeEngine(scorer=lambda prompt, c: {" GetBuses": -0.5, " GetRestaurants": -2.5}.get(c, -4.0)
+                        if "Thai food" in prompt else  # else: a content-free dialogue
+                        {" GetBuses": -1.0, " GetRestaurants": -13.5}.get(c, -3.0))
+    table = score_functions(engine, CATALOGUE, THAI, calibration=content_free_scores(engine, CATALOGUE))
+    assert table.best() == "GetRestaurants"  # calibration still removes GetBuses' habit ...
+    gain = table.combined[table.names.index("GetRestaurants")] - table.raw[table.names.index("GetRestaurants")]
+    assert 9.5 < gain < 10  # ... but the rare name gains at most 10 nats (13.5 unsmoothed)
+
+
+def test_calibration_file_round_trips_and_follows_the_model_file(tmp_path):
+    from prefcall.engine.base import EngineInfo
+    from prefcall.strategies.fnctod import CalibrationFile
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"weights")
+    info = EngineInfo(model_path=str(model), model_name="m", backend="cpu", n_ctx=512, n_gpu_layers=0)
+    key = ("public", "nlsi", "sha-of-content", True)
+    first = CalibrationFile(tmp_path / "data", info, key)
+    assert first.read() is None
+    first.write([-1.5, -2.0])
+    assert CalibrationFile(tmp_path / "data", info, key).read() == [-1.5, -2.0]
+    assert CalibrationFile(tmp_path / "data", info, (*key[:3], False)).read() is None  # another candidate set
+    model.write_bytes(b"other weights")  # a replaced model file is another model
+    assert CalibrationFile(tmp_path / "data", info, key).read() is None
+    again = CalibrationFile(tmp_path / "data", info, key)
+    again.write([0.0])
+    again.path.write_text("{not json", encoding="utf-8")
+    assert again.read() is None  # unreadable: recompute, never fail the request

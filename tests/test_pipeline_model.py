@@ -52,3 +52,16 @@ def test_constrained_span_tagging_is_valid_by_construction(real_engine):
     assert result.status == "ok", result.reasons
     assert check_tagging(instruction, result.tagged, catalogue).status == "ok"
     assert {t.function for t in result.triples} <= set(catalogue.names) and result.triples
+
+
+@pytest.mark.model
+def test_a_restarted_pipeline_reads_the_stage_one_calibration_from_disk(real_engine, real_embedder, tmp_path):
+    catalogue = builtin_catalogue("nlsi")
+    config = get_config("full", use_demos=False)
+    dialogue = "User: Find me a dentist in San Jose."
+    first = Pipeline(real_engine, real_embedder, data_dir=tmp_path).parse(dialogue, [], catalogue, config)
+    assert "calibrate_selection" in first.trace.timings
+    assert len(list((tmp_path / "calibrations").glob("*.json"))) == 1
+    restarted = Pipeline(real_engine, real_embedder, data_dir=tmp_path).parse(dialogue, [], catalogue, config)
+    assert "calibrate_selection" not in restarted.trace.timings  # no content-free prompts after a restart
+    assert restarted.functions == first.functions and restarted.calls == first.calls

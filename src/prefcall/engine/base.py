@@ -269,6 +269,20 @@ class ScopedEngine:
         return self.engine.score_candidates(prompt, candidates, scope=self.scope, cancel=cancel or self.cancel)
 
 
+def heal_boundary(prompt: Prompt, candidates: Sequence[str]) -> tuple[Prompt, list[str]]:
+    """The same texts with the spaces that end the answer prefix moved onto every candidate.
+
+    Byte-pair tokenizers write `: "Paris"` as `:`, ` "`, `Paris`, `"`; scoring `"Paris"` after a prefix that
+    ends in a lone space token asks the model about a token sequence it never produced in training (with
+    Qwen2.5 every value scored ~0 against `null` that way). Engines that tokenize call this first; the
+    candidates' texts, and so the caller's view, are unchanged."""
+    stripped = prompt.prefix.rstrip(" \t")
+    trail = prompt.prefix[len(stripped):]
+    if not trail:
+        return prompt, list(candidates)
+    return replace(prompt, prefix=stripped), [trail + c for c in candidates]
+
+
 def schema_key_order(schema: dict[str, Any]) -> list[str]:
     """The order in which grammar-constrained JSON writes an object's keys (llama.cpp's converter):
     required properties first, then the optional ones, each group in the schema's order."""

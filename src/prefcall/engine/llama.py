@@ -39,6 +39,7 @@ from prefcall.engine.base import (
     PromptUsage,
     Scope,
     TokenLogprob,
+    heal_boundary,
 )
 from prefcall.engine.resolve import resolve_model_path
 from prefcall.errors import CancelledError, ContextOverflowError, EngineError, GrammarError, InvalidModelError
@@ -196,8 +197,11 @@ class LlamaEngine:
     def score_candidates(
         self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope = LOCAL, cancel: Cancel | None = None
     ) -> CandidateScores:
-        prompt_tokens, shared_len = self._tokenize_prompt(prompt)
-        candidate_tokens = [self._plain(c) for c in candidates]
+        if any(not c for c in candidates):
+            raise EngineError("a candidate is empty: pass non-empty candidate strings")
+        healed, texts = heal_boundary(prompt, candidates)
+        prompt_tokens, shared_len = self._tokenize_prompt(healed)
+        candidate_tokens = [self._plain(c) for c in texts]
         if any(not toks for toks in candidate_tokens):
             raise EngineError("a candidate is empty: pass non-empty candidate strings")
         with self._lock:

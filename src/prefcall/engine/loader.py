@@ -174,10 +174,25 @@ class ModelLoader:
 
     def _load_both(self) -> None:
         started = time.perf_counter()
+        # The embedder (importing torch is most of a cold start) loads beside the language model, not after it.
+        embedder_error: list[BaseException] = []
+
+        def warm_embedder() -> None:
+            try:
+                # The packaged embedder loads lazily; warm it here so the first request does not pay for it.
+                self.embedder.embed(["warm up"])
+            except BaseException as exc:  # noqa: BLE001 - reported by the loading thread below
+                embedder_error.append(exc)
+
+        side = threading.Thread(target=warm_embedder, name="prefcall-embedder-loader", daemon=True)
+        side.start()
         try:
-            self.engine  # noqa: B018 - loads it
-            # The packaged embedder loads lazily; warm it here so the first request does not pay for it.
-            self.embedder.embed(["warm up"])
+            try:
+                self.engine  # noqa: B018 - loads it
+            finally:
+                side.join()
+            if embedder_error:
+                raise embedder_error[0]
             self.stage = "ready"
             self.failures = 0
         except Exception as exc:  # noqa: BLE001 - any loader crash must become a tool error, not a dead server

@@ -435,8 +435,13 @@ class Pipeline:
         if cached is not None:
             return cached
         started = time.perf_counter()
-        scores = fnctod.content_free_scores(self.engine, catalogue, allow_none=allow_none)
-        meter.time("calibrate_selection", started)
+        # On disk per model file and catalogue: a restarted server skips the content-free prompts.
+        disk = fnctod.CalibrationFile(self._data_dir(), self.engine.info, key)
+        scores = disk.read()
+        if scores is None:
+            scores = fnctod.content_free_scores(self.engine, catalogue, allow_none=allow_none)
+            disk.write(scores)
+            meter.time("calibrate_selection", started)
         with self._lock:
             self._calibration[key] = scores
         return scores

@@ -41,6 +41,7 @@ from prefcall.engine.base import (
     PromptUsage,
     Scope,
     TokenLogprob,
+    heal_boundary,
 )
 from prefcall.engine.served.base import (
     ChatLayout,
@@ -230,12 +231,13 @@ class LlamaServerEngine(ServedEngine):
         started = time.perf_counter()
         if any(not c for c in candidates):
             raise EngineError("a candidate is empty: pass non-empty candidate strings")
-        ids, shared_len = self.prompt_ids(prompt, cancel)
-        canonicals = [list(self._plain(c, cancel)) for c in candidates]
+        healed, texts = heal_boundary(prompt, candidates)
+        ids, shared_len = self.prompt_ids(healed, cancel)
+        canonicals = [list(self._plain(c, cancel)) for c in texts]
         check_budget(len(ids), max((len(c) for c in canonicals), default=1), self.n_ctx)
         scores, counts = [], []
         usage: PromptUsage | None = None
-        for candidate, canonical in zip(candidates, canonicals):
+        for candidate, canonical in zip(texts, canonicals):
             check_cancel(cancel)
             text = candidate if self.parse_special_honoured else self.layout.defuse(candidate)
             reply = self.http.post("/completion", {

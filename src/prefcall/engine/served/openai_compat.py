@@ -28,6 +28,7 @@ README). Two ways of prompting:
 from __future__ import annotations
 
 import secrets
+from dataclasses import replace
 import threading
 import time
 from collections import OrderedDict
@@ -46,6 +47,7 @@ from prefcall.engine.base import (
     PromptUsage,
     Scope,
     TokenLogprob,
+    heal_boundary,
 )
 from prefcall.engine.served.base import (
     FORCED_RUNNER_UP,
@@ -421,10 +423,10 @@ class OpenAICompatEngine(ServedEngine):
                          cancel: Cancel | None = None) -> CandidateScores:
         if any(not c for c in candidates):
             raise EngineError("a candidate is empty: pass non-empty candidate strings")
-        if self.flavour == "vllm":
-            return self._score_vllm(prompt, candidates, scope, cancel)
-        if self.flavour == "llama-cpp-python":
-            return self._score_literal(prompt, candidates, scope, cancel)
+        if self.flavour in ("vllm", "llama-cpp-python"):
+            healed, texts = heal_boundary(prompt, candidates)
+            score = self._score_vllm if self.flavour == "vllm" else self._score_literal
+            return replace(score(healed, texts, scope, cancel), candidates=list(candidates))
         if self.flavour == "sglang":
             return self.score_by_choice(prompt, candidates, scope=scope, cancel=cancel)
         raise self.missing("score candidates", "an OpenAI-compatible server offers neither prompt logprobs nor a "
