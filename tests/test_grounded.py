@@ -74,7 +74,7 @@ def test_coordinated_values_make_one_call_each_and_single_values_one_call():
     assert sorted(c.arguments["cuisine"] for c in result.calls) == ["Italian", "Mexican"]
     assert all(c.arguments["city"] == "Boston" for c in result.calls) and result.decision == "call"
     single = parse(FakeEngine(scorer=scorer("GetRestaurants", city="Boston", cuisine="Italian")),
-                   "User: Italian restaurants in Boston")
+                   "User: I want Italian restaurants in Boston")
     assert single.calls == [Call(name="GetRestaurants", arguments={"city": "Boston", "cuisine": "Italian"})]
 
 

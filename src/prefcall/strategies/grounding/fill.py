@@ -10,7 +10,8 @@ For one function and the text the caller sent (user turns, applicable instructio
 4. a calibrated logistic rule per model (`GroundingWeights`) combines the structural log-odds and the model's
    log-odds of the candidate against null; a value is set when its probability passes 0.5;
 5. one span of a source fills at most one argument (the more probable keeps it); a second value of the same
-   argument is kept only when the text coordinates it with the first ("Italian or Mexican") and it passes too.
+   argument is kept only when the text coordinates it with the first ("Italian or Mexican") and it passes too or
+   the model prefers it to null.
 Values are grounded by construction: the model chooses among candidates read from the request, never writes one.
 """
 
@@ -149,7 +150,12 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
         probability, candidate, model_p = chosen
         picks = [(probability, candidate)]
         if pool.kind == "span":
-            picks += [(p, c) for p, c, _ in ranked if c is not candidate and p >= 0.5 and _coordinated(candidate, c)
+            # A span coordinated with the chosen one ("Italian or Mexican") is a value of the same argument by
+            # structure; it is kept when it passes on its own or the model prefers it to null.
+            scored = [m for _, _, m in ranked if m is not None]
+            null_share = 1.0 - sum(scored) if scored else None
+            picks += [(p, c) for p, c, m in ranked if c is not candidate and _coordinated(candidate, c)
+                      and (p >= 0.5 or (m is not None and null_share is not None and m > null_share))
                       and not _overlaps(c, taken)]
         for _, c in picks:
             if c.source is not None:
