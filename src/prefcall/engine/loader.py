@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Hashable
+from pathlib import Path
 
 import prefcall.engine as engines
 from prefcall.config import Settings
@@ -54,8 +55,13 @@ def model_file_signature(settings: Settings) -> Hashable:
             path = embedded_model_path()
     except Exception:  # noqa: BLE001 - an unresolvable reference has no file to watch; the back-off still applies
         return None
+    return file_signature(path)
+
+
+def file_signature(path: str | Path) -> tuple[str, int | None, int | None]:
+    """(path, size, mtime in ns) of a model file; size and mtime are None while it does not exist."""
     try:
-        stat = path.stat()
+        stat = Path(path).stat()
     except OSError:
         return (str(path), None, None)
     return (str(path), stat.st_size, stat.st_mtime_ns)

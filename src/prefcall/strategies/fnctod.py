@@ -26,6 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from prefcall.engine.base import Engine, Generation, Prompt
+from prefcall.engine.loader import file_signature
 from prefcall.retrieval.text import tokenize
 from prefcall.schemas import render as schema_render
 from prefcall.schemas.model import Call, Catalogue, Function
@@ -332,11 +333,7 @@ class CalibrationFile:
         self.path: Path | None = None
         if data_dir is None or info.backend == "fake":
             return
-        model = Path(info.model_path) if info.model_path else None
-        stamp = [info.model_path, info.model_name, info.backend]
-        if model is not None and model.is_file():
-            stat = model.stat()
-            stamp += [stat.st_size, stat.st_mtime_ns]
+        stamp = [*file_signature(info.model_path), info.model_name, info.backend]
         digest = hashlib.sha256(json.dumps([CALIBRATION_FORMAT, stamp, list(key)], default=str).encode()).hexdigest()
         self.path = Path(data_dir) / "calibrations" / f"{digest[:32]}.json"
 

@@ -28,10 +28,10 @@ README). Two ways of prompting:
 from __future__ import annotations
 
 import secrets
-from dataclasses import replace
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import replace
 from collections.abc import Sequence
 from typing import Any
 
