@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from prefcall.engine.fake import FakeEmbedder, FakeEngine
 from prefcall.schemas.model import Call, Catalogue, Function, Turn
-from prefcall.strategies import grounded
+from prefcall.strategies import grounded, relevance
 from prefcall.strategies.grounding.values import Source, argument_candidates, argument_kind
 from prefcall.strategies.pipeline import Pipeline, get_config
 from prefcall.strategies.preferences import Draft, Preference, Provenance, apply_preferences
@@ -198,3 +200,27 @@ def test_a_sentences_first_word_does_not_make_the_next_word_part_of_a_name():
     rows = features(FeatureContext(RESTAURANTS, None), "cuisine", RESTAURANTS.properties["cuisine"], inside.candidates)
     cut = dict(zip([c.text for c in inside.candidates], rows[:, FEATURES.index("cuts_name")]))
     assert cut["Italian"] == 1.0  # inside "Casa Italian Kitchen" it cuts a name
+
+
+@pytest.mark.embedder
+def test_an_ask_for_a_function_the_request_is_not_about_becomes_a_refusal(real_embedder):
+    # Stage 1 picks calculate_time and the request says "time" (a word of its name), so the old rule asked for
+    # a distance and a speed; the request's similarity to the function's text decides instead.
+    timing = Function(name="calculate_time", description="Calculates the time taken to cover a distance at a "
+                      "certain speed.", parameters={"type": "object", "properties": {
+                          "distance": {"type": "number"}, "speed": {"type": "number"}},
+                          "required": ["distance", "speed"]})
+    catalogue = Catalogue(name="physics", functions=[timing])
+    pipeline = Pipeline(FakeEngine(scorer=scorer("calculate_time")), real_embedder)
+
+    def ask(text: str, **overrides):
+        return pipeline.parse(text, [], catalogue, get_config("full", allow_refuse=True, **overrides))
+
+    off_topic = ask("User: What's the time right now?")
+    assert off_topic.decision == "refuse" and off_topic.question is None and off_topic.missing == []
+    assert any("not about them" in n and "all-MiniLM-L6-v2" in n for n in off_topic.notes)
+    assert "ask_relevance" in off_topic.trace.timings
+    about = ask("User: How much time will it take to cover the distance?")  # fits, but gives no values: ask
+    assert about.decision == "ask" and {m.argument for m in about.missing} == {"distance", "speed"}
+    assert ask("User: What's the time right now?", ask_relevance=False).decision == "ask"  # the ablation
+    assert relevance.ask_rule(FakeEmbedder()) is None  # an embedder without a fitted threshold: asks stand

@@ -64,6 +64,26 @@ def test_sweep_picks_threshold_that_tags_only_the_uncertain_items(tmp_path):
     assert default_threshold("other", tmp_path) == DEFAULT_GATE_THRESHOLD
 
 
+def _items(helps: list[int]) -> list[CalibrationItem]:
+    """Eight items in rising uncertainty; tagging helps where `helps` is 1 and hurts elsewhere."""
+    levels = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+    return [CalibrationItem(id=str(i), uncertainty={"least_confidence": u}, untagged=(1, 1, 1),
+                            tagged=(2, 0, 0) if h else (0, 2, 2)) for i, (u, h) in enumerate(zip(levels, helps))]
+
+
+def test_signal_is_judged_on_held_out_items_not_on_the_sweep_that_fitted_the_threshold():
+    from prefcall.strategies.taps_gate import gate_has_signal
+
+    noise = sweep_thresholds(_items([1, 0, 0, 1, 1, 0, 0, 1]), "m")
+    assert noise.f1 > max(noise.f1_never, noise.f1_always)  # the in-sample sweep finds a threshold by chance
+    assert noise.f1_heldout is not None and noise.f1_heldout <= max(noise.f1_never, noise.f1_always)
+    assert gate_has_signal(noise) is False
+    real = sweep_thresholds(_items([0, 0, 0, 0, 1, 1, 1, 1]), "m")
+    assert real.f1_heldout is not None and real.f1_heldout > max(real.f1_never, real.f1_always)
+    assert gate_has_signal(real) is True
+    assert gate_has_signal({"f1": 0.6, "f1_never": 0.5, "f1_always": 0.4}) is True  # older entries: in sample
+
+
 def test_calibrate_command_stores_a_threshold(tmp_path, monkeypatch, capsys):
     import json as _json
 
@@ -84,10 +104,44 @@ def test_calibrate_command_stores_a_threshold(tmp_path, monkeypatch, capsys):
                                  "all_standing_instructions": ["I like Oakland."],
                                  "applicable_standing_instructions": ["I like Oakland."],
                                  "api_calls": ['GetRestaurants(city="Oakland", cuisine="Thai")']}]))
-    assert main(["calibrate", "--data", str(dev), "--limit", "1", "--examples", str(tmp_path / "none.json")]) == 0
+    report = tmp_path / "report"
+    command = ["calibrate", "--data", str(dev), "--limit", "1", "--examples", str(tmp_path / "none.json"),
+               "--out", str(report)]
+    assert main(command) == 0
     out = _json.loads(capsys.readouterr().out)
     assert out["f1"] == 1.0 and out["f1_never"] < 1.0 and out["model"] == "fake"
     assert default_threshold("fake", Settings().data_dir) == out["threshold"] < 0.78
+    # The report carries the calibration curve, and a rerun resumes from the stored rows without the model.
+    assert "## Calibration curve" in (report / "report.md").read_text()
+    assert (report / "gate_curve.png").stat().st_size > 0
+    assert len(_json.loads((report / "calibration.json").read_text())["sweep"]) >= 2
+    assert len((report / "items.jsonl").read_text().splitlines()) == 1
+    calls = len(fake.calls)
+    assert main(command) == 0
+    assert len(fake.calls) == calls and len((report / "items.jsonl").read_text().splitlines()) == 1
+    assert _json.loads(capsys.readouterr().out)["f1"] == 1.0
+
+
+def test_calibrate_offset_skips_the_first_items(tmp_path, monkeypatch, capsys):
+    import json as _json
+
+    import prefcall.engine as engine_module
+    from prefcall.cli import main
+    from prefcall.engine.fake import FakeEmbedder, FakeEngine
+
+    fake = FakeEngine()
+    fake.reply('["GetRestaurants"]', when="Functions:\nGetBanks - ")
+    fake.reply('[{"city": "Oakland"}]', when="Calls for GetRestaurants:")
+    monkeypatch.setattr(engine_module, "load_engine", lambda settings: fake)
+    monkeypatch.setattr(engine_module, "load_embedder", lambda settings: FakeEmbedder())
+    dev = tmp_path / "dev.json"
+    dev.write_text(_json.dumps([{"example_id": n, "user_utterance": "User: hi", "all_standing_instructions": [],
+                                 "applicable_standing_instructions": [],
+                                 "api_calls": ['GetRestaurants(city="Oakland")']} for n in range(3)]))
+    assert main(["calibrate", "--data", str(dev), "--offset", "1", "--limit", "5", "--dry-run",
+                 "--examples", str(tmp_path / "none.json"), "--out", str(tmp_path / "r")]) == 0
+    rows = [_json.loads(line)["id"] for line in (tmp_path / "r" / "items.jsonl").read_text().splitlines()]
+    assert rows == ["1", "2"] and _json.loads(capsys.readouterr().out)["n_items"] == 2
 
 
 def test_embedded_model_defaults_to_its_packaged_calibration(tmp_path):

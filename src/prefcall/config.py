@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic import ValidationError as PydanticValidationError
@@ -61,8 +62,10 @@ class Settings(BaseSettings):
     seed: int = 0
     prefix_cache_slots: int = Field(default=4, ge=0, description="saved KV states of shared prompt prefixes")
     # One torch thread: a query is a few dozen tokens, and more threads contend with llama.cpp's (1.1 s vs 81 ms measured).
-    embedder_threads: int = Field(default=1, ge=1, description="torch threads for the sentence embedder")
+    embedder_threads: int = Field(default=1, ge=1, description="BLAS / torch threads for the sentence embedder")
     embedder: str | None = Field(default=None, description="sentence-transformers model dir; default: packaged all-MiniLM-L6-v2")
+    embedder_backend: Literal["auto", "numpy", "sentence-transformers"] = Field(
+        default="auto", description="auto: numpy for mean-pooled BERT folders (no torch import), else sentence-transformers")
     data_dir: Path = Field(default_factory=default_data_dir)
     db_path: Path | None = Field(default=None, description="SQLite file; default: DATA_DIR/prefcall.db")
     verbose: bool = False

@@ -36,7 +36,7 @@ def load_engine(settings: Settings) -> Engine:
 def load_embedder(settings: Settings) -> Embedder:
     from prefcall.engine.embedder import SentenceEmbedder
 
-    return SentenceEmbedder(settings.embedder, threads=settings.embedder_threads)
+    return SentenceEmbedder(settings.embedder, threads=settings.embedder_threads, backend=settings.embedder_backend)
 
 
 __all__ = [

@@ -1,8 +1,11 @@
 """Calibrating the TAPS uncertainty gate: an evaluation over dev data (`prefcall calibrate`).
 
 Each dev item is parsed twice, untagged and tagged; the threshold that maximises micro slot F1 when items
-above it take their tagged output is the calibrated one (ties: the fewer regenerations). The result is
-stored with `prefcall.strategies.taps_gate.save_calibration`, where the pipeline reads it.
+above it take their tagged output is the calibrated one (ties: the fewer regenerations). Whether the gate
+carries a signal is judged out of sample: two-fold cross-validation picks the threshold on one half of the
+items and scores it on the other (`f1_heldout`), against never and always tagging. The result is stored
+with `prefcall.strategies.taps_gate.save_calibration`, where the pipeline reads it; `write_report` writes
+the per-threshold curve (table and PNG) beside the per-item rows.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
+from pydantic import ValidationError as PydanticValidationError
 
 from prefcall.errors import ConfigError, ValidationError
 from prefcall.evaluation.data import shared_data_dir
@@ -22,7 +26,7 @@ from prefcall.evaluation.metrics.f1 import micro_prf
 from prefcall.schemas.calls import parse_call
 from prefcall.schemas.model import Call, Catalogue
 from prefcall.strategies.pipeline import Pipeline, get_config
-from prefcall.strategies.taps_gate import GateCalibration
+from prefcall.strategies.taps_gate import GateCalibration, gate_has_signal
 
 Counts = tuple[int, int, int]  # true positives, false positives, false negatives
 
@@ -69,8 +73,50 @@ def sweep_thresholds(items: Sequence[CalibrationItem], model: str, measure: str 
     return CalibrationResult(
         model=model, measure=measure, threshold=max(0.0, best.threshold), f1=best.f1, fire_rate=best.fire_rate,
         n_items=len(items), f1_never=f1_at(items, 1.0, measure)[0], f1_always=f1_at(items, -1e-9, measure)[0],
-        sweep=sweep,
+        f1_heldout=heldout_f1(items, measure) if len(items) >= 4 else None, sweep=sweep,
     )
+
+
+def best_threshold(items: Sequence[CalibrationItem], measure: str) -> float:
+    values = sorted({round(i.uncertainty.get(measure, 1.0), 6) for i in items})
+    scored = [(f1_at(items, t, measure), t) for t in [-1e-9] + values + [1.0]]
+    return max(scored, key=lambda s: (round(s[0][0], 9), -s[0][1]))[1]
+
+
+def heldout_f1(items: Sequence[CalibrationItem], measure: str) -> float:
+    """Two-fold cross-validated micro F1: each half takes the threshold fitted on the other half."""
+    counts = []
+    for fold in (0, 1):
+        train = [item for i, item in enumerate(items) if i % 2 != fold]
+        threshold = best_threshold(train, measure)
+        for item in items[fold::2]:
+            tp, fp, fn = item.tagged if item.uncertainty.get(measure, 1.0) > threshold else item.untagged
+            counts.append((tp, tp + fp, tp + fn))
+    return micro_prf(counts)[2]
+
+
+def write_report(result: CalibrationResult, out_dir: Path, source: str) -> list[Path]:
+    """calibration.json (with the sweep), report.md (the curve as a table) and gate_curve.png in out_dir."""
+    from prefcall.evaluation.plots import threshold_curve
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = out_dir / "calibration.json"
+    data.write_text(json.dumps({**result.model_dump(), "source": source}, indent=1), encoding="utf-8")
+    curve = threshold_curve([p.threshold for p in result.sweep], [p.f1 for p in result.sweep],
+                            out_dir / "gate_curve.png", f"TAPS gate, {result.model} (n={result.n_items})")
+    heldout = "n/a" if result.f1_heldout is None else f"{result.f1_heldout:.3f}"
+    lines = [f"# TAPS gate calibration: {result.model}", "", f"Source: {source}", "",
+             "| n items | measure | threshold | F1 at threshold (in sample) | F1 held out (2-fold) | F1 never tag | "
+             "F1 always tag | fire rate |", "|---|---|---|---|---|---|---|---|",
+             f"| {result.n_items} | {result.measure} | {result.threshold:.4f} | {result.f1:.3f} | {heldout} | "
+             f"{result.f1_never:.3f} | {result.f1_always:.3f} | {result.fire_rate:.3f} |", "",
+             f"Signal: {'yes' if gate_has_signal(result) else 'no'} (held-out F1 against the better of never and "
+             "always tagging).", "", "## Calibration curve", "", f"![gate curve]({curve.name})", "",
+             "| threshold | micro slot F1 | fire rate |", "|---|---|---|"]
+    lines += [f"| {p.threshold:.4f} | {p.f1:.3f} | {p.fire_rate:.3f} |" for p in result.sweep]
+    report = out_dir / "report.md"
+    report.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return [data, curve, report]
 
 
 def slot_counts(predicted: list[Call], gold: list[Call], aliases: dict[str, str]) -> Counts:
@@ -86,28 +132,53 @@ def load_dev_items(path: Path, limit: int) -> list[dict[str, Any]]:
     return json.loads(path.read_text(encoding="utf-8"))[:limit]
 
 
+def read_rows(path: Path | None) -> dict[str, CalibrationItem]:
+    """Rows a previous, interrupted run stored (one JSON object per line); a torn last line is dropped."""
+    rows: dict[str, CalibrationItem] = {}
+    if path is None or not path.exists():
+        return rows
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = CalibrationItem.model_validate_json(line)
+        except PydanticValidationError:
+            continue
+        rows[row.id] = row
+    return rows
+
+
 def calibrate_gate(pipeline: Pipeline, items: Sequence[dict[str, Any]], catalogue: Catalogue, *, config: str = "taps",
-                   measure: str = "least_confidence",
+                   measure: str = "least_confidence", rows_file: Path | None = None,
                    progress: Callable[[int, int, float], None] | None = None) -> CalibrationResult:
-    """Parse every NLSI-style item untagged and tagged with `config`, then sweep the threshold."""
+    """Parse every NLSI-style item untagged and tagged with `config`, then sweep the threshold. With `rows_file`,
+    each item's row is appended as it is measured and a rerun resumes from the rows already there."""
     locations = shared_data_dir() / "taps" / "locations.json"
     aliases = load_aliases(locations) if locations.exists() else {}
     untagged_config = get_config(config, tagging="off")
     tagged_config = get_config(config, tagging="always")
+    done = read_rows(rows_file)
     rows: list[CalibrationItem] = []
     started = time.perf_counter()
     for index, item in enumerate(items):
+        item_id = str(item.get("example_id", index))
+        if item_id in done:
+            rows.append(done[item_id])
+            continue
         gold = [parse_call(c) for c in item["api_calls"]]
         common = dict(applicable=item["applicable_standing_instructions"])
         plain = pipeline.parse(item["user_utterance"], item["all_standing_instructions"], catalogue, untagged_config,
                                **common)
         tagged = pipeline.parse(item["user_utterance"], item["all_standing_instructions"], catalogue, tagged_config,
                                 **common)
-        rows.append(CalibrationItem(
-            id=str(item.get("example_id", index)), uncertainty=plain.uncertainty,
+        row = CalibrationItem(
+            id=item_id, uncertainty=plain.uncertainty,
             untagged=slot_counts(plain.calls if plain.status == "ok" else [], gold, aliases),
             tagged=slot_counts(tagged.calls if tagged.status == "ok" else [], gold, aliases),
-        ))
+        )
+        rows.append(row)
+        if rows_file is not None:
+            rows_file.parent.mkdir(parents=True, exist_ok=True)
+            with rows_file.open("a", encoding="utf-8") as handle:
+                handle.write(row.model_dump_json() + "\n")
         if progress is not None:
             progress(index + 1, len(items), time.perf_counter() - started)
     return sweep_thresholds(rows, pipeline.engine.info.model_name, measure)

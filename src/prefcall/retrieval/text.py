@@ -46,6 +46,12 @@ def split_identifier(text: str) -> str:
     return _CAMEL_RE.sub(" ", text).replace("_", " ")
 
 
+def humanise(argument: str) -> str:
+    """departure_date -> departure date; propertyID -> property ID."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", argument.replace("_", " ").replace(".", " ").replace("-", " "))
+    return " ".join(w if w.isupper() and len(w) > 1 else w.lower() for w in spaced.split())
+
+
 def tokenize(text: str, *, drop_stop_words: bool = True) -> list[str]:
     """Lower-case, identifier-split, plural-folded word tokens."""
     words = _WORD_RE.findall(split_identifier(text).lower())

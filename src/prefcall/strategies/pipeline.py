@@ -32,7 +32,7 @@ from prefcall.errors import ValidationError
 from prefcall.profiles.tags import TaggedInstruction
 from prefcall.schemas.model import Call, Catalogue, MissingArgument, Turn, as_dialogue, render_dialogue
 from prefcall.storage.demos import DemoStore
-from prefcall.strategies import fnctod, grounded
+from prefcall.strategies import fnctod, grounded, relevance
 from prefcall.strategies.fcicl import DemoQuery, DemoRetriever, HeuristicReranker, Reranker, ScoredDemo
 from prefcall.strategies.postcheck import post_check
 from prefcall.strategies.preferences import apply_preferences
@@ -67,6 +67,8 @@ class PipelineConfig(BaseModel):
     post_check: bool = False
     merge_tag_slots: bool = False  # ours: fill arguments the calls left out from valid tags' slots
     allow_refuse: bool = False  # stage 1 may return no function (MCP hosts); NLSI always needs a call
+    # grounded, with allow_refuse: an ask for functions the request is not about becomes a refusal
+    ask_relevance: bool = True
     max_calls: int = Field(default=2, ge=1, le=8)  # NLSI gold has at most 2 calls; greedy decoding fills maxItems with repeats
     tag_shots: int = Field(default=4, ge=0, le=10)
     tag_mode: TagMode = "text"  # "text": TAPS free-text tagger; "spans": constrained labels+spans (small models)
@@ -336,6 +338,27 @@ class Pipeline:
                                 "gives none of their required arguments")
             result.calls, result.missing, result.question, result.decision = [], [], None, "refuse"
         meter.time("post_check", started)
+        if config.allow_refuse and config.ask_relevance and result.decision == "ask":
+            started = time.perf_counter()
+            self._refuse_off_topic_ask(turns, catalogue, result)
+            meter.time("ask_relevance", started)
+
+    def _refuse_off_topic_ask(self, turns: list[Turn], catalogue: Catalogue, result: ParseResult) -> None:
+        """An ask for functions the request is not about becomes a refusal (strategies.relevance): the user's
+        words are compared with each selected function's name and description, against the embedder's
+        fitted threshold. Without an embedder or a fitted threshold, the ask stands."""
+        rule = relevance.ask_rule(self.embedder)
+        functions = [f for f in (catalogue.function(n) for n in result.functions) if f is not None]
+        words = "\n".join(t.content for t in turns if t.role == "user" and t.content)
+        if rule is None or self.embedder is None or not functions or not words.strip():
+            return
+        scores = relevance.similarities(self.embedder, words, functions)
+        best = max(scores, key=lambda name: scores[name])
+        if scores[best] >= rule.threshold:
+            return
+        result.notes.append(f"refuse {', '.join(result.functions)}: the request is not about them (closest "
+                            f"{best}: similarity {scores[best]:.2f} < {rule.threshold:.2f}, {rule.embedder})")
+        result.calls, result.missing, result.question, result.decision = [], [], None, "refuse"
 
     def _grounder(self, catalogue: Catalogue, exclude: frozenset[str]) -> grounded.Grounder:
         if self._weights is None:

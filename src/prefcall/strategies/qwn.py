@@ -33,6 +33,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from prefcall.engine.base import Embedder, Engine, Prompt
+from prefcall.retrieval.text import humanise
 from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, Turn, as_dialogue, render_dialogue
 from prefcall.strategies.nlt import NltUsage, select_tools
 from prefcall.strategies.qwn_draft import DraftResult, _support_block, draft_call
@@ -200,12 +201,6 @@ def missing_arguments(function: Function, call: Call, support_text: str) -> list
 
 
 # -- the question ---------------------------------------------------------------------------
-def humanise(argument: str) -> str:
-    """departure_date -> departure date; propertyID -> property ID."""
-    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", argument.replace("_", " ").replace(".", " ").replace("-", " "))
-    return " ".join(w if w.isupper() and len(w) > 1 else w.lower() for w in spaced.split())
-
-
 def question_for(missing: Sequence[MissingArgument]) -> str:
     """One question naming every missing argument in plain words, with its description when there is one."""
     if len(missing) == 1:
