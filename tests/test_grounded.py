@@ -224,3 +224,18 @@ def test_an_ask_for_a_function_the_request_is_not_about_becomes_a_refusal(real_e
     assert about.decision == "ask" and {m.argument for m in about.missing} == {"distance", "speed"}
     assert ask("User: What's the time right now?", ask_relevance=False).decision == "ask"  # the ablation
     assert relevance.ask_rule(FakeEmbedder()) is None  # an embedder without a fitted threshold: asks stand
+
+
+@pytest.mark.embedder
+def test_a_request_that_gives_a_required_value_is_asked_about_even_when_worded_far_from_the_function(real_embedder):
+    flights = Function(name="book_flight", description="Books a flight between two cities.", parameters={
+        "type": "object", "properties": {"origin": {"type": "string", "description": "departure city"},
+                                         "destination": {"type": "string", "description": "arrival city"}},
+        "required": ["origin", "destination"]})
+    catalogue = Catalogue(name="air", functions=[flights])
+    pipeline = Pipeline(FakeEngine(scorer=scorer("book_flight", destination="Paris")), real_embedder)
+    text = "User: I want to fly to Paris"
+    far = relevance.similarities(real_embedder, text[6:], [flights])["book_flight"]
+    assert far < relevance.ask_rule(real_embedder).threshold  # worded far from the function's text
+    result = pipeline.parse(text, [], catalogue, get_config("full", allow_refuse=True))
+    assert result.decision == "ask" and [m.argument for m in result.missing] == ["origin"]

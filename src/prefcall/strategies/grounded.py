@@ -208,6 +208,15 @@ def unsupported(drafts: list[Draft], catalogue: Catalogue, user_text: str) -> bo
     return bool(drafts)
 
 
+def fills_required(drafts: list[Draft], catalogue: Catalogue) -> bool:
+    """The user's words gave a value for some required argument of a drafted function (before preferences)."""
+    for draft in drafts:
+        function = catalogue.function(draft.name)
+        if function is not None and any(argument in draft.values for argument in function.required):
+            return True
+    return False
+
+
 def calls_of(drafts: list[Draft]) -> list[Call]:
     return [call for draft in drafts for call in draft.calls()]
 

@@ -306,6 +306,7 @@ class Pipeline:
             drafts.append(grounded.draft_from_fill(filled))
         meter.time("fill", started)
         unsupported = grounded.unsupported(drafts, catalogue, users)  # before preferences add their values
+        gave_required = grounded.fills_required(drafts, catalogue)
 
         preferences = []
         if chosen and drafts:
@@ -338,7 +339,7 @@ class Pipeline:
                                 "gives none of their required arguments")
             result.calls, result.missing, result.question, result.decision = [], [], None, "refuse"
         meter.time("post_check", started)
-        if config.allow_refuse and config.ask_relevance and result.decision == "ask":
+        if config.allow_refuse and config.ask_relevance and result.decision == "ask" and not gave_required:
             started = time.perf_counter()
             self._refuse_off_topic_ask(turns, catalogue, result)
             meter.time("ask_relevance", started)
@@ -346,7 +347,9 @@ class Pipeline:
     def _refuse_off_topic_ask(self, turns: list[Turn], catalogue: Catalogue, result: ParseResult) -> None:
         """An ask for functions the request is not about becomes a refusal (strategies.relevance): the user's
         words are compared with each selected function's name and description, against the embedder's
-        fitted threshold. Without an embedder or a fitted threshold, the ask stands."""
+        fitted threshold. Only asked when the user's words fill none of the required arguments ("I want to fly
+        to Paris" gives a destination: a question about the origin is right even if the wording is far from
+        "Books a flight between two cities"). Without an embedder or a fitted threshold, the ask stands."""
         rule = relevance.ask_rule(self.embedder)
         functions = [f for f in (catalogue.function(n) for n in result.functions) if f is not None]
         words = "\n".join(t.content for t in turns if t.role == "user" and t.content)

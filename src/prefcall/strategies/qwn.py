@@ -29,13 +29,13 @@ import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, Field
 
 from prefcall.engine.base import Embedder, Engine, Prompt
 from prefcall.retrieval.text import humanise
 from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, Turn, as_dialogue, render_dialogue
 from prefcall.strategies.nlt import NltUsage, select_tools
+from prefcall.strategies.relevance import similarities
 from prefcall.strategies.qwn_draft import DraftResult, _support_block, draft_call
 
 Decision = Literal["question", "continue", "limitation"]
@@ -238,11 +238,10 @@ def relevant_functions(
     calibrate: bool = True,
     context: str | None = None,
 ) -> tuple[list[str], dict[str, float]]:
-    """Functions whose relevance clears the threshold: cosine similarity with an embedder, else NLT P(YES)."""
+    """Functions whose relevance clears the threshold: cosine similarity with an embedder (the texts of
+    `strategies.relevance`), else NLT P(YES)."""
     if embedder is not None:
-        texts = [request] + [f"{humanise(f.name)}: {f.description}" for f in catalogue.functions]
-        vectors = np.asarray(embedder.embed(texts))
-        scores = {f.name: float(vectors[0] @ vectors[i + 1]) for i, f in enumerate(catalogue.functions)}
+        scores = similarities(embedder, request, catalogue.functions)
         cut = 0.3 if threshold is None else threshold
     else:
         # threshold None: the decision rule fitted for the model (nlt.rule_for)
