@@ -66,10 +66,8 @@ def sweep_thresholds(items: Sequence[CalibrationItem], model: str, measure: str 
     """Try every distinct uncertainty value as a threshold; keep the best F1 (ties: fewer regenerations)."""
     if not items:
         raise ValidationError("calibration needs at least one dev item: raise --limit")
-    values = sorted({round(i.uncertainty.get(measure, 1.0), 6) for i in items})
-    candidates = [-1e-9] + values + [1.0]
-    sweep = [SweepPoint(threshold=t, f1=f, fire_rate=r) for t in candidates for f, r in [f1_at(items, t, measure)]]
-    best = max(sweep, key=lambda p: (round(p.f1, 9), -p.fire_rate))
+    sweep = _sweep(items, measure)
+    best = _best(sweep)
     return CalibrationResult(
         model=model, measure=measure, threshold=max(0.0, best.threshold), f1=best.f1, fire_rate=best.fire_rate,
         n_items=len(items), f1_never=f1_at(items, 1.0, measure)[0], f1_always=f1_at(items, -1e-9, measure)[0],
@@ -77,10 +75,14 @@ def sweep_thresholds(items: Sequence[CalibrationItem], model: str, measure: str 
     )
 
 
-def best_threshold(items: Sequence[CalibrationItem], measure: str) -> float:
+def _sweep(items: Sequence[CalibrationItem], measure: str) -> list[SweepPoint]:
     values = sorted({round(i.uncertainty.get(measure, 1.0), 6) for i in items})
-    scored = [(f1_at(items, t, measure), t) for t in [-1e-9] + values + [1.0]]
-    return max(scored, key=lambda s: (round(s[0][0], 9), -s[0][1]))[1]
+    return [SweepPoint(threshold=t, f1=f, fire_rate=r)
+            for t in [-1e-9] + values + [1.0] for f, r in [f1_at(items, t, measure)]]
+
+
+def _best(sweep: Sequence[SweepPoint]) -> SweepPoint:
+    return max(sweep, key=lambda p: (round(p.f1, 9), -p.fire_rate))
 
 
 def heldout_f1(items: Sequence[CalibrationItem], measure: str) -> float:
@@ -88,7 +90,7 @@ def heldout_f1(items: Sequence[CalibrationItem], measure: str) -> float:
     counts = []
     for fold in (0, 1):
         train = [item for i, item in enumerate(items) if i % 2 != fold]
-        threshold = best_threshold(train, measure)
+        threshold = _best(_sweep(train, measure)).threshold
         for item in items[fold::2]:
             tp, fp, fn = item.tagged if item.uncertainty.get(measure, 1.0) > threshold else item.untagged
             counts.append((tp, tp + fp, tp + fn))
