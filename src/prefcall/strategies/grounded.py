@@ -203,7 +203,7 @@ def unsupported(drafts: list[Draft], catalogue: Catalogue, user_text: str) -> bo
         function = catalogue.function(draft.name)
         if function is None or domains.name_words.get(draft.name, set()) & said or not function.required:
             return False
-        if any(argument in draft.values for argument in function.required):
+        if fills_required([draft], catalogue):
             return False
     return bool(drafts)
 
