@@ -175,6 +175,54 @@ def test_an_instruction_keeps_its_best_value_when_none_clears_the_bar(monkeypatc
     assert f"[SL:{filled.runner_up.argument.upper()} {filled.runner_up.texts[0]} ]" in tagged
 
 
+def test_an_instruction_is_read_as_the_request_and_a_flag_it_sets_is_tagged_on_the_words_naming_it():
+    engine = FakeEngine(scorer=scorer("GetRestaurants", serves_alcohol=True))
+    grounder = grounded.Grounder(engine, FakeEmbedder(), grounded.load_weights("m"))
+    text = "If I'm looking for a restaurant, I'd prefer one that serves alcohol."
+    tag = grounded.tag_structured(grounder, text, CATALOGUE)
+    # A boolean has no span of its own; without the words that name it the tag would drop the preference.
+    assert tag.status == "ok" and "[SL:SERVES_ALCOHOL serves alcohol ]" in tag.tagged
+    assert grounded.preference_of(tag, CATALOGUE).actions == {"serves_alcohol": [True]}
+    # The model reads the instruction as the request's text, never an empty request beside it.
+    prompts = [c["prompt"] for c in engine.calls if c["kind"] == "score" and '{"serves_alcohol": ' in c["prompt"]]
+    assert prompts and all("User: " + text in p and "Standing instructions" not in p for p in prompts)
+    unsaid = grounded.tag_structured(grounder, "When I look for restaurants, I like Italian food.", CATALOGUE)
+    assert "SERVES_ALCOHOL" not in unsaid.tagged  # a flag nothing names stays unset, whatever the model likes
+
+
+@pytest.mark.embedder
+def test_an_instruction_that_names_no_function_gets_the_closest_by_meaning(real_embedder):
+    engine = FakeEngine(scorer=scorer("GetRestaurants", cuisine="Sushi"))
+    tag = grounded.tag_structured(grounded.Grounder(engine, real_embedder, grounded.load_weights("m")),
+                                  "If I'm looking for a place to eat, I'd like to have some Sushi.", CATALOGUE)
+    assert tag.status == "ok" and tag.tagged.startswith("[IN:GET_RESTAURANTS") and "[SL:CUISINE Sushi ]" in tag.tagged
+    alone = grounded.tag_structured(grounded.Grounder(engine, None, grounded.load_weights("m")),
+                                    "If I'm looking for a place to eat, I'd like to have some Sushi.", CATALOGUE)
+    assert alone.status == "invalid"  # without an embedder only the function's words can name it
+
+
+def test_a_conditional_instruction_takes_a_value_from_its_consequence_at_the_instruction_floor(monkeypatch):
+    # The model is sure of the condition's cuisine and prefers null for everything else: the consequence would
+    # state nothing, though a conditional instruction exists to say what follows from its condition.
+    engine = FakeEngine(scorer=scorer("GetRestaurants", cuisine="Southern"))
+    grounder = grounded.Grounder(engine, FakeEmbedder(), grounded.load_weights("m"))
+    text = "If cuisine is Southern, then Bennigan's is the place to go."
+    monkeypatch.setattr(grounded, "INSTRUCTION_FLOOR", 1.0)
+    bare = grounded.preference_of(grounded.tag_structured(grounder, text, CATALOGUE), CATALOGUE)
+    assert bare.conditions == {"cuisine": "Southern"} and bare.actions == {}
+    monkeypatch.setattr(grounded, "INSTRUCTION_FLOOR", 0.0)
+    tag = grounded.tag_structured(grounder, text, CATALOGUE)
+    preference = grounded.preference_of(tag, CATALOGUE)
+    assert preference.conditions == {"cuisine": "Southern"}
+    [(argument, values)] = preference.actions.items()
+    assert values[0] in "then Bennigan's is the place to go"  # a span of the consequence, as an action
+    chained = "If I ask for Restaurants, then also look at Hotels."
+    filled = grounder.fill(RESTAURANTS, [Source("instruction", chained, chained)], chained)
+    assert any(c.texts == ["Hotels"] for c in filled.unset)  # there is a span to take, yet it is not a value:
+    assert grounded._consequence_value(filled, [], chained, "also look at Hotels", grounded.DomainModel.build(CATALOGUE),
+                                       "GetRestaurants") == []  # the consequence names another request (a chain)
+
+
 def test_a_request_that_names_no_function_and_fills_none_of_its_required_arguments_is_refused_not_asked():
     # Stage 1 must pick something (the model likes GetHotels), but nothing in the request is about hotels.
     engine = FakeEngine(scorer=scorer("GetHotels"))

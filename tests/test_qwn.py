@@ -241,3 +241,33 @@ def test_grammar_schema_caps_free_strings_but_not_enums() -> None:
     out = grammar_schema({"type": "object", "properties": {"s": {"type": "string"}, "e": {"type": "string", "enum": ["a"]}}})
     assert out["properties"]["s"]["maxLength"] == 80
     assert "maxLength" not in out["properties"]["e"]
+
+
+@pytest.mark.embedder
+def test_after_the_draft_an_ask_for_a_function_the_request_is_not_about_is_a_limitation(real_embedder) -> None:
+    # "the freezing point of water" clears the low pre-draft cut for a boiling-point function (cosine 0.40), and
+    # the draft fills nothing: asking for a substance and a pressure would be the wrong question.
+    boiling = Function(name="calculate_boiling_point", description="Calculates the boiling point of a substance at "
+                       "a given pressure.", parameters={"type": "object", "properties": {
+                           "substance": {"type": "string"}, "pressure": {"type": "number"}},
+                           "required": ["substance", "pressure"]})
+    physics = Catalogue(name="physics", functions=[boiling])
+
+    def ask(text: str, catalogue: Catalogue, draft: dict, **kwargs):
+        engine = FakeEngine().reply("Question: What distance?", when="Before calling a tool")
+        engine.reply(json.dumps(draft), when="fill in the arguments")
+        return clarify(engine, text, catalogue, embedder=real_embedder, **kwargs)
+
+    off_topic = ask("What is the freezing point of water?", physics, {})
+    assert off_topic.relevant == ["calculate_boiling_point"]  # the pre-draft cut alone lets it through
+    assert off_topic.decision == "limitation" and off_topic.question is None
+    assert any("relevance after the draft" in note and "all-MiniLM-L6-v2" in note for note in off_topic.evidence)
+    about = ask("What is the boiling point at this pressure?", physics, {})  # fits but gives no values
+    assert about.decision == "question" and {m.argument for m in about.missing_arguments} == {"substance", "pressure"}
+    assert ask("What is the freezing point of water?", physics, {}, check_relevance=False).decision == "question"
+    # A required value from the user's words keeps the question (the rule only judges asks that fill nothing).
+    water = ask("What is the freezing point of water?", physics, {"substance": "water"})
+    assert water.decision == "question" and [m.argument for m in water.missing_arguments] == ["pressure"]
+    # Worded far from "Books a flight between two cities" (under the fitted threshold) but names the destination.
+    paris = ask("I want to fly to Paris", CATALOGUE, {"destination": "Paris"})
+    assert paris.decision == "question" and "origin" in {m.argument for m in paris.missing_arguments}

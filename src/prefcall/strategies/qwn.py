@@ -13,6 +13,11 @@ Beyond the paper, deterministic evidence from the catalogue:
 
 Combination rule (policy="combined", the default), first match wins:
 1. relevance was checked and no function clears the threshold -> "limitation" (whatever the model said);
+   after the draft, also when the user's words fill none of the drafted function's required arguments and its
+   similarity to the request is under the embedder's fitted threshold (`strategies.relevance`, the same rule as
+   parse_request's ask relevance): a question about a function the request is not about is the wrong answer.
+   The check before drafting uses a lower cut (0.3) because it cannot yet see whether the words give a value
+   ("I want to fly to Paris" is far from "Books a flight between two cities" but names the destination);
 2. the draft misses required arguments or has invalid enum values not already asked about -> "question"
    naming them in plain words (whatever the model said);
 3. everything missing was already asked -> "continue" (never repeat a question);
@@ -35,7 +40,7 @@ from prefcall.engine.base import Embedder, Engine, Prompt
 from prefcall.retrieval.text import humanise
 from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, Turn, as_dialogue, render_dialogue
 from prefcall.strategies.nlt import NltUsage, select_tools
-from prefcall.strategies.relevance import similarities
+from prefcall.strategies.relevance import ask_rule, similarities
 from prefcall.strategies.qwn_draft import DraftResult, _support_block, draft_call
 
 Decision = Literal["question", "continue", "limitation"]
@@ -260,6 +265,28 @@ class _Evidence(BaseModel):
     draft_ok: bool = False
     missing: list[MissingArgument] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    off_topic: str | None = None  # why the drafted function is not what the request is about (rule 1)
+
+
+def _off_topic(embedder: Embedder | None, user_text: str, catalogue: Catalogue, calls: Sequence[Call],
+               scores: dict[str, float] | None) -> str | None:
+    """A note when every drafted call is for a function the user's words neither fill a required argument of
+    nor resemble (cosine under the embedder's fitted threshold); None otherwise or without a fitted rule."""
+    rule = ask_rule(embedder)
+    functions = [f for f in (catalogue.function(c.name) for c in calls) if f is not None]
+    if rule is None or embedder is None or not functions or not user_text.strip():
+        return None
+    for function, call in zip(functions, calls):
+        unfilled = {m.argument for m in missing_arguments(function, call, user_text)}
+        if not function.required or set(function.required) - unfilled:
+            return None  # the user's words give a required value: a question about the rest is right
+    if scores is None or any(f.name not in scores for f in functions):
+        scores = similarities(embedder, user_text, functions)
+    best = max((f.name for f in functions), key=lambda name: scores[name])
+    if scores[best] >= rule.threshold:
+        return None
+    return (f"relevance after the draft: the words fill no required argument and {best} is {scores[best]:.2f} "
+            f"< {rule.threshold:.2f} ({rule.embedder})")
 
 
 def _gather_evidence(
@@ -277,6 +304,8 @@ def _gather_evidence(
     evidence = _Evidence()
     user_text = "\n".join(t.content for t in turns if t.role == "user")
     support_text = "\n".join([render_dialogue(turns), *instructions, context or ""])
+    scores: dict[str, float] | None = None
+    own_draft = draft_calls is None  # a caller's draft names the function it chose: its relevance is not ours to judge
     if check_relevance and draft_calls is None:
         relevant, scores = relevant_functions(
             engine, user_text, catalogue, usage, embedder=embedder, threshold=relevance_threshold, context=context
@@ -305,6 +334,10 @@ def _gather_evidence(
         evidence.missing.extend(missing_arguments(function, call, support_text))
     for m in evidence.missing:
         evidence.notes.append(f"{m.function}.{m.argument}: {m.reason}")
+    if check_relevance and own_draft and evidence.missing and embedder is not None:
+        evidence.off_topic = _off_topic(embedder, user_text, catalogue, draft_calls, scores)
+        if evidence.off_topic:
+            evidence.notes.append(evidence.off_topic)
     return evidence
 
 
@@ -355,6 +388,8 @@ def _combine(
     if policy != "model":
         if evidence.relevant is not None and not evidence.relevant:
             return "limitation", None, [], ["rule 1: no function is relevant -> limitation"]
+        if evidence.off_topic:
+            return "limitation", None, [], ["rule 1: the drafted function is not what the request is about -> limitation"]
         open_missing = [m for m in evidence.missing if not _already_asked(m.argument, asked)]
         if open_missing:
             notes.append("rule 2: required arguments not supplied -> question")

@@ -71,6 +71,7 @@ class FillResult(BaseModel):
     choices: list[Choice] = Field(default_factory=list)
     considered: dict[str, float] = Field(default_factory=dict)  # argument -> best probability, set or not
     runner_up: Choice | None = None  # the most probable value left unset (below the threshold), if any
+    unset: list[Choice] = Field(default_factory=list)  # every scored value left unset, most probable first
     decisions: list[float] = Field(default_factory=list)  # the model's probability of each answer it gave
     model_calls: int = 0
     prompt_tokens: int = 0
@@ -167,6 +168,9 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
         (probability, candidate, model_p), name = max(left, key=lambda t: t[0][0])
         if not _overlaps(candidate, taken):
             result.runner_up = _choice(name, [candidate], probability, model_p)
+    unset = [(p, name, c, m) for _, name, ranked, _ in pending if name not in chosen_names
+             for p, c, m in ranked if not _overlaps(c, taken)]
+    result.unset = [_choice(name, [c], p, m) for p, name, c, m in sorted(unset, key=lambda t: -t[0])]
     order = list(function.properties)
     result.choices.sort(key=lambda c: order.index(c.argument))
     return result
@@ -221,17 +225,39 @@ def _record(result: FillResult, lm: np.ndarray | None) -> None:
 _NEGATION = re.compile(r"\b(no|not|without|don't|dont|doesn't|never|non)\b", re.I)
 
 
+def _flag_words(argument: str) -> list[str]:
+    return [w for w in argument_words(argument, {}).split() if len(w) > 2 and w not in ("has", "is", "are")]
+
+
+def _hits(argument: str, text: str) -> list[re.Match[str]]:
+    words = _flag_words(argument)
+    if not words or not text:
+        return []
+    return list(re.finditer(r"\b(" + "|".join(map(re.escape, words)) + r")\w*", text, re.I))
+
+
 def _named(pool: ArgumentCandidates, ctx: FeatureContext, candidate: Candidate) -> float:
     """Boolean evidence: the argument's words appear in a source; negated mentions support False."""
-    words = [w for w in argument_words(pool.name, {}).split() if len(w) > 2 and w not in ("has", "is", "are")]
     texts = ctx.sources_text if hasattr(ctx, "sources_text") else ""
-    if not words or not texts:
-        return 0.0
-    hits = [m for m in re.finditer(r"\b(" + "|".join(map(re.escape, words)) + r")\w*", texts, re.I)]
+    hits = _hits(pool.name, texts)
     if not hits:
         return 0.0
     negated = any(_NEGATION.search(texts[max(0, h.start() - 25):h.start()]) for h in hits)
     return 1.0 if (candidate.value is False) == negated else -1.0
+
+
+def flag_mention(argument: str, text: str, max_gap: int = 3) -> str | None:
+    """The words of `text` that name a boolean argument ("serves alcohol" for serves_alcohol): from the first
+    mention of one of its words to the last one within `max_gap` words of it; None when nothing names it."""
+    hits = _hits(argument, text)
+    if not hits:
+        return None
+    start, end = hits[0].start(), hits[0].end()
+    for hit in hits[1:]:
+        if len(text[end:hit.start()].split()) > max_gap:
+            break
+        end = hit.end()
+    return text[start:end]
 
 
 def _overlaps(candidate: Candidate, taken: list[tuple[Source | None, int, int]]) -> bool:
