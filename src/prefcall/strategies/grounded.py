@@ -161,11 +161,10 @@ def tag_structured(grounder: Grounder, instruction: str, catalogue: Catalogue,
     A boolean set True is tagged on the words that name it ("[SL:SERVES_ALCOHOL serves alcohol ]"): tags are
     spans, and a value without one would be lost."""
     domains = domains or DomainModel.build(catalogue)
-    cosines = None
-    if grounder.embedder is not None and domains.texts:
+    found = instruction_domains(domains, instruction, None, SelectionConfig())
+    if not found and grounder.embedder is not None and domains.texts:  # embed only when no word names one
         vectors = np.asarray(grounder.embedder.embed([instruction, *domains.texts]), dtype=np.float32)
-        cosines = vectors[1:] @ vectors[0]
-    found = instruction_domains(domains, instruction, cosines, SelectionConfig())
+        found = instruction_domains(domains, instruction, vectors[1:] @ vectors[0], SelectionConfig())
     if not found:
         return TagResult(instruction=instruction, status="invalid", mode="structured",
                          reasons=["no function of the catalogue matches this instruction"])

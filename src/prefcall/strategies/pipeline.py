@@ -350,17 +350,12 @@ class Pipeline:
         fitted threshold. Only asked when the user's words fill none of the required arguments ("I want to fly
         to Paris" gives a destination: a question about the origin is right even if the wording is far from
         "Books a flight between two cities"). Without an embedder or a fitted threshold, the ask stands."""
-        rule = relevance.ask_rule(self.embedder)
         functions = [f for f in (catalogue.function(n) for n in result.functions) if f is not None]
         words = "\n".join(t.content for t in turns if t.role == "user" and t.content)
-        if rule is None or self.embedder is None or not functions or not words.strip():
+        found = relevance.unrelated(self.embedder, words, functions)
+        if found is None:
             return
-        scores = relevance.similarities(self.embedder, words, functions)
-        best = max(scores, key=lambda name: scores[name])
-        if scores[best] >= rule.threshold:
-            return
-        result.notes.append(f"refuse {', '.join(result.functions)}: the request is not about them (closest "
-                            f"{best}: similarity {scores[best]:.2f} < {rule.threshold:.2f}, {rule.embedder})")
+        result.notes.append(f"refuse {', '.join(result.functions)}: the request is not about them ({found.describe()})")
         result.calls, result.missing, result.question, result.decision = [], [], None, "refuse"
 
     def _grounder(self, catalogue: Catalogue, exclude: frozenset[str]) -> grounded.Grounder:

@@ -40,7 +40,7 @@ from prefcall.engine.base import Embedder, Engine, Prompt
 from prefcall.retrieval.text import humanise
 from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, Turn, as_dialogue, render_dialogue
 from prefcall.strategies.nlt import NltUsage, select_tools
-from prefcall.strategies.relevance import ask_rule, similarities
+from prefcall.strategies.relevance import similarities, unrelated
 from prefcall.strategies.qwn_draft import DraftResult, _support_block, draft_call
 
 Decision = Literal["question", "continue", "limitation"]
@@ -271,22 +271,15 @@ class _Evidence(BaseModel):
 def _off_topic(embedder: Embedder | None, user_text: str, catalogue: Catalogue, calls: Sequence[Call],
                scores: dict[str, float] | None) -> str | None:
     """A note when every drafted call is for a function the user's words neither fill a required argument of
-    nor resemble (cosine under the embedder's fitted threshold); None otherwise or without a fitted rule."""
-    rule = ask_rule(embedder)
-    functions = [f for f in (catalogue.function(c.name) for c in calls) if f is not None]
-    if rule is None or embedder is None or not functions or not user_text.strip():
-        return None
-    for function, call in zip(functions, calls):
+    nor resemble (`relevance.unrelated`); None otherwise or without a fitted rule."""
+    pairs = [(function, call) for call in calls if (function := catalogue.function(call.name)) is not None]
+    functions = [function for function, _ in pairs]
+    for function, call in pairs:
         unfilled = {m.argument for m in missing_arguments(function, call, user_text)}
         if not function.required or set(function.required) - unfilled:
             return None  # the user's words give a required value: a question about the rest is right
-    if scores is None or any(f.name not in scores for f in functions):
-        scores = similarities(embedder, user_text, functions)
-    best = max((f.name for f in functions), key=lambda name: scores[name])
-    if scores[best] >= rule.threshold:
-        return None
-    return (f"relevance after the draft: the words fill no required argument and {best} is {scores[best]:.2f} "
-            f"< {rule.threshold:.2f} ({rule.embedder})")
+    found = unrelated(embedder, user_text, functions, scores)
+    return None if found is None else f"relevance after the draft: the words fill no required argument ({found.describe()})"
 
 
 def _gather_evidence(

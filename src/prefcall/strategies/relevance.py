@@ -58,3 +58,28 @@ def ask_rule(embedder: Embedder | None) -> RelevanceRule | None:
         return None
     found = _packaged().get(embedder.name)
     return RelevanceRule(embedder=embedder.name, **found) if found else None
+
+
+class Unrelated(BaseModel):
+    """Every function is under the fitted threshold: the closest one, its similarity and the rule."""
+
+    closest: str
+    similarity: float
+    rule: RelevanceRule
+
+    def describe(self) -> str:
+        return f"closest {self.closest}: similarity {self.similarity:.2f} < {self.rule.threshold:.2f}, {self.rule.embedder}"
+
+
+def unrelated(embedder: Embedder | None, request: str, functions: Sequence[Function],
+              scores: dict[str, float] | None = None) -> Unrelated | None:
+    """The request is not about any of `functions` (all under the embedder's fitted threshold); None when one
+    clears it, or when there is no embedder, fitted rule, function or request text. `scores` reuses similarities
+    already computed for these functions."""
+    rule = ask_rule(embedder)
+    if rule is None or embedder is None or not functions or not request.strip():
+        return None
+    if scores is None or any(f.name not in scores for f in functions):
+        scores = similarities(embedder, request, functions)
+    best = max((f.name for f in functions), key=lambda name: scores[name])
+    return None if scores[best] >= rule.threshold else Unrelated(closest=best, similarity=scores[best], rule=rule)
