@@ -77,3 +77,15 @@ def test_evaluate_selection_bm25_last_line_is_json(tmp_path, capsys):
     code, out, _ = run(capsys, "profile", "evaluate-selection", "--data", str(data), "--limit", "20", "--bm25-only")
     metrics = json.loads(out.strip().splitlines()[-1])
     assert code == 0 and metrics["mode"] == "bm25" and 0 <= metrics["precision"] <= 1
+
+
+def test_python_dash_m_runs_the_same_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "PREFCALL_DATA_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "prefcall", "profile", "show", "nobody"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode != 0 and done.stderr.strip().count("\n") == 0 and "nobody" in done.stderr
+    ok = subprocess.run([sys.executable, "-m", "prefcall", "--help"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "calibrate" in ok.stdout
