@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "prefcall.bench": 6,
     "prefcall.commands": 6,
     "prefcall.cli": 6,
+    "prefcall.__main__": 6,
     "prefcall.demo": 6,
     "prefcall.modelhub": 6,
 }
