@@ -105,8 +105,8 @@ class TimedFakeEngine(FakeEngine):
         g.seconds = time.perf_counter() - started
         return g
 
-    def score_candidates(self, prompt, candidates):
-        scores = super().score_candidates(prompt, candidates)
+    def score_candidates(self, prompt, candidates, **kwargs):
+        scores = super().score_candidates(prompt, candidates, **kwargs)
         time.sleep(scores.usage.evaluated * PROMPT_SECONDS_PER_TOKEN)
         return scores
 

@@ -137,6 +137,19 @@ def test_a_space_ending_the_prefix_is_scored_with_the_candidate(real_engine):
     assert healed.logprobs[0] > healed.logprobs[1]  # the city the request names beats null
 
 
+def test_a_closing_quote_is_scored_as_any_token_it_begins(real_engine):
+    # heal_end: `"Paris"` may end in `"`, `",`, `"}`...: never less probable than either exact form, and a
+    # candidate that ends in a word is scored exactly as without it.
+    prompt = chat(real_engine, "Find hotels in Paris.", prefix='{"city": ')
+    real_engine.score_candidates(prompt, ["null"])  # both calls below then reuse the prompt (one kernel path)
+    exact = real_engine.score_candidates(prompt, ['"Paris"', '"Paris",', "null", '"London"'])
+    healed = real_engine.score_candidates(prompt, ['"Paris"', "null", '"London"'], heal_end=True)
+    assert healed.logprobs[0] >= max(exact.logprobs[0], exact.logprobs[1]) - 1e-3
+    assert healed.logprobs[0] > exact.logprobs[0] + 0.1
+    assert healed.logprobs[1] == pytest.approx(exact.logprobs[2], abs=1e-3)
+    assert healed.logprobs[0] > healed.logprobs[2]  # the city the request names still beats another
+
+
 def test_shared_prefix_is_kept_between_alternating_prompts(real_engine):
     catalogue_a = "Tools: " + ", ".join(f"GetThing{i} finds thing number {i}" for i in range(60))
     catalogue_b = "Tools: " + ", ".join(f"BookPlace{i} books place number {i}" for i in range(60))
@@ -256,3 +269,62 @@ def test_prefix_cache_eviction_with_one_slot_keeps_answers_identical():
         assert any(w.usage.reused > 100 for w in warm)
     finally:
         engine.close()
+
+
+def test_a_public_shared_prefix_is_kept_on_disk_for_the_next_start(tmp_path: Path):
+    """A restarted engine restores a built-in prompt's shared messages from DATA_DIR/kv instead of evaluating them;
+    a user's private catalogue is never written; a bad file is dropped and the answer is unchanged."""
+    from prefcall.engine.llama import LlamaEngine
+
+    catalogue = "Tools: " + ", ".join(f"GetThing{i} finds thing number {i}" for i in range(40))
+    prompt = Prompt.chat(catalogue, "Request: find thing 7")
+    settings = Settings(n_ctx=2048, data_dir=tmp_path)
+
+    def run(scope: Scope = Scope(), text: str = catalogue):
+        engine = LlamaEngine(settings)
+        try:
+            _, shared = engine._tokenize_prompt(Prompt.chat(text, "Request: find thing 7"))
+            return engine.score_candidates(Prompt.chat(text, "Request: find thing 7"), [" GetThing7", " NO"],
+                                           scope=scope), shared
+        finally:
+            engine.close()
+
+    cold, shared = run()
+    files = list((tmp_path / "kv").rglob("*.kv"))
+    assert len(files) == 1 and cold.usage.reused == 0
+    warm, _ = run()
+    assert warm.usage.reused == shared and warm.usage.evaluated == cold.usage.prompt_tokens - shared
+    assert warm.logprobs == pytest.approx(cold.logprobs, abs=1e-4)
+    # A private catalogue (its readers are one user) stays in memory only.
+    run(Scope("carol", "user:carol"), catalogue.replace("thing", "secret"))
+    assert len(list((tmp_path / "kv").rglob("*.kv"))) == 1
+    # A damaged file: evaluated again, same answer, and written anew.
+    files[0].write_bytes(b"not a state" * 10)
+    mended, _ = run()
+    assert mended.usage.reused == 0 and mended.logprobs == pytest.approx(cold.logprobs, abs=1e-4)
+    assert files[0].stat().st_size > 1000
+    # Off: nothing on disk.
+    off = LlamaEngine(Settings(n_ctx=2048, data_dir=tmp_path / "off", prefix_disk_mb=0))
+    try:
+        off.score_candidates(prompt, [" YES"])
+    finally:
+        off.close()
+    assert not (tmp_path / "off" / "kv").exists()
+
+
+def test_the_prefix_folder_keeps_under_its_limit_dropping_the_least_recently_used(tmp_path: Path):
+    import os
+
+    from prefcall.engine.llama import PrefixDisk
+
+    disk = PrefixDisk(tmp_path, ["model", 1], limit_bytes=2500)
+    for i in range(3):
+        disk.write([i], bytes(1000))
+        os.utime(disk.path([i]), ns=(i * 10**9, i * 10**9))
+    assert disk.read([1]) is not None  # a read makes [1] the most recently used
+    disk.write([3], bytes(1000))
+    kept = sorted(p.name for p in disk.folder.glob("*.kv"))
+    assert kept == sorted(disk.path(k).name for k in ([1], [3]))
+    disk.write([4], bytes(3000))  # larger than the whole folder: not written
+    assert disk.read([4]) is None
+    assert PrefixDisk(tmp_path, ["model", 2], 2500).read([1]) is None  # another model's stamp reads nothing

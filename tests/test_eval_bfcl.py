@@ -151,9 +151,10 @@ def bfcl_scorer(prompt: str, candidate: str) -> float:
             return -0.1 if candidate.strip() == "None" else -20.0
         return -0.1 if wanted and candidate.strip() == wanted[0] else -20.0
     value = wanted[1].get(argument.group(1)) if wanted else None
+    # Sure of its values: with closing quotes healed, a real model's right values sit ~6 nats above null.
     if value is None:
-        return -0.1 if candidate == "null" else -6.0
-    return -0.1 if candidate == json.dumps(value) else -6.0
+        return -0.1 if candidate == "null" else -12.0
+    return -0.1 if candidate == json.dumps(value) else -12.0
 
 
 def run_bfcl(tmp_path: Path, data: str, engine: FakeEngine, **args) -> dict:

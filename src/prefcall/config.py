@@ -56,11 +56,15 @@ class Settings(BaseSettings):
     n_ctx: int = Field(default=4096, ge=256, description="context window in tokens")
     n_batch: int = Field(default=512, ge=8, description="prompt evaluation batch size")
     # Default: llama.cpp's choice, half the logical cores. Its thread barriers spin, so asking for more
-    # threads than there are free cores slows generation several-fold (9x measured on 2 busy cores).
+    # threads than there are free cores slows generation several-fold (9x measured on 2 busy cores). All the cores
+    # of an idle 2-core machine without hyper-threads were 1.46x faster per token, but a test that runs beside one
+    # other busy process took minutes instead of seconds with them: the default stays on the safe side.
     n_threads: int | None = Field(default=None, ge=1, description="CPU threads; default: half the logical cores")
     n_threads_batch: int | None = Field(default=None, ge=1, description="threads for prompt evaluation; default: all cores")
     seed: int = 0
     prefix_cache_slots: int = Field(default=4, ge=0, description="saved KV states of shared prompt prefixes")
+    prefix_disk_mb: int = Field(default=256, ge=0, description="disk kept for KV states of public prompt prefixes "
+                                                               "(DATA_DIR/kv), so a restart skips them; 0: off")
     # One torch thread: a query is a few dozen tokens, and more threads contend with llama.cpp's (1.1 s vs 81 ms measured).
     embedder_threads: int = Field(default=1, ge=1, description="BLAS / torch threads for the sentence embedder")
     embedder: str | None = Field(default=None, description="sentence-transformers model dir; default: packaged all-MiniLM-L6-v2")

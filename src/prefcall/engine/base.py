@@ -221,9 +221,16 @@ class Engine(Protocol):
         ...
 
     def score_candidates(
-        self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope = LOCAL, cancel: Cancel | None = None
+        self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope = LOCAL, cancel: Cancel | None = None,
+        heal_end: bool = False,
     ) -> CandidateScores:
-        """Log P(candidate | prompt) for each candidate (plain text continuing the prompt's answer)."""
+        """Log P(candidate | prompt) for each candidate (plain text continuing the prompt's answer).
+
+        `heal_end`: a candidate whose last token is punctuation only (the closing quote of a JSON string) is
+        scored as ending in any token that begins with that text. Byte-pair vocabularies write a closing quote
+        together with what follows (`",`, `"}`), so the exact token `"` is improbable even when the value is
+        right: with Qwen2.5 `"San Jose"` scored -10.1 against -8.5 for `null`, `"San Jose",` -0.03. Engines that
+        cannot sum over their vocabulary (served ones) score the exact tokens."""
         ...
 
 
@@ -265,8 +272,9 @@ class ScopedEngine:
                                     top_logprobs=top_logprobs, scope=self.scope, cancel=cancel or self.cancel)
 
     def score_candidates(self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope | None = None,
-                         cancel: Cancel | None = None) -> CandidateScores:
-        return self.engine.score_candidates(prompt, candidates, scope=self.scope, cancel=cancel or self.cancel)
+                         cancel: Cancel | None = None, heal_end: bool = False) -> CandidateScores:
+        return self.engine.score_candidates(prompt, candidates, scope=self.scope, cancel=cancel or self.cancel,
+                                            heal_end=heal_end)
 
 
 def heal_boundary(prompt: Prompt, candidates: Sequence[str]) -> tuple[Prompt, list[str]]:

@@ -212,13 +212,15 @@ class FakeEngine:
                               finish_reason=finish)
 
     def score_candidates(
-        self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope = LOCAL, cancel: Cancel | None = None
+        self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope = LOCAL, cancel: Cancel | None = None,
+        heal_end: bool = False,
     ) -> CandidateScores:
         _check(cancel)
         rendered = render_fake(prompt)
         with self._lock:
             self.prompts.append(rendered)
-            self.calls.append({"kind": "score", "prompt": rendered, "candidates": list(candidates), "scope": scope})
+            self.calls.append({"kind": "score", "prompt": rendered, "candidates": list(candidates), "scope": scope,
+                               "heal_end": heal_end})
             usage = self._usage(prompt, scope)
             logprobs = [self._score(rendered, c) for c in candidates]
             counts = [max(1, len(fake_tokenize(c))) for c in candidates]

@@ -9,13 +9,17 @@ It drives llama.cpp token by token instead of using `create_completion`, because
 - candidate scoring evaluates the prompt once and branches per candidate from its KV state;
 - shared prompt prefixes (system prompt + catalogue) are kept as saved KV states between calls, reused across
   users only up to the shared messages (`Scope`), and within one user as far as the tokens agree;
+- the public shared prefixes (built-in prompts and catalogues, no user's text) are also written to disk
+  (`PrefixDisk`), so a restarted server does not evaluate them again on its first request;
 - cancellation is checked between evaluation batches and between tokens.
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
+import os
 import re
 import secrets
 import threading
@@ -106,6 +110,71 @@ def _reusable(common: int, shared_len: int, scope: Scope, other_scope: Scope | N
     return 0
 
 
+class PrefixDisk:
+    """KV states of public shared prompt prefixes on disk: DATA_DIR/kv/<model stamp>/<token hash>.kv.
+
+    Only prefixes every caller may read (`Scope.shared == "public"`: prefcall's own prompts and built-in
+    catalogues) are written, never a user's text or a private catalogue. One file per prefix, named by the hash of
+    its tokens and of the model file (path, size, mtime) and llama.cpp version, so another model or build never
+    reads it. Writes are atomic; a file that does not load is ignored and removed. The folder is kept under
+    `limit_bytes` by removing the least recently used files (a read touches its file)."""
+
+    def __init__(self, folder: Path, stamp: Sequence[Any], limit_bytes: int) -> None:
+        digest = hashlib.sha256(json.dumps(list(stamp), default=str).encode("utf-8")).hexdigest()[:16]
+        self.folder = folder / digest
+        self.limit_bytes = limit_bytes
+
+    def path(self, tokens: Sequence[int]) -> Path:
+        digest = hashlib.sha256(np.asarray(tokens, dtype=np.int64).tobytes()).hexdigest()[:32]
+        return self.folder / f"{digest}.kv"
+
+    def read(self, tokens: Sequence[int]) -> bytes | None:
+        path = self.path(tokens)
+        try:
+            data = path.read_bytes()
+            os.utime(path)
+        except OSError:
+            return None
+        return data or None
+
+    def write(self, tokens: Sequence[int], data: bytes) -> None:
+        if len(data) > self.limit_bytes:
+            return
+        path = self.path(tokens)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+            self._trim()
+        except OSError:
+            pass  # a read-only or full data folder: evaluate the prefix again next start
+
+    def forget(self, tokens: Sequence[int]) -> None:
+        try:
+            self.path(tokens).unlink()
+        except OSError:
+            pass
+
+    def _trim(self) -> None:
+        files = []
+        for path in self.folder.glob("*.kv"):
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            files.append((stat.st_mtime_ns, stat.st_size, path))
+        total = sum(size for _, size, _ in files)
+        for _, size, path in sorted(files):
+            if total <= self.limit_bytes:
+                break
+            try:
+                path.unlink()
+                total -= size
+            except OSError:
+                pass
+
+
 class LlamaEngine:
     """Thread-safe engine over one GGUF model; calls are serialised by a lock."""
 
@@ -127,6 +196,9 @@ class LlamaEngine:
         self._ctx_shared = 0  # how many of its tokens are shared messages
         self._grammars: OrderedDict[str, LlamaGrammar] = OrderedDict()
         self._candidates = llama_internals.LlamaTokenDataArray(n_vocab=self._vocab_size)
+        self._disk = self._prefix_disk(path)
+        self._vocab_pieces: list[bytes] | None = None  # every token's text, read once for heal_end
+        self._heal_cache: dict[int, np.ndarray | None] = {}
         n_layer = llama_cpp.llama_model_n_layer(self._llm._model.model)
         backend = detect_backend(self.settings.n_gpu_layers)
         wanted = self.settings.n_gpu_layers
@@ -158,6 +230,17 @@ class LlamaEngine:
             )
         except (ValueError, RuntimeError, OSError) as exc:
             raise InvalidModelError(f"could not load model {path}: {exc}: check it is a complete GGUF file") from exc
+
+    def _prefix_disk(self, path: Path) -> PrefixDisk | None:
+        s = self.settings
+        if s.prefix_disk_mb <= 0:
+            return None
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        stamp = [str(path.resolve()), stat.st_size, stat.st_mtime_ns, llama_cpp.__version__, s.n_gpu_layers]
+        return PrefixDisk(Path(s.data_dir) / "kv", stamp, s.prefix_disk_mb * 1024 * 1024)
 
     # -- Engine contract --------------------------------------------------------------
     @property
@@ -195,7 +278,8 @@ class LlamaEngine:
             return Generation(text, generated, usage, finish, time.perf_counter() - started)
 
     def score_candidates(
-        self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope = LOCAL, cancel: Cancel | None = None
+        self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope = LOCAL, cancel: Cancel | None = None,
+        heal_end: bool = False,
     ) -> CandidateScores:
         if any(not c for c in candidates):
             raise EngineError("a candidate is empty: pass non-empty candidate strings")
@@ -214,7 +298,7 @@ class LlamaEngine:
             try:
                 for toks in candidate_tokens:
                     _check_cancel(cancel)
-                    scores.append(self._score_continuation(base, first, toks))
+                    scores.append(self._score_continuation(base, first, toks, heal_end))
             finally:
                 # Leave the context at the prompt so the next call reuses all of it.
                 self._llm.n_tokens = base
@@ -362,13 +446,28 @@ class LlamaEngine:
             self._remember(current)  # about to overwrite a long context another request may want back
         # At least one token must be decoded so that fresh logits exist.
         keep = min(keep_current, len(tokens) - 1)
+        # A public shared prefix this context lacks: from disk, or written there once evaluated.
+        on_disk = self._disk is not None and scope.shared == LOCAL.shared and shared_len >= _MIN_PREFIX_TO_SAVE
+        write_at = 0
+        if on_disk and keep < shared_len < len(tokens):
+            restored = self._restore_from_disk(tokens[:shared_len])
+            if restored:
+                keep = restored
+            else:  # no file, or a bad one (dropped, and the context with it): evaluate the prefix and write it
+                keep = keep if restored is None else 0
+                write_at = shared_len
         self._llm.n_tokens = keep
         self._ctx_scope, self._ctx_shared = scope, shared_len
         batch = max(1, self.settings.n_batch)
         try:
-            for start in range(keep, len(tokens), batch):
-                _check_cancel(cancel)
-                self._llm.eval(tokens[start:start + batch])
+            position = keep
+            for stop in ([write_at] if write_at > keep else []) + [len(tokens)]:
+                for start in range(position, stop, batch):
+                    _check_cancel(cancel)
+                    self._llm.eval(tokens[start:min(start + batch, stop)])
+                position = stop
+                if stop == write_at:
+                    self._write_to_disk(tokens[:write_at])
         except CancelledError:
             self._ctx_scope, self._ctx_shared = scope, min(shared_len, self._llm.n_tokens)
             raise
@@ -395,16 +494,34 @@ class LlamaEngine:
         if key in self._saved:
             self._saved.move_to_end(key)
             return
+        self._saved[key] = _Saved(self._seq_state(), self._ctx_scope, self._ctx_shared)
+        while len(self._saved) > slots:
+            self._saved.popitem(last=False)
+
+    def _seq_state(self) -> bytes:
         ctx = self._llm._ctx.ctx
         size = llama_cpp.llama_state_seq_get_size(ctx, 0)
         buffer = (ctypes.c_uint8 * size)()
         written = llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0)
-        data = ctypes.string_at(buffer, written)  # bytes(buffer[:n]) costs 0.6 s per 3.6 MB
-        self._saved[key] = _Saved(data, self._ctx_scope, self._ctx_shared)
-        while len(self._saved) > slots:
-            self._saved.popitem(last=False)
+        return ctypes.string_at(buffer, written)  # bytes(buffer[:n]) costs 0.6 s per 3.6 MB
 
-    def _restore(self, key: tuple[int, ...], saved: _Saved) -> int:
+    def _write_to_disk(self, tokens: list[int]) -> None:
+        if self._disk is not None and self._llm.n_tokens == len(tokens):
+            self._disk.write(tokens, self._seq_state())
+
+    def _restore_from_disk(self, tokens: list[int]) -> int | None:
+        """Load a prefix's KV state from disk into sequence 0: its length, None when there is no file, and 0
+        when the file did not load (it is removed; the context is then empty)."""
+        data = self._disk.read(tokens) if self._disk is not None else None
+        if data is None:
+            return None
+        restored = self._restore(tuple(tokens), _Saved(data, LOCAL, len(tokens)), keep_in_memory=False)
+        if restored != len(tokens):
+            self._disk.forget(tokens)  # type: ignore[union-attr]
+            return 0
+        return restored
+
+    def _restore(self, key: tuple[int, ...], saved: _Saved, *, keep_in_memory: bool = True) -> int:
         """Load a saved KV state of sequence 0; returns how many tokens of context it restored."""
         # Llama.load_state assumes n_tokens <= n_batch when logits_all=False; restore seq 0 directly.
         buffer = (ctypes.c_uint8 * len(saved.data)).from_buffer_copy(saved.data)
@@ -414,7 +531,8 @@ class LlamaEngine:
             return 0
         self._llm.input_ids[: len(key)] = key
         self._llm.n_tokens = len(key)
-        self._saved[key] = saved  # most recently used
+        if keep_in_memory:
+            self._saved[key] = saved  # most recently used
         return len(key)
 
     # -- decoding ---------------------------------------------------------------------
@@ -424,13 +542,36 @@ class LlamaEngine:
         pointer = llama_cpp.llama_get_logits_ith(self._llm._ctx.ctx, -1)
         return np.ctypeslib.as_array(pointer, shape=(self._vocab_size,)).copy()
 
-    def _score_continuation(self, base: int, first: np.ndarray, tokens: list[int]) -> float:
-        total = float(first[tokens[0]])
-        for previous, token in zip(tokens, tokens[1:]):
+    def _score_continuation(self, base: int, first: np.ndarray, tokens: list[int], heal_end: bool = False) -> float:
+        last = len(tokens) - 1
+        total = self._token_logprob(first, tokens[0], heal_end and last == 0)
+        for i, (previous, token) in enumerate(zip(tokens, tokens[1:]), start=1):
             self._llm.eval([previous])
-            total += float(_log_softmax(self._last_logits())[token])
+            total += self._token_logprob(_log_softmax(self._last_logits()), token, heal_end and i == last)
         self._llm.n_tokens = base
         return total
+
+    def _token_logprob(self, logprobs: np.ndarray, token: int, heal: bool) -> float:
+        """The token's log-probability; healed (`score_candidates(heal_end=True)`): that of any token beginning
+        with its text, when its text is punctuation only."""
+        ids = self._continuations(token) if heal else None
+        if ids is None:
+            return float(logprobs[token])
+        return float(np.logaddexp.reduce(logprobs[ids]))
+
+    def _continuations(self, token: int) -> np.ndarray | None:
+        """Ids of the vocabulary tokens whose text begins with this token's text (itself included), for a token
+        that is punctuation only (`"` -> `"`, `",`, `"}`, ...); None for any other token."""
+        if token in self._heal_cache:
+            return self._heal_cache[token]
+        text = self._piece(token)
+        ids = None
+        if text and not any(ch.isalnum() for ch in text.decode("utf-8", "replace")):
+            if self._vocab_pieces is None:
+                self._vocab_pieces = [self._piece(t) for t in range(self._vocab_size)]
+            ids = np.fromiter((t for t, piece in enumerate(self._vocab_pieces) if piece.startswith(text)), dtype=np.int64)
+        self._heal_cache[token] = ids
+        return ids
 
     def _grammar(self, schema: dict[str, Any]) -> LlamaGrammar:
         key = json.dumps(schema)  # key order matters: the grammar writes keys in the schema's order

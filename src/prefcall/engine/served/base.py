@@ -632,7 +632,8 @@ class ServedEngine:
         raise NotImplementedError
 
     def score_candidates(self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope = LOCAL,
-                         cancel: Cancel | None = None) -> CandidateScores:
+                         cancel: Cancel | None = None, heal_end: bool = False) -> CandidateScores:
+        # heal_end: a served engine returns logprobs of the exact tokens only; they are what it scores.
         raise NotImplementedError
 
     # -- the choice fallback ----------------------------------------------------------------------------------

@@ -145,7 +145,8 @@ class OllamaEngine(ServedEngine):
                 state.prompt_tokens = int(event["prompt_eval_count"])
 
     def score_candidates(self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope = LOCAL,
-                         cancel: Cancel | None = None) -> CandidateScores:
+                         cancel: Cancel | None = None, heal_end: bool = False) -> CandidateScores:
+        # heal_end: a served engine returns logprobs of the exact tokens only; they are what it scores.
         if not self.has_logprobs:
             raise self.missing("score candidates", f"Ollama {self.version or '(unknown version)'} returns no "
                                                    "logprobs; upgrade to 0.12.11 or later")

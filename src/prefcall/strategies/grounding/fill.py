@@ -49,6 +49,8 @@ class GroundingWeights(BaseModel):
 
     structure: Weights
     span: tuple[float, float, float] = (1.0, 0.5, 0.0)  # (structure log-odds, model log-odds, bias)
+    # Numbers have no closing quote to heal, so their model log-odds keep the earlier scale: their own combination.
+    number: tuple[float, float, float] | None = None  # None: the span combination
     enum: tuple[float, float, float] = (2.0, 0.5, -1.0)  # (value written in the text, model log-odds, bias)
     boolean: tuple[float, float, float] = (2.0, 0.5, -1.5)  # (argument named in the text, model log-odds, bias)
     prune: float = -4.0  # structure log-odds under which the model is not asked
@@ -117,7 +119,8 @@ class _Scorer:
         prompt = Prompt((ChatMessage("system", self.system), ChatMessage("user", self.context)),
                         prefix="{" + json.dumps(argument) + ": ", shared=1)
         candidates = [json.dumps(v, ensure_ascii=False) for v in values] + [NULL]
-        scores = self.engine.score_candidates(prompt, candidates)
+        # A value's closing quote is scored as any token it starts (`",`): see Engine.score_candidates.
+        scores = self.engine.score_candidates(prompt, candidates, heal_end=True)
         usage: PromptUsage = scores.usage
         self.result.model_calls += 1
         self.result.prompt_tokens += usage.prompt_tokens
@@ -155,8 +158,11 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
             # structure; it is kept when it passes on its own or the model prefers it to null.
             scored = [m for _, _, m in ranked if m is not None]
             null_share = 1.0 - sum(scored) if scored else None
+            # A bare comma also joins a place to its region ("Toronto, Canada"): there only a value that passes on
+            # its own is a second value; "or" / "and" let the model's preference over null decide.
             picks += [(p, c) for p, c, m in ranked if c is not candidate and _coordinated(candidate, c)
-                      and (p >= 0.5 or (m is not None and null_share is not None and m > null_share))
+                      and (p >= 0.5 or (m is not None and null_share is not None and m > null_share
+                                        and not _comma_only(candidate, c)))
                       and not _overlaps(c, taken)]
         for _, c in picks:
             if c.source is not None:
@@ -195,7 +201,7 @@ def _rank(pool: ArgumentCandidates, ctx: FeatureContext, weights: GroundingWeigh
         if structure[0] < weights.prune:
             return [(_sigmoid(structure[0]), top[0], None)]
         lm = scorer(pool.name, [c.value for c in top])
-        a, b, c = weights.span
+        a, b, c = weights.number if pool.kind == "number" and weights.number is not None else weights.span
         out = []
         for i, (cand, s) in enumerate(zip(top, structure)):
             odds = float(lm[i] - lm[-1]) if lm is not None else 0.0
@@ -264,6 +270,12 @@ def _overlaps(candidate: Candidate, taken: list[tuple[Source | None, int, int]])
     if candidate.source is None:
         return False
     return any(s is candidate.source and candidate.start < e and st < candidate.end for s, st, e in taken)
+
+
+def _comma_only(first: Candidate, other: Candidate) -> bool:
+    """The two spans are joined by a comma and no coordinating word."""
+    a, b = (first, other) if first.start < other.start else (other, first)
+    return a.source is not None and a.source.text[a.end:b.start].strip() == ","
 
 
 def _coordinated(first: Candidate, other: Candidate) -> bool:
