@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from prefcall.engine.fake import FakeEmbedder, FakeEngine
+from prefcall.engine.fake import FakeEmbedder, FakeEngine, fake_tokenize
 from prefcall.schemas.model import Call, Catalogue, Function, Turn
 from prefcall.strategies import grounded, relevance
 from prefcall.strategies.grounding.values import Source, argument_candidates, argument_kind
@@ -83,6 +83,11 @@ def test_values_are_scored_with_their_closing_quote_healed_and_stage_one_names_e
               and re.search(r'\{"\w+": $', c["prompt"])]
     assert values and all(c["heal_end"] for c in values)
     assert any(not c["heal_end"] for c in scored)  # stage 1 (function names)
+    # The trace counts the single-token decodes the scoring cost (the bench's raw baseline needs them): at least
+    # those of the values, at most those of every scoring call (calibration prompts are not the request's).
+    def decodes(calls):
+        return sum(max(0, max(1, len(fake_tokenize(c))) - 1) for call in calls for c in call["candidates"])
+    assert 0 < decodes(values) <= result.trace.decoded <= decodes(scored)
 
 
 def test_coordinated_values_make_one_call_each_and_single_values_one_call():

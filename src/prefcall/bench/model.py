@@ -122,7 +122,9 @@ def section_limit(ctx: BenchContext) -> dict[str, Any]:
 
     def parse(item: WorkItem) -> tuple[int, int]:
         r = _parse_once(ctx, item)
-        return r.trace.evaluated, r.trace.completion_tokens
+        # Scored candidates cost one single-token decode per token after the first: raw llama.cpp would spend the
+        # same generating them, so they count with the generated tokens.
+        return r.trace.evaluated, r.trace.completion_tokens + r.trace.decoded
 
     def nlt(item: WorkItem) -> tuple[int, int]:
         from prefcall.strategies.nlt import select_tools

@@ -155,6 +155,12 @@ class CandidateScores:
     usage: PromptUsage = field(default_factory=PromptUsage)
     seconds: float = 0.0
 
+    @property
+    def decoded(self) -> int:
+        """Single-token decodes the scoring cost: every candidate token after the first (the first comes from the
+        prompt's own logits). What raw llama.cpp would spend generating them."""
+        return sum(max(0, n - 1) for n in self.token_counts)
+
     def best(self) -> str:
         return self.candidates[max(range(len(self.logprobs)), key=self.logprobs.__getitem__)]
 

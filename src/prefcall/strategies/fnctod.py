@@ -290,6 +290,7 @@ class FunctionScores(BaseModel):
     prompt_tokens: int = 0
     evaluated: int = 0
     reused: int = 0
+    decoded: int = 0  # candidate tokens after the first (CandidateScores.decoded)
     seconds: float = 0.0
 
     def ranked(self) -> list[str]:
@@ -419,7 +420,8 @@ def score_functions(engine: Engine, catalogue: Catalogue, dialogue: str, *, cali
     combined = [r - c + prior_weight * p for r, c, p in zip(scores.logprobs, calibration, prior)]
     return FunctionScores(names=names, raw=list(scores.logprobs), calibration=calibration, prior=prior,
                           combined=combined, prompt_tokens=scores.usage.prompt_tokens,
-                          evaluated=scores.usage.evaluated, reused=scores.usage.reused, seconds=scores.seconds)
+                          evaluated=scores.usage.evaluated, reused=scores.usage.reused, decoded=scores.decoded,
+                          seconds=scores.seconds)
 
 
 # Contextual calibration divides by each name's content-free probability; a name the model almost never says

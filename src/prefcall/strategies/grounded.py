@@ -202,7 +202,7 @@ def tag_structured(grounder: Grounder, instruction: str, catalogue: Catalogue,
     return result.model_copy(update={"mode": "structured", "notes": built.dropped,
                                      "least_confidence": filled.least_confidence,
                                      "prompt_tokens": filled.prompt_tokens, "evaluated": filled.evaluated,
-                                     "reused": filled.reused})
+                                     "reused": filled.reused, "decoded": filled.decoded})
 
 
 def _consequence_value(filled: FillResult, choices: list[Choice], instruction: str, consequence: str,

@@ -112,6 +112,7 @@ class Trace(BaseModel):
     evaluated: int = 0
     reused: int = 0
     completion_tokens: int = 0
+    decoded: int = 0  # single-token decodes of scored candidates (after each one's first token)
     model_calls: int = 0
 
 
@@ -153,6 +154,7 @@ class _Meter:
         t.prompt_tokens += s.prompt_tokens
         t.evaluated += s.evaluated
         t.reused += s.reused
+        t.decoded += s.decoded
         t.model_calls += 1
 
     def generation(self, g: Generation) -> None:
@@ -169,6 +171,7 @@ class _Meter:
         t.evaluated += r.evaluated
         t.reused += r.reused
         t.completion_tokens += r.completion_tokens
+        t.decoded += r.decoded
         t.model_calls += 1
 
     def time(self, step: str, started: float) -> None:
@@ -372,6 +375,7 @@ class Pipeline:
         trace.prompt_tokens += filled.prompt_tokens
         trace.evaluated += filled.evaluated
         trace.reused += filled.reused
+        trace.decoded += filled.decoded
         trace.model_calls += filled.model_calls
 
     # -- steps -------------------------------------------------------------------------

@@ -104,6 +104,7 @@ class TagResult(BaseModel):
     evaluated: int = 0
     reused: int = 0
     completion_tokens: int = 0
+    decoded: int = 0  # structured mode: candidate tokens after the first (CandidateScores.decoded)
     seconds: float = 0.0
 
 

@@ -79,6 +79,7 @@ class FillResult(BaseModel):
     prompt_tokens: int = 0
     evaluated: int = 0
     reused: int = 0
+    decoded: int = 0  # candidate tokens after the first (CandidateScores.decoded)
 
     @property
     def arguments(self) -> dict[str, list[Any]]:
@@ -126,6 +127,7 @@ class _Scorer:
         self.result.prompt_tokens += usage.prompt_tokens
         self.result.evaluated += usage.evaluated
         self.result.reused += usage.reused
+        self.result.decoded += scores.decoded
         logprobs = np.asarray(scores.logprobs, dtype=np.float64)
         return logprobs - np.logaddexp.reduce(logprobs)  # renormalised over the candidates and null
 
