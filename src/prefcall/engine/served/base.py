@@ -633,7 +633,7 @@ class ServedEngine:
 
     def score_candidates(self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope = LOCAL,
                          cancel: Cancel | None = None, heal_end: bool = False) -> CandidateScores:
-        # heal_end: a served engine returns logprobs of the exact tokens only; they are what it scores.
+        # heal_end: served engines return logprobs of the exact tokens only, so every subclass scores those.
         raise NotImplementedError
 
     # -- the choice fallback ----------------------------------------------------------------------------------

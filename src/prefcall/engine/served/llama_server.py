@@ -228,7 +228,6 @@ class LlamaServerEngine(ServedEngine):
 
     def score_candidates(self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope = LOCAL,
                          cancel: Cancel | None = None, heal_end: bool = False) -> CandidateScores:
-        # heal_end: a served engine returns logprobs of the exact tokens only; they are what it scores.
         started = time.perf_counter()
         if any(not c for c in candidates):
             raise EngineError("a candidate is empty: pass non-empty candidate strings")

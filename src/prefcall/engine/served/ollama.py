@@ -146,7 +146,6 @@ class OllamaEngine(ServedEngine):
 
     def score_candidates(self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope = LOCAL,
                          cancel: Cancel | None = None, heal_end: bool = False) -> CandidateScores:
-        # heal_end: a served engine returns logprobs of the exact tokens only; they are what it scores.
         if not self.has_logprobs:
             raise self.missing("score candidates", f"Ollama {self.version or '(unknown version)'} returns no "
                                                    "logprobs; upgrade to 0.12.11 or later")

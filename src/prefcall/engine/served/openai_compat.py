@@ -421,7 +421,6 @@ class OpenAICompatEngine(ServedEngine):
     # -- scoring ----------------------------------------------------------------------------------------------
     def score_candidates(self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope = LOCAL,
                          cancel: Cancel | None = None, heal_end: bool = False) -> CandidateScores:
-        # heal_end: a served engine returns logprobs of the exact tokens only; they are what it scores.
         if any(not c for c in candidates):
             raise EngineError("a candidate is empty: pass non-empty candidate strings")
         if self.flavour in ("vllm", "llama-cpp-python"):

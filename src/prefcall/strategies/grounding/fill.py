@@ -274,15 +274,21 @@ def _overlaps(candidate: Candidate, taken: list[tuple[Source | None, int, int]])
     return any(s is candidate.source and candidate.start < e and st < candidate.end for s, st, e in taken)
 
 
+def _between(first: Candidate, other: Candidate) -> str | None:
+    """The text between two spans of one source (None for spans of different sources or none)."""
+    if first.source is None or other.source is not first.source:
+        return None
+    a, b = (first, other) if first.start < other.start else (other, first)
+    return a.source.text[a.end:b.start]
+
+
 def _comma_only(first: Candidate, other: Candidate) -> bool:
     """The two spans are joined by a comma and no coordinating word."""
-    a, b = (first, other) if first.start < other.start else (other, first)
-    return a.source is not None and a.source.text[a.end:b.start].strip() == ","
+    gap = _between(first, other)
+    return gap is not None and gap.strip() == ","
 
 
 def _coordinated(first: Candidate, other: Candidate) -> bool:
     """Two spans of one source joined only by a coordinator ("Italian or Mexican", "A, B and C")."""
-    if first.source is None or other.source is not first.source:
-        return False
-    a, b = (first, other) if first.start < other.start else (other, first)
-    return bool(_COORDINATION.match(a.source.text[a.end:b.start]))
+    gap = _between(first, other)
+    return gap is not None and bool(_COORDINATION.match(gap))
