@@ -1,11 +1,14 @@
 """Fit the ask-relevance threshold (src/prefcall/data/relevance.json) for an embedder.
 
-Tuning items, disjoint from every reported evaluation subset (those are the first 50 / 30 of each file):
-BFCL irrelevance 50-149 (requests no function fits), BFCL simple_python 50-99 and ACEBench special_incomplete
-30-49 (requests with their gold function). Rule: the largest threshold (two decimals, rounded down) that keeps
-at least 98% of the fitting requests.
+Tuning items: the tune part of the frozen split (src/prefcall/data/splits.json, `prefcall split show`) of BFCL
+irrelevance (requests no function fits), BFCL simple_python and ACEBench special_incomplete (requests with their
+gold function); never a report item. Rule: the largest threshold (two decimals, rounded down) that keeps at least
+98% of the fitting requests.
 
-    HF_HUB_OFFLINE=1 python scripts/fit_relevance.py [EMBEDDER_FOLDER]
+    HF_HUB_OFFLINE=1 python scripts/fit_relevance.py [EMBEDDER_FOLDER] [--ranges]
+
+--ranges reads the item ranges the shipped threshold was fitted on before the split file existed (BFCL irrelevance
+50-149, simple_python 50-99, ACEBench special_incomplete 30-49; all of them lie in the tune split).
 """
 import json
 import math
@@ -14,24 +17,38 @@ import sys
 import numpy as np
 
 from prefcall.engine.embedder import SentenceEmbedder
+from prefcall.evaluation import splits
 from prefcall.evaluation.data import shared_data_dir
 from prefcall.strategies.relevance import function_text
 
 D = shared_data_dir()
+RANGES = "--ranges" in sys.argv
+args = [a for a in sys.argv[1:] if a != "--ranges"]
 
 
 def lines(path):
     return [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
 
 
-e = SentenceEmbedder(sys.argv[1] if len(sys.argv) > 1 else None)
+def tuning(name, legacy):
+    """The tune items of a split source (or, with --ranges, the legacy slice)."""
+    rows = lines(D / name)
+    if RANGES:
+        return rows[legacy]
+    keep = splits.tune_keys(D / name)
+    if keep is None:
+        raise SystemExit(f"{D / name} is not the split source: rebuild the split (prefcall split build)")
+    return [r for r in rows if str(r["id"]) in keep]
+
+
+e = SentenceEmbedder(args[0] if args else None)
 pairs = []
-for r in lines(D/"bfcl/BFCL_v4_irrelevance.json")[50:150]:
+for r in tuning("bfcl/BFCL_v4_irrelevance.json", slice(50, 150)):
     pairs.append((0, r["question"][0][-1]["content"], r["function"][0]))
-for r in lines(D/"bfcl/BFCL_v4_simple_python.json")[50:100]:
+for r in tuning("bfcl/BFCL_v4_simple_python.json", slice(50, 100)):
     pairs.append((1, r["question"][0][-1]["content"], r["function"][0]))
 gold = {g["id"]: g for g in lines(D/"acebench/possible_answer/data_special_incomplete.json")}
-for r in lines(D/"acebench/data_special_incomplete.json")[30:50]:
+for r in tuning("acebench/data_special_incomplete.json", slice(30, 50)):
     q = r["question"]; q = q[6:] if q.startswith("user: ") else q
     name = next(iter(gold[r["id"]]["ground_truth"]))
     pairs.append((1, q, next(f for f in r["function"] if f["name"] == name)))

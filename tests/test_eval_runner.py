@@ -227,10 +227,16 @@ def test_cli_nlsi_predictions_with_alias_and_parse_error(tmp_path: Path, capsys:
 
 def test_nlsi_gold_against_gold_on_shared_data(shared_data: Path, capsys: pytest.CaptureFixture[str]):
     data = shared_data / "nlsi" / "dev.json"
+    main(["eval", "nlsi", "--data", str(data), "--predictions", str(data), "--split", "all"])
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # Every item, the repeated example_id 3478 twice with its own prediction each (keyed by id and position).
+    assert summary["n"] == 403 and summary["n_scored"] == 403
+    assert summary["metrics"]["exact_match"] == 1.0 and summary["metrics"]["slot_f1"] == 1.0
+    assert summary["split"]["part"] == "all"
     main(["eval", "nlsi", "--data", str(data), "--predictions", str(data)])
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["n"] == 403
-    assert summary["metrics"]["exact_match"] == 1.0 and summary["metrics"]["slot_f1"] == 1.0
+    assert summary["split"] == {"part": "report", "sources": {"nlsi/dev.json": 130}, "unsplit": [], "note": ""}
+    assert summary["n"] == 130
 
 
 def test_tags_gold_against_gold_on_shared_data(shared_data: Path, capsys: pytest.CaptureFixture[str]):
@@ -247,12 +253,12 @@ def test_dst_gold_against_gold_on_shared_data(shared_data: Path, tmp_path: Path,
     items = DST.load(namespace(data=str(data), dialogues=10, sgd_schema=None))
     preds = tmp_path / "gold.jsonl"
     preds.write_text("\n".join(json.dumps({"id": i.id, "calls": i.gold["calls"]}) for i in items))
-    main(["eval", "dst", "--data", str(data), "--dialogues", "10", "--predictions", str(preds)])
+    main(["eval", "dst", "--data", str(data), "--dialogues", "10", "--predictions", str(preds), "--split", "all"])
     metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["metrics"]
     assert metrics["joint_goal_accuracy"] == 1.0 and metrics["intent_accuracy"] == 1.0
     # predicting nothing keeps only what the history set: JGA drops, intents of active turns are missed
     preds.write_text("\n".join(json.dumps({"id": i.id, "calls": []}) for i in items))
-    main(["eval", "dst", "--data", str(data), "--dialogues", "10", "--predictions", str(preds)])
+    main(["eval", "dst", "--data", str(data), "--dialogues", "10", "--predictions", str(preds), "--split", "all"])
     metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["metrics"]
     assert metrics["joint_goal_accuracy"] < 1.0 and metrics["intent_accuracy"] < 1.0
 

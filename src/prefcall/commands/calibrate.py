@@ -17,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_options(cal)
     cal.add_argument("--data", help="NLSI-style dev file (default: shared nlsi/dev.json)")
     cal.add_argument("--offset", type=int, default=0,
-                     help="skip the first N dev items (keep calibration items apart from the ones you report)")
+                     help="skip the first N items (of the tune split, for the shared nlsi/dev.json: a calibration "
+                          "never reads a report item)")
     cal.add_argument("--limit", type=int, default=50, help="dev items to use (each costs two pipeline runs)")
     cal.add_argument("--out", help="folder for items.jsonl (resumable), calibration.json, report.md and the "
                                    "calibration curve gate_curve.png")
@@ -41,7 +42,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     embedder = load_embedder(settings)
     catalogue = load_catalogue(args, "nlsi")
     data = Path(args.data) if args.data else shared_data_dir() / "nlsi" / "dev.json"
-    items = load_dev_items(data, args.offset + args.limit)[args.offset:]
+    items = load_dev_items(data, args.limit, args.offset)
     out = Path(args.out) if args.out else None
     pipeline = Pipeline(engine, embedder, tag_examples=tag_examples(args.examples, embedder), data_dir=settings.data_dir)
 
@@ -53,7 +54,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     print(file=sys.stderr)
     summary = result.model_dump(exclude={"sweep"})
     if out is not None:
-        source = (f"prefcall calibrate --data {data.name} --offset {args.offset} --limit {args.limit} "
+        source = (f"prefcall calibrate --data {data.name} (tune split where it is a split source) "
+                  f"--offset {args.offset} --limit {args.limit} "
                   f"--config {args.config} --measure {args.measure}")
         summary["report"] = str(write_report(result, out, source)[-1])
     if not args.dry_run:

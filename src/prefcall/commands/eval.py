@@ -46,7 +46,11 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--catalogue", help="built-in catalogue name (nlsi, sgd)")
     parser.add_argument("--config", help="strategy configuration (default, ext-tag, joint-tag, taps, fnctod-full, full)")
     parser.add_argument("--mode", help="task-specific mode (e.g. prompting style)")
-    parser.add_argument("--limit", type=int, help="evaluate only the first N items")
+    parser.add_argument("--split", choices=("tune", "report", "all", "dev"),
+                        help="part of the frozen split (prefcall/data/splits.json) to evaluate when the data file is "
+                             "a split source: report (default), tune, or all; other files are evaluated whole "
+                             "(nlt: tune/dev and report pick tests/data/nlt's files)")
+    parser.add_argument("--limit", type=int, help="evaluate only the first N items (after --split)")
     parser.add_argument("--out", help="output folder: results.jsonl (resumable), report.md, metrics.json, *.png")
     parser.add_argument("--predictions", help="score stored predictions (JSON lines with id) instead of running a model")
     # Hidden: canned engine replies for smoke tests; a JSON list of {"text", "when"?, "logprob"?}.

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from prefcall.errors import ConfigError, ValidationError
+from prefcall.evaluation import splits
 from prefcall.evaluation.data import shared_data_dir
 from prefcall.evaluation.metrics.calls import load_aliases, score_calls
 from prefcall.evaluation.metrics.f1 import micro_prf
@@ -128,10 +129,17 @@ def slot_counts(predicted: list[Call], gold: list[Call], aliases: dict[str, str]
     return tp, int(s["n_pred"]) - tp, int(s["n_gold"]) - tp
 
 
-def load_dev_items(path: Path, limit: int) -> list[dict[str, Any]]:
+def load_dev_items(path: Path, limit: int, offset: int = 0) -> list[dict[str, Any]]:
+    """Items offset..offset+limit of an NLSI-style file; of a split source (the shared nlsi/dev.json), of its tune
+    part only: a calibration never reads a report item (prefcall.evaluation.splits)."""
     if not path.exists():
         raise ConfigError(f"dev file {path} not found: pass --data or set PREFCALL_SHARED_DATA")
-    return json.loads(path.read_text(encoding="utf-8"))[:limit]
+    rows = json.loads(path.read_text(encoding="utf-8"))
+    tune = splits.tune_keys(path)
+    if tune is not None:
+        keys = splits.unique_ids(str(r.get("example_id", i)) for i, r in enumerate(rows))
+        rows = [r for r, key in zip(rows, keys) if key in tune]
+    return rows[offset:offset + limit]
 
 
 def read_rows(path: Path | None) -> dict[str, CalibrationItem]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from prefcall.evaluation.metrics.intervals import Metric
+from prefcall.evaluation.splits import Selection
 from prefcall.evaluation.task import ScoredItem, Task
 
 
@@ -125,9 +126,12 @@ def render_report(
         f"scored, {len(skipped)} not scorable here); "
         f"config: {summary.get('config')}; mode: {summary.get('mode')}",
         f"- prediction status: {', '.join(f'{k}={v}' for k, v in sorted(statuses.items()))}",
+        f"- items evaluated: {split_line(summary.get('split'))}",
         f"- command: `{meta.get('command', '')}`",
         f"- date: {meta.get('date', '')}; commit: {meta.get('commit') or '(none)'}",
     ]
+    for name, pool in (summary.get("pools") or {}).items():
+        parts.append(f"- {name}: {pool}")
     if "latency_s" in summary:
         lat = summary["latency_s"]
         parts.append(f"- latency per item: mean {lat['mean']:.3f}s, median {lat['p50']:.3f}s")
@@ -151,6 +155,14 @@ def render_report(
     parts += ["## Worst failures", ""]
     parts += [failure_block(item) for item in worst] if worst else ["(none: every item scored perfectly)"]
     return "\n".join(parts) + "\n"
+
+
+def split_line(split: dict[str, Any] | None) -> str:
+    """Which part of the frozen split the run evaluated (prefcall.evaluation.splits)."""
+    if not split:
+        return "(not recorded)"
+    selection = Selection.model_validate(split)
+    return selection.describe() + (f"; {selection.note}" if selection.note else "")
 
 
 def token_totals(items: list[ScoredItem]) -> dict[str, int]:

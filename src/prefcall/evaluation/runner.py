@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from prefcall.errors import ConfigError, PrefcallError
+from prefcall.evaluation import splits
 from prefcall.evaluation.metrics.intervals import collect as collect_intervals
+from prefcall.evaluation.splits import Selection
 from prefcall.evaluation.task import EvalContext, EvalItem, ScoredItem, Task, get_task
 
 RESULTS_FILE = "results.jsonl"
@@ -88,11 +90,11 @@ def read_predictions(path: Path) -> dict[str, dict[str, Any]]:
         records = json.loads(text)
     else:
         records = [json.loads(line) for line in text.splitlines() if line.strip()]
-    by_id: dict[str, dict[str, Any]] = {}
-    for index, record in enumerate(records):
-        key = str(record.get("id", record.get("example_id", index))) if isinstance(record, dict) else str(index)
-        by_id[key] = record if isinstance(record, dict) else {"prediction": record}
-    return by_id
+    keys = [str(record.get("id", record.get("example_id", index))) if isinstance(record, dict) else str(index)
+            for index, record in enumerate(records)]
+    # A repeated id is keyed by position as the tasks key it (id, id#2, ...), never one prediction for both.
+    return {key: record if isinstance(record, dict) else {"prediction": record}
+            for key, record in zip(splits.unique_ids(keys), records)}
 
 
 def tokens_of(prediction: dict[str, Any]) -> dict[str, int]:
@@ -160,9 +162,7 @@ def run_eval(
     stderr = stderr or sys.stderr
     task = get_task(task) if isinstance(task, str) else task
     items = task.load(args)
-    limit = getattr(args, "limit", None)
-    if limit is not None:
-        items = items[: max(0, int(limit))]
+    items, selection = select_split(task, args, items)
     out_dir = Path(args.out) if getattr(args, "out", None) else None
     results_path = out_dir / RESULTS_FILE if out_dir else None
     previous = read_results(results_path) if results_path else {}
@@ -199,6 +199,8 @@ def run_eval(
     usable = [i for i in ordered if i.scorable]
     metrics = task.aggregate(usable) if usable else {}
     summary = build_summary(task, args, ordered, metrics)
+    summary["split"] = selection.model_dump()
+    summary["pools"] = task.pools(args)
     if summary["score_errors"]:
         stderr.write(f"warning: {summary['score_errors']} of {len(ordered)} items could not be scored and are left "
                      f"out of the metrics (first: {summary['error_rows'][0]['id']}: {summary['error_rows'][0]['error']})\n")
@@ -207,6 +209,22 @@ def run_eval(
     stdout.write(json.dumps(summary, default=_json_default) + "\n")
     stdout.flush()
     return summary
+
+
+def select_split(task: Task, args: argparse.Namespace, items: list[EvalItem]) -> tuple[list[EvalItem], Selection]:
+    """The items of the frozen split's part that --split names (default: report, for a split source). Items are
+    unique by id after this (a task that repeats an id gets a one-line error, never a silent double score)."""
+    part = getattr(args, "split", None)
+    part = {"dev": "tune"}.get(part, part)  # the NLT task's older name of its tuning file
+    limit = getattr(args, "limit", None)
+    kept, selection = splits.select(items, task.data_files(args), part, task.split_key,
+                                    limit=None if limit is None else max(0, int(limit)))
+    ids = [i.id for i in kept]
+    if len(set(ids)) != len(ids):
+        repeated = next(i for i in ids if ids.count(i) > 1)
+        raise ConfigError(f"item id {repeated!r} occurs twice in the data: the {task.name} task must key repeated "
+                          "ids apart (splits.unique_ids)")
+    return kept, selection
 
 
 def evaluate_item(task: Task, item: EvalItem, ctx: EvalContext, stored: dict[str, dict[str, Any]] | None,

@@ -169,6 +169,12 @@ class Task(Protocol):
 
     def load(self, args: argparse.Namespace) -> list[EvalItem]: ...
 
+    def data_files(self, args: argparse.Namespace) -> list[Path]: ...
+
+    def split_key(self, item: EvalItem) -> str: ...
+
+    def pools(self, args: argparse.Namespace) -> dict[str, str]: ...
+
     def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]: ...
 
     def predictions_from_file(self, item: EvalItem, record: dict[str, Any]) -> dict[str, Any]: ...
@@ -200,6 +206,22 @@ class BaseTask:
 
     def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
         raise NotImplementedError
+
+    def data_files(self, args: argparse.Namespace) -> list[Path]:
+        """The files `load` reads items from, so the runner can find them in the frozen split
+        (prefcall.evaluation.splits); default: --data. Tasks with a default file or a folder say so."""
+        data = getattr(args, "data", None)
+        return [Path(data)] if data else []
+
+    def split_key(self, item: EvalItem) -> str:
+        """The item's key in the split file (default: its id; a task whose items share a unit, such as the
+        turns of one dialogue, returns the unit's key so that they fall on one side together)."""
+        return item.id
+
+    def pools(self, args: argparse.Namespace) -> dict[str, str]:
+        """What the run drew on besides the evaluated items (demonstrations, value memories), one line each, for
+        the report: a task that reads such a pool says which items it holds."""
+        return {}
 
     def predictions_from_file(self, item: EvalItem, record: dict[str, Any]) -> dict[str, Any]:
         """Turn one record of a `--predictions` file into a prediction; default: the record's "prediction"."""

@@ -374,6 +374,9 @@ class AceBenchTask(BaseTask):
                             help="normal categories: score the decision only, do not draft the call")
         parser.add_argument("--with-calls", action="store_true", help=argparse.SUPPRESS)  # now the default
 
+    def data_files(self, args: argparse.Namespace) -> list[Path]:
+        return data_files(Path(args.data)) if getattr(args, "data", None) else []
+
     def load(self, args: argparse.Namespace) -> list[EvalItem]:
         if not getattr(args, "data", None):
             raise ConfigError("eval acebench needs --data data_<category>.json or a folder of them "

@@ -61,8 +61,14 @@ class DstTask(BaseTask):
         add_function_selection_option(parser)
 
     # -- data ---------------------------------------------------------------------------------------------
+    def data_files(self, args: argparse.Namespace) -> list[Path]:
+        return [require_data(args, shared_data_dir() / "sgd" / "dev_dialogues_001.json")]
+
+    def split_key(self, item: EvalItem) -> str:
+        return str(item.meta.get("dialogue_id", item.id))  # a dialogue's turns fall on one side together
+
     def load(self, args: argparse.Namespace) -> list[EvalItem]:
-        data = require_data(args, shared_data_dir() / "sgd" / "dev_dialogues_001.json")
+        data = self.data_files(args)[0]
         dialogues = read_json(data)
         if getattr(args, "dialogues", None):
             dialogues = dialogues[: args.dialogues]

@@ -1,8 +1,10 @@
 """`prefcall eval nlsi`: NLSI standing instructions -> API calls, scored the way TAPS scores them.
 
 Data: the NLSI JSON list (user_utterance, all_standing_instructions, applicable_standing_instructions, api_calls,
-example_type). Predictions: `prefcall.strategies.pipeline.Pipeline.parse` with `--config`, demonstrations taken
-from `--demos` (default: the data file itself, leaving the item's own example out).
+example_type). Predictions: `prefcall.strategies.pipeline.Pipeline.parse` with `--config`. Demonstrations and the
+grounding's value memory come from the tune split of the shared nlsi/dev.json (`demo_pool`), never from the
+evaluated items; the report names the pool. Items: the report split of a split source unless `--split` says
+otherwise (prefcall.evaluation.splits).
 
 Metrics: exact match, slot precision / recall / F1 over (function, argument, value) triples (macro over items, as
 TAPS; micro too), function F1, selection precision / recall when the pipeline reports the instructions it used,
@@ -21,11 +23,13 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prefcall.errors import ParseError
+from prefcall.errors import ConfigError, ParseError
+from prefcall.evaluation import splits
 from prefcall.evaluation.data import load_catalogue, read_json, require_data, shared_data_dir
 from prefcall.evaluation.metrics.calls import calls_from_any, load_aliases, score_calls, score_selection
 from prefcall.evaluation.metrics.intervals import Metric, mean, micro, proportion, statistic
 from prefcall.evaluation.plots import bar_chart, confidence_scatter, group_mean, pearson, threshold_curve
+from prefcall.evaluation.splits import unique_ids
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
 from prefcall.schemas.model import Call
 
@@ -48,32 +52,40 @@ class NlsiTask(BaseTask):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--locations", default=None,
                             help="city alias map for value normalisation (default: shared taps/locations.json)")
-        parser.add_argument("--demos", help="NLSI-format file of demonstrations (default: --data, leave-one-out)")
+        parser.add_argument("--demos", help="NLSI-format file of demonstrations and value memories (default: the "
+                            "tune split of the shared nlsi/dev.json; a split source gives only its tune items; "
+                            "never the evaluated file)")
         parser.add_argument("--gold-selection", action="store_true",
                             help="give the pipeline the gold applicable instructions (interpretation only)")
         add_function_selection_option(parser)
 
+    def data_files(self, args: argparse.Namespace) -> list[Path]:
+        return [require_data(args, shared_data_dir() / "nlsi" / "dev.json")]
+
     def load(self, args: argparse.Namespace) -> list[EvalItem]:
-        rows = read_json(require_data(args, shared_data_dir() / "nlsi" / "dev.json"))
+        rows = read_json(self.data_files(args)[0])
         # score() sees only the item and prediction, so the run's alias map is fixed here, once per run.
         self._aliases = self.aliases(args)
-        return [self.item(row, index) for index, row in enumerate(rows)]
+        # Keyed by id and position together: NLSI dev repeats one example_id (the second is id#2, as in the split).
+        raw = [str(row.get("example_id", index)) if isinstance(row, dict) else str(index)
+               for index, row in enumerate(rows)]
+        return [self.item(row, index, item_id) for (index, row), item_id in zip(enumerate(rows), unique_ids(raw))]
 
     @staticmethod
-    def item(row: Any, index: int) -> EvalItem:
+    def item(row: Any, index: int, item_id: str | None = None) -> EvalItem:
         """One item; a record without the NLSI fields becomes an error item (one error row), not a crash."""
+        item_id = item_id or (str(row.get("example_id", index)) if isinstance(row, dict) else str(index))
         try:
-            return NlsiTask._item(row, index)
+            return NlsiTask._item(row, item_id)
         except (KeyError, TypeError, AttributeError) as exc:
-            item_id = str(row.get("example_id", index)) if isinstance(row, dict) else str(index)
             return EvalItem(id=item_id, input={"record": row}, error=f"record {index} is not an NLSI example "
                             f"(needs user_utterance and api_calls): {type(exc).__name__}: {exc}")
 
     @staticmethod
-    def _item(row: dict[str, Any], index: int) -> EvalItem:
+    def _item(row: dict[str, Any], item_id: str) -> EvalItem:
         calls = [str(c) for c in row.get("api_calls") or []]
         return EvalItem(
-            id=str(row.get("example_id", index)),
+            id=item_id,
             input={"dialogue": row["user_utterance"], "instructions": list(row.get("all_standing_instructions") or [])},
             gold={"api_calls": calls, "applicable": list(row.get("applicable_standing_instructions") or [])},
             meta={"example_type": row.get("example_type", "unknown"), "domain": domain_of(calls)},
@@ -97,7 +109,7 @@ class NlsiTask(BaseTask):
     def pipeline(self, ctx: EvalContext, config: Any) -> Any:
         """Load only what the config uses: the embedder for demonstrations, selection or tag examples."""
         from prefcall.storage.demos import DemoStore
-        from prefcall.strategies.fcicl import seed_from_nlsi
+        from prefcall.strategies.fcicl import load_nlsi_demonstrations
         from prefcall.strategies.pipeline import Pipeline
         from prefcall.strategies.taps_tagger import TagExamples
 
@@ -107,14 +119,24 @@ class NlsiTask(BaseTask):
         store = None
         if config.use_demos:
             store = DemoStore(None)
-            demos = getattr(ctx.args, "demos", None) or getattr(ctx.args, "data", None)
-            if demos:
-                seed_from_nlsi(store, demos, catalogue=getattr(ctx.args, "catalogue", None) or "nlsi")
+            pool = demo_pool(ctx.args, self.data_files(ctx.args)[0])
+            if pool is not None:
+                path, keep, _ = pool
+                catalogue = getattr(ctx.args, "catalogue", None) or "nlsi"
+                store.add_many([d for d in load_nlsi_demonstrations(path, catalogue) if keep is None or d.id in keep])
         examples = None
         train = shared_data_dir() / "taps" / "tags_train.json"
         if config.tagging != "off" and train.exists():
             examples = TagExamples.load(train, embedder)
         return Pipeline(ctx.engine, embedder, store, tag_examples=examples)
+
+    def pools(self, args: argparse.Namespace) -> dict[str, str]:
+        from prefcall.strategies.pipeline import get_config
+
+        if not get_config(getattr(args, "config", None) or "default", **config_overrides(args)).use_demos:
+            return {"demonstrations and value memories": "none (the config uses no demonstrations)"}
+        pool = demo_pool(args, self.data_files(args)[0])
+        return {"demonstrations and value memories": "none (no tune split to draw on)" if pool is None else pool[2]}
 
     def predictions_from_file(self, item: EvalItem, record: dict[str, Any]) -> dict[str, Any]:
         """Accept results.jsonl lines, {"id", "calls": [...]} or NLSI rows (api_calls strings)."""
@@ -212,6 +234,27 @@ class NlsiTask(BaseTask):
             error = str(item.prediction.get("error") or item.prediction.get("raw") or "")[:120].replace("|", "/")
             lines.append(f"| {item.id} | {item.status} | {error} |")
         return ["\n".join(lines) + "\n"]
+
+
+def demo_pool(args: argparse.Namespace, evaluated: Path) -> tuple[Path, set[str] | None, str] | None:
+    """Where an NLSI evaluation's demonstrations and value memories come from: (file, the ids it may use or None
+    for all, one line for the report). Never the evaluated file: the default is the tune split of the shared
+    nlsi/dev.json; a --demos file that is a split source gives its tune items only; another file gives all its
+    items. None when there is nothing to draw on (no shared data and no --demos)."""
+    given = getattr(args, "demos", None)
+    path = Path(given) if given else shared_data_dir() / "nlsi" / "dev.json"
+    if not path.is_file():
+        if given:
+            raise ConfigError(f"demonstrations file {path} does not exist; pass an NLSI-format --demos FILE")
+        return None
+    found = splits.source_of(path)
+    if found is not None:
+        name, entry = found
+        return path, set(entry.tune), f"the tune split of {name} ({len(entry.tune)} items, prefcall/data/splits.json)"
+    if evaluated.is_file() and splits.file_sha256(evaluated) == splits.file_sha256(path):
+        raise ConfigError(f"--demos {path} is the evaluated file: demonstrations must not come from the items "
+                          "being evaluated; pass a tuning file, or leave --demos out for the tune split")
+    return path, None, f"all items of {path} (not a split source: it must share no item with the evaluated data)"
 
 
 def gold_calls(raw: list[Any]) -> list[Call]:

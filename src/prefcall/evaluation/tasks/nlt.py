@@ -1,6 +1,6 @@
 """`prefcall eval nlt`: NLT tool selection on prefcall's own NLT set (tests/data/nlt) or any file in its format.
 
-`--split dev|report` picks tests/data/nlt/{dev,report}.jsonl of a source checkout (dev: fitting the score-mode
+`--split tune|report` (`dev` is tune's older name) picks tests/data/nlt/{dev,report}.jsonl of a source checkout (dev: fitting the score-mode
 rule; report: the reported numbers); `--data FILE` reads any file of `tools`-task records instead. Everything
 else (modes, metrics, the fitted rule on dev) is the `tools` task's.
 """
@@ -16,12 +16,15 @@ from prefcall.evaluation.task import EvalItem
 from prefcall.evaluation.tasks.tools import ToolsTask, load_items
 
 SPLITS = ("dev", "report")
+FILES = {"dev": "dev", "tune": "dev", "report": "report"}  # --split (the common option) -> tests/data/nlt file
 
 
 def split_path(split: str, root: Path | None = None) -> Path:
-    """tests/data/nlt/<split>.jsonl under the source checkout (or `root`), then under the working directory."""
-    if split not in SPLITS:
-        raise ConfigError(f"--split {split!r}: use one of {', '.join(SPLITS)}")
+    """tests/data/nlt/<split>.jsonl under the source checkout (or `root`), then under the working directory.
+    `tune` is the dev file (the frozen split lists it as the NLT set's tune part)."""
+    if split not in FILES:
+        raise ConfigError(f"--split {split!r}: the NLT set has tune (dev) and report files; pass one of them")
+    split = FILES[split]
     roots = [root] if root else [Path(__file__).resolve().parents[4], Path.cwd()]
     for base in roots:
         path = base / "tests" / "data" / "nlt" / f"{split}.jsonl"
@@ -33,17 +36,18 @@ def split_path(split: str, root: Path | None = None) -> Path:
 
 class NltTask(ToolsTask):
     name = "nlt"
-    description = "NLT tool selection on prefcall's NLT set (--split dev|report) or --data FILE; --mode score|generate|structured"
+    description = "NLT tool selection on prefcall's NLT set (--split tune|report) or --data FILE; --mode score|generate|structured"
 
-    def add_arguments(self, parser: Any) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("--split", choices=SPLITS, help="tests/data/nlt split (default: report, unless --data)")
+    # --split tune|report (the common option; `dev` is tune's older name) picks the file.
 
-    def load(self, args: argparse.Namespace) -> list[EvalItem]:
+    def data_files(self, args: argparse.Namespace) -> list[Path]:
         data, split = getattr(args, "data", None), getattr(args, "split", None)
         if data and split:
-            raise ConfigError("pass either --data FILE or --split dev|report, not both")
-        return load_items(data or split_path(split or "report"))
+            raise ConfigError("pass either --data FILE or --split tune|report, not both")
+        return [Path(data) if data else split_path(split or "report")]
+
+    def load(self, args: argparse.Namespace) -> list[EvalItem]:
+        return load_items(self.data_files(args)[0])
 
 
 TASK = NltTask()

@@ -35,8 +35,11 @@ class TagsTask(BaseTask):
                                  "text: the model rewrites the instruction with brackets (TAPS); "
                                  "spans: grammar-constrained JSON of labels and instruction spans")
 
+    def data_files(self, args: argparse.Namespace) -> list[Path]:
+        return [require_data(args, shared_data_dir() / "taps" / "tags_dev.json")]
+
     def load(self, args: argparse.Namespace) -> list[EvalItem]:
-        path = require_data(args, shared_data_dir() / "taps" / "tags_dev.json")
+        path = self.data_files(args)[0]
         rows = read_json(path)
         return [
             EvalItem(id=str(row.get("id", index)), input={"instruction": row["instruction"]}, gold=row["tagged"])
