@@ -240,3 +240,16 @@ def test_schema_keys_sort_in_decision_order():
     for branch in spans_schema("x y", CATALOGUE)["anyOf"]:
         assert sorted(branch["properties"]) == branch["required"] == ["intent", "slots", "with"]
         assert sorted(branch["properties"]["slots"]["items"]["properties"]) == ["slot", "value"]
+
+
+def test_a_further_intent_is_marked_on_the_word_naming_its_api_whatever_the_verb_of_its_name():
+    """The leading verb of an API name (Get, Find, Search ...) is not what the instruction names: "Rides" marks
+    FIND_RIDES as "Hotels" marks GET_HOTELS, not the last free word."""
+    from prefcall.profiles.tags import build_span_tags
+
+    text = "If I book Flights, also look for Rides to the hotel"
+    assert build_span_tags(text, "BOOK_FLIGHTS", [], also=["FIND_RIDES"]).tagged == (
+        "[IN:BOOK_FLIGHTS If I book Flights, also look for [IN:FIND_RIDES Rides ] to the hotel ]")
+    text = "When I ask for Events, also check Hotels nearby"
+    assert build_span_tags(text, "GET_EVENTS", [], also=["GET_HOTELS"]).tagged == (
+        "[IN:GET_EVENTS When I ask for Events, also check [IN:GET_HOTELS Hotels ] nearby ]")

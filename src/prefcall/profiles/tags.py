@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from prefcall.errors import ParseError
+from prefcall.retrieval.text import NAME_VERBS
 from prefcall.schemas.model import Call, Catalogue, Function
 
 _OPEN_RE = re.compile(r"\[(IN|SL):([A-Za-z0-9_]+)")
@@ -351,9 +352,11 @@ def build_span_tags(instruction: str, intent: str, slots: list[tuple[str, str]],
 
 
 def _mention(instruction: str, intent: str, placed: list[tuple[int, int, str]]) -> tuple[int, int] | None:
-    """The last free word naming the intent's API ("Hotels" for GET_HOTELS, "HouseStay" for GET_HOUSE_STAYS),
-    else the last free word: a further intent needs some words to bracket."""
-    noun = _fold(intent.removeprefix("GET_"))
+    """The last free word naming the intent's API ("Hotels" for GET_HOTELS, "HouseStay" for GET_HOUSE_STAYS,
+    "Rides" for FIND_RIDES: the leading verb of an API name is dropped), else the last free word: a further
+    intent needs some words to bracket."""
+    words = intent.split("_")
+    noun = _fold("".join(words[1:] if len(words) > 1 and words[0].lower() in NAME_VERBS else words))
     words = [_strip_edges(instruction, m.start(), m.end()) for m in re.finditer(r"\S+", instruction)]
     free = [w for w in words if w[0] < w[1] and not _overlaps(w, placed)]
 

@@ -20,6 +20,11 @@ STOP_WORDS = frozenset(
     just also too very s t m ll re ve d""".split()
 )
 
+# Verbs that prefix API names (GetRestaurants, FindBus, ReserveHotel, lookupUser): they say nothing about the domain.
+NAME_VERBS = frozenset(
+    "get find search lookup look reserve book buy make add check play rent schedule transfer request".split()
+)
+
 # Plural endings that must not be cut: "bus" -> "bu", "class" -> "clas", "this" -> "thi".
 _KEEP_ENDINGS = ("ss", "us", "is", "os", "as", "ys")
 # "-ies" words whose singular ends in "ie", not "y" (movies -> movie, but cities -> city).
@@ -58,3 +63,23 @@ def tokenize(text: str, *, drop_stop_words: bool = True) -> list[str]:
     if drop_stop_words:
         words = [w for w in words if w not in STOP_WORDS]
     return [normalise_word(w) for w in words]
+
+
+def one_edit(a: str, b: str) -> bool:
+    """`a` and `b` differ by exactly one inserted, deleted or substituted letter, or two swapped neighbours."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
+                                  and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    i = next((k for k, (x, y) in enumerate(zip(short, long)) if x != y), len(short))
+    return short[i:] == long[i + 1:]
+
+
+def misspelt(word: str, vocabulary: frozenset[str], min_length: int = 8) -> bool:
+    """`word` is a misspelling of a member of `vocabulary`: one edit away from it, and long enough (8 letters by
+    default) that one edit does not make another common word ("preferance" for "preference"; "cooking" and
+    "booking" are both words, so 7 letters are never folded)."""
+    return len(word) >= min_length and word not in vocabulary and any(one_edit(word, v) for v in vocabulary)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,17 +32,14 @@ from pydantic import BaseModel
 
 from prefcall.engine.base import Embedder
 from prefcall.retrieval.hybrid import HybridIndex
-from prefcall.retrieval.text import STOP_WORDS, normalise_word, split_identifier, tokenize
+from prefcall.retrieval.text import NAME_VERBS, STOP_WORDS, misspelt, normalise_word, split_identifier, tokenize
 from prefcall.schemas.model import Catalogue, Turn, as_dialogue
 
-# Verbs that prefix API names (GetRestaurants, FindBus, ReserveHotel): they say nothing about the domain.
-NAME_VERBS = frozenset(
-    "get find search lookup look reserve book buy make add check play rent schedule transfer request".split()
-)
-# Words of request phrasing that a condition clause can contain without naming a value.
+# Words of request phrasing that a condition clause can contain without naming a value; a misspelling of one
+# (one edit, 8 letters or more: "preferance") counts as the word (`generic`).
 GENERIC_WORDS = frozenset(
     """ask asking look looking want wanting request requesting need needing prefer preferred preference
-    preferance go going come comes search searching seek seeking make making get getting one something
+    go going come comes search searching seek seeking make making get getting one something
     place like would i'm im it's you're usually always favorite favourite choice type kind sure go-to
     check try trying find finding book booking option also then after called named about""".split()
 )
@@ -55,6 +53,12 @@ _REQUEST_RE = re.compile(
 ALSO_RE = re.compile(r"\b(?:also|too|as well)\b", re.I)
 _PLACE_RE = re.compile(r"\b(?:in|around|near)\s+(?:the\s+)?([A-Z][\w.'-]*(?:[ ,]+[A-Z][\w.'-]*)*)")
 _CONNECTORS = r"(?:is|as|=|should be|to be|must be|called|named)"
+
+
+@lru_cache(maxsize=4096)
+def generic(word: str) -> bool:
+    """A word of request phrasing (GENERIC_WORDS), or a misspelling of one."""
+    return word in GENERIC_WORDS or misspelt(word, GENERIC_WORDS)
 
 
 # ---------------------------------------------------------------------------- results
@@ -109,7 +113,7 @@ class DomainModel:
         for f in catalogue.functions:
             names.append(f.name)
             name_words[f.name] = {w for w in tokenize(f.name) if w not in NAME_VERBS}
-            desc_words[f.name] = {w for w in tokenize(f.description) if w not in GENERIC_WORDS}
+            desc_words[f.name] = {w for w in tokenize(f.description) if not generic(w)}
             params[f.name] = {tuple(tokenize(p, drop_stop_words=False)): p for p in f.properties}
             enums[f.name] = {
                 tuple(tokenize(str(v), drop_stop_words=False)): p
@@ -232,12 +236,12 @@ def domain_condition(condition: str, model: DomainModel) -> bool:
 def condition_values(condition: str, model: DomainModel) -> list[str]:
     """Value words of a condition: what remains after domain vocabulary and request phrasing are removed."""
     enum_words = {w for n in model.names for v in model.enum_values[n] for w in v}
-    ignore = (model.vocabulary - enum_words) | GENERIC_WORDS | STOP_WORDS
+    ignore = (model.vocabulary - enum_words) | STOP_WORDS
     values: list[str] = []
     for clause in re.split(r"\b(?:and|with)\b|,", condition):
         if _REQUEST_RE.search(clause) and model.named(_words(clause)):
             continue  # "If I ask for Restaurants": a domain condition, checked by the domain step
-        values += [w for w in tokenize(clause) if w not in ignore]
+        values += [w for w in tokenize(clause) if w not in ignore and not generic(w)]
     return values
 
 
@@ -271,7 +275,8 @@ def override_reason(instruction: str, domains: list[str], dialogue: str, model: 
     # Locations: the instruction sets a city/location, the user names a different place.
     place = find_place(dialogue, model)
     if place and (LOCATION_WORDS & set(ins_words) or find_place(consequence, model)):
-        value_words = [w for w in tokenize(consequence) if w not in model.vocabulary | GENERIC_WORDS | LOCATION_WORDS]
+        value_words = [w for w in tokenize(consequence)
+                       if w not in model.vocabulary | LOCATION_WORDS and not generic(w)]
         if value_words and not any(w in dialogue_words for w in value_words):
             return f"location {place!r}"
     for n in domains:
@@ -290,7 +295,7 @@ def override_reason(instruction: str, domains: list[str], dialogue: str, model: 
             if not phrase or f" {' '.join(phrase)} " not in text:
                 continue
             if user_sets(phrase, dialogue):
-                values = [w for w in tokenize(consequence) if w not in model.vocabulary | GENERIC_WORDS]
+                values = [w for w in tokenize(consequence) if w not in model.vocabulary and not generic(w)]
                 if values and not all(w in dialogue_words for w in values):
                     return f"{param} stated by the user"
     return None
