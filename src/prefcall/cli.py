@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from prefcall import __version__
-from prefcall.commands import bench, calibrate, demos, engine, model, profile, schema, serve, split, tag
+from prefcall.commands import bench, calibrate, corpus, demos, engine, model, profile, schema, serve, split, tag
 from prefcall.commands import eval as evaluate
 from prefcall.errors import PrefcallError
 
@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     calibrate,  # calibrate
     demos,  # demos ...
     evaluate,  # eval
+    corpus,  # corpus build
     split,  # split build / show
     bench,  # bench
 )

@@ -19,8 +19,8 @@ per source, are in `RULES` and printed into the file:
 - Report-only sources take no tuning items at all: ACEBench normal_preference (a real preference set), ACEBench
   special_irrelevant, BFCL live_relevance. Their first items were reported by earlier sessions (ACEBench: the
   first 30) but no fit read them; the report says so.
-- Held-out domains (NLSI: the travel, hotel, bus, rental-car and movie APIs) and services (SGD: RideSharing_1)
-  are report-only: no item that touches one is ever `tune`. Such an item that a fit already read is `retired`
+- Held-out domains (NLSI: the travel, hotel, bus, rental-car and movie APIs; the generated corpus: four functions
+  and three instruction styles) and services (SGD: RideSharing_1) are report-only: no item that touches one is ever `tune`. Such an item that a fit already read is `retired`
   (neither tune nor report).
 - The remaining items are `report` when the source has few unread items (NLSI, BFCL irrelevance), else split
   half and half by a hash of source and key (`sha256(source:key)`, first byte < 128 -> report).
@@ -198,6 +198,9 @@ class Rule:
     why: str = ""
 
 
+# The generated corpus's held-out functions and instruction styles (prefcall.evaluation.corpus says why).
+CORPUS_HELD_OUT_FUNCTIONS = ("BookPetCare", "ReserveBook", "SetThermostat", "BuyConcertTickets")
+CORPUS_HELD_OUT_STYLES = ("colon", "default", "usual")
 NLSI_HELD_OUT = ["GetTravel", "GetHotels", "GetBuses", "GetRentalCars", "GetMovies"]
 SGD_HELD_OUT = ["RideSharing_1"]
 
@@ -225,6 +228,10 @@ RULES: dict[str, Rule] = {r.path: r for r in [
          "report-only source (no call is right); earlier sessions reported its first 30, no fit read it"),
     Rule("shared:taps/tags_train.json", "position", [], "tune", [], "TAPS train: tag examples and fits"),
     Rule("shared:taps/tags_dev.json", "position", [], "report", [], "TAPS dev: reports"),
+    Rule("repo:src/prefcall/data/corpus/items.json", "example_id", [], "half",
+         [*CORPUS_HELD_OUT_FUNCTIONS, *(f"style:{s}" for s in CORPUS_HELD_OUT_STYLES)],
+         "prefcall's generated corpus (prefcall corpus build): four functions and three instruction styles held "
+         "out; the rest half and half by hash"),
     Rule("repo:tests/data/nlt/dev.jsonl", "id", [], "tune", [], "prefcall's NLT dev set: the NLT rule's fit"),
     Rule("repo:tests/data/nlt/report.jsonl", "id", [], "report", [], "prefcall's NLT report set"),
 ]}
@@ -247,7 +254,9 @@ def _records(path: Path) -> list[Any]:
 def _keys_and_domains(rule: Rule, records: list[Any]) -> list[tuple[str, set[str]]]:
     if rule.key.startswith("example_id"):
         keys = unique_ids(str(r["example_id"]) for r in records)
-        return [(k, {str(c).split("(", 1)[0].strip() for c in r.get("api_calls") or []})
+        # The functions called, and for the generated corpus the instruction style (held out as "style:NAME").
+        return [(k, {str(c).split("(", 1)[0].strip() for c in r.get("api_calls") or []}
+                 | ({f"style:{r['style']}"} if r.get("style") else set()))
                 for k, r in zip(keys, records)]
     if rule.key == "dialogue_id":
         return [(str(r["dialogue_id"]), set(r.get("services") or [])) for r in records]

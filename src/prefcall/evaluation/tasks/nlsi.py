@@ -238,11 +238,13 @@ class NlsiTask(BaseTask):
 
 def demo_pool(args: argparse.Namespace, evaluated: Path) -> tuple[Path, set[str] | None, str] | None:
     """Where an NLSI evaluation's demonstrations and value memories come from: (file, the ids it may use or None
-    for all, one line for the report). Never the evaluated file: the default is the tune split of the shared
+    for all, one line for the report). Never an evaluated item: the default is the tune split of the evaluated
+    file when it is a split source (the shared nlsi/dev.json, the generated corpus), else of the shared
     nlsi/dev.json; a --demos file that is a split source gives its tune items only; another file gives all its
     items. None when there is nothing to draw on (no shared data and no --demos)."""
     given = getattr(args, "demos", None)
-    path = Path(given) if given else shared_data_dir() / "nlsi" / "dev.json"
+    own = None if given else splits.source_of(evaluated)  # a split source is its own pool: its tune part
+    path = Path(given) if given else evaluated if own else shared_data_dir() / "nlsi" / "dev.json"
     if not path.is_file():
         if given:
             raise ConfigError(f"demonstrations file {path} does not exist; pass an NLSI-format --demos FILE")

@@ -1,0 +1,622 @@
+"""A generated NLSI-style corpus over catalogues the shared data does not have (`prefcall corpus build`).
+
+Why: the shared data has one author style (NLSI's "If I ask for X, my preferred Y is Z"), string arguments only,
+no chains and no multi-instruction items in its dev file. Fits and reports need more: typed arguments
+(integers, booleans, enums), lowercase and common-noun values ("the airport"), numbers written as words
+("three"), standing instructions in several phrasings, chains, several instructions at once, two values for one
+argument, conditions, overrides and requests no instruction applies to.
+
+What it makes (deterministic: the same code gives the same bytes; a test checks the shipped copy):
+- `catalogue.json`: 16 functions in prefcall's catalogue format, typed, with descriptions and required arguments;
+  two of them have similar names or arguments on purpose (PlayMusic / BuyConcertTickets; account_type /
+  recipient_account_type).
+- `items.json`: NLSI-format items (example_id, user_utterance, all_standing_instructions,
+  applicable_standing_instructions, api_calls, example_type) plus `function`, `style` and `classes` (the
+  failure classes an item exercises). Example types: none (no instruction applies), simple, multiple (2-3
+  instructions for one request), override (the user's words replace an instruction's value), conditional (an
+  instruction that applies because of a value the user gave), chain (a second function), multi_value (two
+  instructions give two values of one argument: one call per value).
+- Gold values: what the user wrote, as the schema types it ("three" people -> 3, "with covered parking" ->
+  True), and an instruction's value; a chained call takes from the request only values that fit its own
+  arguments (lodging after a ferry to Victoria is in Victoria).
+
+Split (read by `prefcall split build`): four functions (BookPetCare, ReserveBook, SetThermostat,
+BuyConcertTickets) and three instruction styles (`colon`, `default`, `usual`) are report-only: no tune item uses
+them. The rest is split half and half by a hash of the id.
+
+Authored for prefcall from scratch: no template or value is taken from a shared data set.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SEED = 20261125
+ITEMS_PER_FUNCTION = 40
+CORPUS_DIR = Path(__file__).resolve().parents[1] / "data" / "corpus"
+BUILD_COMMAND = "prefcall corpus build"
+# Held out of every fit (the split file's rule names the same ones; a test checks they agree).
+REPORT_FUNCTIONS = ("BookPetCare", "ReserveBook", "SetThermostat", "BuyConcertTickets")
+TUNE_STYLES = ("nlsi", "when", "prefer")
+REPORT_STYLES = ("colon", "default", "usual")
+STYLES = TUNE_STYLES + REPORT_STYLES
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One argument: its schema, how a user says a value (`ask`, with {v}), how an instruction states it as a
+    noun phrase (`fact`, with {v}) and the values (what is written, what the call holds)."""
+
+    name: str
+    type: str
+    description: str
+    values: tuple[tuple[str, Any], ...]
+    ask: tuple[str, ...]
+    fact: tuple[str, ...]
+    enum: tuple[str, ...] = ()
+    required: bool = False
+    human: str = ""  # how the argument is called in words (default: the name with spaces)
+
+    @property
+    def words(self) -> str:
+        return self.human or self.name.replace("_", " ")
+
+    def schema(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type, "description": self.description}
+        if self.enum:
+            out["enum"] = list(self.enum)
+        return out
+
+
+@dataclass(frozen=True)
+class Domain:
+    function: str
+    description: str
+    noun: str  # "fitness classes"
+    activity: str  # "book a fitness class"
+    openers: tuple[str, ...]  # a request's start
+    slots: tuple[Slot, ...]
+    chains: tuple[tuple[str, dict[str, str]], ...] = ()  # (other function, {its argument: this one's argument})
+
+    def slot(self, name: str) -> Slot:
+        return next(s for s in self.slots if s.name == name)
+
+
+def _b(true_ask: str, false_ask: str, true_fact: str, false_fact: str) -> dict[str, Any]:
+    """A boolean's phrasings: the value is in the words, so ask/fact carry no {v}."""
+    return {"values": (("yes", True), ("no", False)), "ask": (true_ask, false_ask), "fact": (true_fact, false_fact)}
+
+
+def _slot(name: str, type_: str, description: str, *, values=(), ask=(), fact=(), enum=(), required=False,
+          human="", flag: dict[str, Any] | None = None) -> Slot:
+    if flag is not None:
+        return Slot(name, type_, description, flag["values"], flag["ask"], flag["fact"], required=required,
+                    human=human)
+    return Slot(name, type_, description, tuple(values), tuple(ask), tuple(fact), tuple(enum), required, human)
+
+
+NUMBER_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 8: "eight", 10: "ten"}
+
+
+def _counts(*numbers: int) -> tuple[tuple[str, Any], ...]:
+    """Each number written both ways: "3" and "three" (both mean 3)."""
+    return tuple(pair for n in numbers for pair in ((str(n), n), (NUMBER_WORDS.get(n, str(n)), n)))
+
+
+DOMAINS: tuple[Domain, ...] = (
+    Domain("BookFitnessClass", "Book a class at a gym or fitness studio.", "fitness classes", "book a fitness class",
+           ("Book me a fitness class", "I'd like to sign up for a class", "can you get me into a class"),
+           (
+               _slot("class_type", "string", "Kind of class.", enum=("yoga", "pilates", "spin", "boxing"),
+                     values=[(v, v) for v in ("yoga", "pilates", "spin", "boxing")], ask=("for {v}", "a {v} one"),
+                     fact=("{v} classes", "{v}"), required=True, human="class type"),
+               _slot("studio", "string", "Name of the studio or gym.",
+                     values=[(v, v) for v in ("Core Motion", "Riverside Gym", "the Y downtown", "Pulse Studio")],
+                     ask=("at {v}",), fact=("the {v} studio", "{v}")),
+               _slot("day", "string", "Day of the class.",
+                     values=[(v, v) for v in ("Monday", "Thursday", "Saturday morning", "tomorrow")],
+                     ask=("on {v}", "for {v}"), fact=("{v}",)),
+               _slot("level", "string", "Difficulty.", enum=("beginner", "intermediate", "advanced"),
+                     values=[(v, v) for v in ("beginner", "intermediate", "advanced")],
+                     ask=("at the {v} level",), fact=("the {v} level", "{v} level classes")),
+           ),
+           chains=(("ReserveParking", {"location": "studio", "day": "day"}),)),
+    Domain("OrderGroceries", "Order groceries for delivery from a store.", "grocery orders", "order groceries",
+           ("Order some groceries", "I need groceries delivered", "please put in a grocery order"),
+           (
+               _slot("item", "string", "What to buy.",
+                     values=[(v, v) for v in ("oat milk", "bananas", "whole wheat bread", "eggs")],
+                     ask=("for {v}", "including {v}"), fact=("{v}",), required=True),
+               _slot("quantity", "integer", "How many units.", values=_counts(2, 3, 6), ask=("{v} of them",),
+                     fact=("{v} units",)),
+               _slot("store", "string", "Store to order from.",
+                     values=[(v, v) for v in ("Fresh Fields", "the corner market", "Green Basket")],
+                     ask=("from {v}",), fact=("{v}",)),
+               _slot("delivery_window", "string", "When to deliver.", enum=("morning", "afternoon", "evening"),
+                     values=[(v, v) for v in ("morning", "afternoon", "evening")], ask=("in the {v}",),
+                     fact=("{v} delivery", "the {v}"), human="delivery window"),
+               _slot("substitutions", "boolean", "Whether the shopper may substitute missing items.",
+                     flag=_b("and substitutions are fine", "with no substitutions", "substitutions allowed",
+                             "no substitutions")),
+           )),
+    Domain("RefillPrescription", "Refill a prescription at a pharmacy.", "prescription refills",
+           "refill a prescription",
+           ("Refill my prescription", "I need a refill", "please order a refill"),
+           (
+               _slot("medication", "string", "Name of the medicine.",
+                     values=[(v, v) for v in ("lisinopril", "my inhaler", "metformin", "allergy pills")],
+                     ask=("of {v}", "for {v}"), fact=("{v}",), required=True),
+               _slot("pharmacy", "string", "Pharmacy to fill it at.",
+                     values=[(v, v) for v in ("Bayside Pharmacy", "the drugstore on Elm", "MedPlus")],
+                     ask=("at {v}",), fact=("{v}",)),
+               _slot("supply_days", "integer", "Days of supply.", values=_counts(30, 90) + (("ninety", 90),),
+                     ask=("a {v} day supply",), fact=("a {v} day supply",), human="supply"),
+               _slot("delivery", "boolean", "Deliver instead of pick up.",
+                     flag=_b("delivered to my home", "for pickup", "home delivery", "pickup in store")),
+           )),
+    Domain("ReserveParking", "Reserve a parking spot.", "parking", "reserve parking",
+           ("Reserve a parking spot", "I need parking", "can you book me a parking space"),
+           (
+               _slot("location", "string", "Where to park.",
+                     values=[(v, v) for v in ("the airport", "the train station", "my office", "Union Square")],
+                     ask=("at {v}", "near {v}"), fact=("{v}",), required=True),
+               _slot("hours", "integer", "How many hours.", values=_counts(2, 4, 8), ask=("for {v} hours",),
+                     fact=("{v} hours",)),
+               _slot("covered", "boolean", "A covered spot.",
+                     flag=_b("with covered parking", "in an open lot", "covered spots", "open air spots")),
+               _slot("day", "string", "Day of parking.",
+                     values=[(v, v) for v in ("Friday", "next Tuesday", "this weekend")], ask=("on {v}", "for {v}"),
+                     fact=("{v}",)),
+           )),
+    Domain("BookPetCare", "Book grooming, walking or boarding for a pet.", "pet care", "book pet care",
+           ("Book pet care", "my dog needs a service booked", "set up an appointment for my pet"),
+           (
+               _slot("service", "string", "Service.", enum=("grooming", "walking", "boarding", "vet visit"),
+                     values=[(v, v) for v in ("grooming", "walking", "boarding", "vet visit")],
+                     ask=("for {v}",), fact=("{v}",), required=True),
+               _slot("pet_name", "string", "The pet's name.",
+                     values=[(v, v) for v in ("Biscuit", "Luna", "Mr. Whiskers")], ask=("for {v}",),
+                     fact=("{v}",), human="pet name"),
+               _slot("provider", "string", "Groomer, walker or clinic.",
+                     values=[(v, v) for v in ("Happy Paws", "Dr. Ortiz", "the clinic on Main")],
+                     ask=("with {v}",), fact=("{v}",)),
+               _slot("day", "string", "Day.", values=[(v, v) for v in ("Wednesday", "Sunday afternoon", "tomorrow")],
+                     ask=("on {v}",), fact=("{v}",)),
+           )),
+    Domain("TransferMoney", "Move money between bank accounts.", "money transfers", "transfer money",
+           ("Transfer money", "send some money", "please make a transfer"),
+           (
+               _slot("recipient_name", "string", "Who receives it.",
+                     values=[(v, v) for v in ("Priya", "my landlord", "Tom Becker")], ask=("to {v}",),
+                     fact=("{v}",), required=True, human="recipient"),
+               _slot("amount", "number", "Amount in dollars.",
+                     values=(("$50", 50), ("200 dollars", 200), ("1,000 dollars", 1000), ("75", 75)),
+                     ask=("for {v}",), fact=("{v}",), required=True),
+               _slot("account_type", "string", "The account the money leaves.", enum=("checking", "savings"),
+                     values=[(v, v) for v in ("checking", "savings")], ask=("from my {v} account",),
+                     fact=("my {v} account",), human="account type"),
+               _slot("recipient_account_type", "string", "The recipient's account.", enum=("checking", "savings"),
+                     values=[(v, v) for v in ("checking", "savings")], ask=("into their {v} account",),
+                     fact=("their {v} account",), human="recipient account type"),
+           )),
+    Domain("SearchApartments", "Search apartments for rent.", "apartments", "look for an apartment",
+           ("Find me an apartment", "I'm looking for a place to rent", "search rentals"),
+           (
+               _slot("city", "string", "City.", values=[(v, v) for v in ("Portland", "Austin", "Brooklyn")],
+                     ask=("in {v}",), fact=("{v}",), required=True),
+               _slot("bedrooms", "integer", "Number of bedrooms.", values=_counts(1, 2, 3),
+                     ask=("with {v} bedrooms",), fact=("{v} bedrooms",)),
+               _slot("max_rent", "integer", "Highest monthly rent in dollars.",
+                     values=(("2000", 2000), ("1500", 1500), ("2500", 2500)), ask=("under {v} a month",),
+                     fact=("rent under {v}",), human="maximum rent"),
+               _slot("pets_allowed", "boolean", "Pets allowed.",
+                     flag=_b("that allows pets", "with no pets", "pet friendly places", "no pets"),
+                     human="pets"),
+               _slot("furnished", "boolean", "Comes furnished.",
+                     flag=_b("furnished", "unfurnished", "furnished places", "unfurnished places")),
+           )),
+    Domain("SetReminder", "Set a reminder at a time.", "reminders", "set a reminder",
+           ("Remind me", "set a reminder", "please add a reminder"),
+           (
+               _slot("text", "string", "What to be reminded of.",
+                     values=[(v, v) for v in ("call my mother", "water the plants", "pay the phone bill")],
+                     ask=("to {v}",), fact=("{v}",), required=True, human="reminder text"),
+               _slot("time", "string", "When.", values=[(v, v) for v in ("7 pm", "noon", "8:30 tomorrow")],
+                     ask=("at {v}",), fact=("{v}",), required=True),
+               _slot("repeat", "string", "Repeat rule.", enum=("never", "daily", "weekly"),
+                     values=[(v, v) for v in ("daily", "weekly")], ask=("{v}",), fact=("{v} reminders",)),
+           )),
+    Domain("OrderFood", "Order food from a restaurant for delivery.", "food delivery", "order food",
+           ("Order food", "get me some takeout", "I want to order dinner"),
+           (
+               _slot("dish", "string", "What to eat.",
+                     values=[(v, v) for v in ("pad thai", "a veggie burger", "margherita pizza", "ramen")],
+                     ask=("{v}",), fact=("{v}",), required=True),
+               _slot("restaurant", "string", "Restaurant.",
+                     values=[(v, v) for v in ("Noodle Bar", "Luigi's", "the diner on 3rd")], ask=("from {v}",),
+                     fact=("{v}",)),
+               _slot("quantity", "integer", "How many portions.", values=_counts(1, 2, 4),
+                     ask=("{v} orders of it",), fact=("{v} portions",)),
+               _slot("contactless", "boolean", "Leave at the door.",
+                     flag=_b("left at the door", "handed to me", "contactless delivery", "hand delivery")),
+               _slot("tip_percent", "integer", "Tip in percent.", values=(("15", 15), ("20", 20), ("twenty", 20)),
+                     ask=("with a {v} percent tip",), fact=("a {v} percent tip",), human="tip"),
+           )),
+    Domain("BookTaxi", "Book a taxi ride.", "taxi rides", "book a taxi",
+           ("Book a taxi", "get me a cab", "I need a ride"),
+           (
+               _slot("pickup", "string", "Pickup place.",
+                     values=[(v, v) for v in ("my hotel", "the office", "Pier 39", "home")],
+                     ask=("from {v}",), fact=("{v}",), required=True, human="pickup place"),
+               _slot("dropoff", "string", "Destination.",
+                     values=[(v, v) for v in ("the airport", "the stadium", "Grand Central", "the hospital")],
+                     ask=("to {v}",), fact=("{v}",), required=True, human="destination"),
+               _slot("passengers", "integer", "Riders.", values=_counts(1, 2, 3, 5), ask=("for {v} people",),
+                     fact=("{v} passengers",)),
+               _slot("vehicle", "string", "Car size.", enum=("standard", "xl", "premium"),
+                     values=[(v, v) for v in ("standard", "xl", "premium")], ask=("in a {v} car",),
+                     fact=("{v} cars",)),
+           )),
+    Domain("ReserveBook", "Reserve a library book.", "library books", "reserve a library book",
+           ("Reserve a book", "put a library book on hold", "I want to borrow a book"),
+           (
+               _slot("title", "string", "Book title.",
+                     values=[(v, v) for v in ("The Silent Orchard", "Night Trains", "a cookbook")],
+                     ask=("called {v}",), fact=("{v}",), required=True),
+               _slot("branch", "string", "Library branch.",
+                     values=[(v, v) for v in ("the Westside branch", "Central Library", "the branch near school")],
+                     ask=("at {v}",), fact=("{v}",)),
+               _slot("format", "string", "Format.", enum=("hardcover", "paperback", "ebook", "audiobook"),
+                     values=[(v, v) for v in ("hardcover", "paperback", "ebook", "audiobook")],
+                     ask=("as an {v}", "in {v}"), fact=("{v} editions", "{v}")),
+           )),
+    Domain("SetThermostat", "Set the thermostat of a room.", "the thermostat", "change the heating",
+           ("Set the thermostat", "make it warmer", "adjust the temperature"),
+           (
+               _slot("room", "string", "Room.", enum=("living room", "bedroom", "kitchen", "office"),
+                     values=[(v, v) for v in ("living room", "bedroom", "kitchen", "office")],
+                     ask=("in the {v}",), fact=("the {v}",), required=True),
+               _slot("temperature", "integer", "Degrees Fahrenheit.", values=(("68", 68), ("72", 72), ("seventy", 70)),
+                     ask=("to {v} degrees",), fact=("{v} degrees",)),
+               _slot("mode", "string", "Mode.", enum=("heat", "cool", "auto"),
+                     values=[(v, v) for v in ("heat", "cool", "auto")], ask=("on {v}",), fact=("{v} mode",)),
+           )),
+    Domain("PlayMusic", "Play music on a speaker or device.", "music", "play music",
+           ("Play some music", "put on some songs", "start playing"),
+           (
+               _slot("artist", "string", "Artist.", values=[(v, v) for v in ("Nina Simone", "Daft Punk", "Adele")],
+                     ask=("by {v}",), fact=("{v}",)),
+               _slot("device", "string", "Where to play.", enum=("kitchen speaker", "living room tv", "phone"),
+                     values=[(v, v) for v in ("kitchen speaker", "living room tv", "phone")],
+                     ask=("on the {v}",), fact=("the {v}",)),
+               _slot("shuffle", "boolean", "Shuffle.",
+                     flag=_b("on shuffle", "in order", "shuffle", "no shuffle")),
+           )),
+    Domain("BuyConcertTickets", "Buy tickets for a live concert.", "concert tickets", "buy concert tickets",
+           ("Buy concert tickets", "get me tickets to a show", "I want to see a concert"),
+           (
+               _slot("artist", "string", "Performer.", values=[(v, v) for v in ("Nina Simone", "Daft Punk", "Adele")],
+                     ask=("for {v}",), fact=("{v}",), required=True),
+               _slot("city", "string", "City of the show.", values=[(v, v) for v in ("Denver", "Chicago", "Seattle")],
+                     ask=("in {v}",), fact=("{v}",)),
+               _slot("quantity", "integer", "Tickets.", values=_counts(2, 4), ask=("{v} tickets",),
+                     fact=("{v} tickets",)),
+               _slot("date", "string", "Date of the show.", values=[(v, v) for v in ("June 12", "this Saturday")],
+                     ask=("on {v}",), fact=("{v}",)),
+           ),
+           chains=(("FindLodging", {"city": "city", "check_in": "date"}),)),
+    Domain("BookFerry", "Book a ferry crossing.", "ferries", "book a ferry",
+           ("Book a ferry", "I need ferry tickets", "get me on a ferry"),
+           (
+               _slot("origin", "string", "Departure port.", values=[(v, v) for v in ("Seattle", "Anacortes")],
+                     ask=("from {v}",), fact=("{v}",), required=True),
+               _slot("destination", "string", "Arrival port.",
+                     values=[(v, v) for v in ("Victoria", "Friday Harbor", "Orcas Island")], ask=("to {v}",),
+                     fact=("{v}",), required=True),
+               _slot("date", "string", "Travel date.", values=[(v, v) for v in ("May 3", "next Monday")],
+                     ask=("on {v}",), fact=("{v}",)),
+               _slot("passengers", "integer", "Travellers.", values=_counts(1, 2, 4), ask=("for {v} people",),
+                     fact=("{v} passengers",)),
+               _slot("cabin", "string", "Seat class.", enum=("standard", "premium"),
+                     values=[(v, v) for v in ("standard", "premium")], ask=("in {v} seating",),
+                     fact=("{v} seating",)),
+           ),
+           chains=(("FindLodging", {"city": "destination", "check_in": "date"}),)),
+    Domain("FindLodging", "Find a place to stay for a trip.", "lodging", "look for lodging",
+           ("Find lodging", "I need a place to stay", "look for a room"),
+           (
+               _slot("city", "string", "City.", values=[(v, v) for v in ("Victoria", "Denver", "Chicago")],
+                     ask=("in {v}",), fact=("{v}",), required=True),
+               _slot("check_in", "string", "Arrival date.", values=[(v, v) for v in ("May 3", "Friday")],
+                     ask=("from {v}",), fact=("{v}",), human="check-in date"),
+               _slot("guests", "integer", "Guests.", values=_counts(2, 3), ask=("for {v} guests",),
+                     fact=("{v} guests",)),
+               _slot("breakfast", "boolean", "Breakfast included.",
+                     flag=_b("with breakfast", "without breakfast", "breakfast included", "no breakfast")),
+           )),
+)
+
+
+# -- phrasing ---------------------------------------------------------------------------------------------------
+
+INSTRUCTION_STYLES: dict[str, tuple[str, ...]] = {
+    # {noun}: "fitness classes"; {activity}: "book a fitness class"; {slot}: "level"; {v}: value; {fact}: noun phrase
+    "nlsi": ("If I ask for {Noun}, my preferred {slot} is {v}.",),
+    "when": ("When I {activity}, I want {fact}.", "Whenever I {activity}, go with {fact}."),
+    "prefer": ("I prefer {fact} when I {activity}.", "For {noun} I like {fact}."),
+    "colon": ("{Noun}: {slot} {v}.", "{Noun} - always {fact}."),
+    "default": ("Please default to {fact} for {noun}.", "Unless I say otherwise, use {fact} for {noun}."),
+    "usual": ("My usual {slot} for {noun} is {v}.", "I normally {activity} with {fact}."),
+}
+FLAG_STYLES: dict[str, tuple[str, ...]] = {  # booleans: the fact says the value
+    "nlsi": ("If I ask for {Noun}, I prefer {fact}.",),
+    "when": ("When I {activity}, I want {fact}.",),
+    "prefer": ("I prefer {fact} when I {activity}.",),
+    "colon": ("{Noun}: {fact}.",),
+    "default": ("Please default to {fact} for {noun}.",),
+    "usual": ("I normally {activity} with {fact}.",),
+}
+CONDITION_STYLES = ("If I {activity} {ask}, I want {fact}.", "When the request is {ask}, use {fact}.")
+CHAIN_STYLES = ("Whenever I {activity}, also {other}.", "If I ask for {Noun}, also check {other_noun}.")
+MULTI_STYLES = ("I like {fact} for {noun}.", "{fact} is also fine for {noun}.")
+CLOSERS = ("", " please", ", thanks", "")
+
+
+@dataclass
+class Item:
+    example_id: str
+    user_utterance: str
+    all_standing_instructions: list[str]
+    applicable_standing_instructions: list[str]
+    api_calls: list[str]
+    example_type: str
+    function: str
+    style: str
+    classes: list[str] = field(default_factory=list)
+
+
+def render_call(function: str, args: dict[str, Any]) -> str:
+    parts = []
+    for name, value in args.items():
+        if isinstance(value, bool):
+            parts.append(f"{name}={'True' if value else 'False'}")
+        elif isinstance(value, (int, float)):
+            parts.append(f"{name}={value}")
+        else:
+            parts.append(f'{name}="{value}"')
+    return f"{function}({', '.join(parts)})"
+
+
+class Builder:
+    """Items for one domain at a time, drawn with one seeded generator so the whole corpus is reproducible."""
+
+    def __init__(self, seed: int = SEED) -> None:
+        self.rng = random.Random(seed)
+        self.by_name = {d.function: d for d in DOMAINS}
+
+    # -- pieces --
+    def value(self, slot: Slot) -> tuple[str, Any]:
+        return self.rng.choice(slot.values)
+
+    def ask(self, slot: Slot, said: str, gold: Any) -> str:
+        if slot.type == "boolean":
+            return slot.ask[0] if gold else slot.ask[1]
+        return self.rng.choice(slot.ask).format(v=said)
+
+    def fact(self, slot: Slot, said: str, gold: Any) -> str:
+        if slot.type == "boolean":
+            return slot.fact[0] if gold else slot.fact[1]
+        return self.rng.choice(slot.fact).format(v=said)
+
+    def instruction(self, domain: Domain, slot: Slot, said: str, gold: Any, style: str) -> str:
+        table = FLAG_STYLES if slot.type == "boolean" else INSTRUCTION_STYLES
+        template = self.rng.choice(table[style])
+        text = template.format(Noun=domain.noun.title(), noun=domain.noun, activity=domain.activity, slot=slot.words,
+                               v=said, fact=self.fact(slot, said, gold))
+        return text[0].upper() + text[1:]
+
+    def request(self, domain: Domain, clauses: list[str]) -> str:
+        text = " ".join([self.rng.choice(domain.openers), *clauses]).strip()
+        closer = self.rng.choice(CLOSERS)
+        text += "" if "please" in text.lower() and "please" in closer else closer
+        text = text[0].upper() + text[1:] + "."
+        if self.rng.random() < 0.2:  # some people type in lower case
+            text = text.lower()
+        return f"User: {text}"
+
+    def distractors(self, domain: Domain, k: int) -> list[str]:
+        """Instructions about other functions (never applicable)."""
+        others = [d for d in DOMAINS if d.function != domain.function and d.function not in
+                  {c for c, _ in domain.chains} and domain.function not in {c for c, _ in d.chains}]
+        out = []
+        for other in self.rng.sample(others, k):
+            slot = self.rng.choice(other.slots)
+            said, gold = self.value(slot)
+            out.append(self.instruction(other, slot, said, gold, self.rng.choice(STYLES)))
+        return out
+
+    def user_part(self, domain: Domain, exclude: set[str], n: int) -> tuple[dict[str, Any], list[str]]:
+        """The request's own values: every required argument (unless excluded) and `n` optional ones."""
+        args: dict[str, Any] = {}
+        clauses: list[str] = []
+        required = [s for s in domain.slots if s.required and s.name not in exclude]
+        optional = [s for s in domain.slots if not s.required and s.name not in exclude]
+        for slot in required + self.rng.sample(optional, min(n, len(optional))):
+            said, gold = self.value(slot)
+            args[slot.name] = gold
+            clauses.append(self.ask(slot, said, gold))
+        return args, clauses
+
+    # -- example types --
+    def make(self, domain: Domain, kind: str, style: str) -> Item | None:
+        rng = self.rng
+        classes: list[str] = []
+        free = [s for s in domain.slots if not s.required]
+        if kind == "none":
+            args, clauses = self.user_part(domain, set(), 2)
+            applicable: list[str] = []
+        elif kind in ("simple", "multiple"):
+            chosen = rng.sample(free, min(len(free), 1 if kind == "simple" else rng.choice((2, 3))))
+            if kind == "multiple" and len(chosen) < 2:
+                return None
+            args, clauses = self.user_part(domain, {s.name for s in chosen}, 1)
+            applicable = []
+            for slot in chosen:
+                said, gold = self.value(slot)
+                args[slot.name] = gold
+                applicable.append(self.instruction(domain, slot, said, gold, style))
+        elif kind == "override":
+            slot = rng.choice(free)
+            choices = [v for v in slot.values if v[1] is not None]
+            if len({g for _, g in choices}) < 2:
+                return None
+            (said_i, gold_i), (said_u, gold_u) = rng.sample(choices, 2)
+            while gold_i == gold_u:
+                (said_i, gold_i), (said_u, gold_u) = rng.sample(choices, 2)
+            args, clauses = self.user_part(domain, {slot.name}, 1)
+            args[slot.name] = gold_u
+            clauses.append(self.ask(slot, said_u, gold_u))
+            # The instruction is about this function, but the user's words win: it does not apply.
+            applicable = []
+            overridden = self.instruction(domain, slot, said_i, gold_i, style)
+        elif kind == "conditional":
+            enum_slots = [s for s in domain.slots if s.enum and s.type == "string"]
+            targets = [s for s in free if s not in enum_slots]
+            if not enum_slots or not targets:
+                return None
+            cond, slot = rng.choice(enum_slots), rng.choice(targets)
+            c_said, c_gold = self.value(cond)
+            said, gold = self.value(slot)
+            args, clauses = self.user_part(domain, {cond.name, slot.name}, 0)
+            args[cond.name] = c_gold
+            clauses.append(self.ask(cond, c_said, c_gold))
+            args[slot.name] = gold
+            text = rng.choice(CONDITION_STYLES).format(activity=domain.activity, ask=self.ask(cond, c_said, c_gold),
+                                                       fact=self.fact(slot, said, gold))
+            applicable = [text[0].upper() + text[1:]]
+            other = [v for v in cond.values if v[1] != c_gold]
+            o_said, o_gold = rng.choice(other)
+            o_slot_said, o_slot_gold = self.value(slot)
+            unmet = rng.choice(CONDITION_STYLES).format(activity=domain.activity, ask=self.ask(cond, o_said, o_gold),
+                                                        fact=self.fact(slot, o_slot_said, o_slot_gold))
+            overridden = unmet[0].upper() + unmet[1:]  # a condition the request does not meet: never applies
+        elif kind == "multi_value":
+            names = [s for s in free if s.type == "string" and not s.enum and len(s.values) >= 2]
+            if not names:
+                return None
+            slot = rng.choice(names)
+            (said_a, gold_a), (said_b, gold_b) = rng.sample(slot.values, 2)
+            args, clauses = self.user_part(domain, {slot.name}, 1)
+            applicable = [self.instruction(domain, slot, said_a, gold_a, style),
+                          rng.choice(MULTI_STYLES).format(fact=self.fact(slot, said_b, gold_b), noun=domain.noun)]
+            applicable[1] = applicable[1][0].upper() + applicable[1][1:]
+            calls = [render_call(domain.function, args | {slot.name: gold_a}),
+                     render_call(domain.function, args | {slot.name: gold_b})]
+            classes.append("d:several-values")
+            return self._item(domain, kind, style, clauses, applicable, calls, classes)
+        elif kind == "chain":
+            if not domain.chains:
+                return None
+            target, mapping = domain.chains[0]
+            other = self.by_name[target]
+            args, clauses = self.user_part(domain, set(), 1)
+            needed = [a for a in mapping.values() if a not in args]
+            for name in needed:  # the chain's values must be in the request
+                slot = domain.slot(name)
+                said, gold = self.value(slot)
+                args[name] = gold
+                clauses.append(self.ask(slot, said, gold))
+            text = rng.choice(CHAIN_STYLES).format(activity=domain.activity, other=other.activity,
+                                                   Noun=domain.noun.title(), other_noun=other.noun)
+            applicable = [text[0].upper() + text[1:]]
+            second = {theirs: args[ours] for theirs, ours in mapping.items() if ours in args}
+            calls = [render_call(domain.function, args), render_call(target, second)]
+            classes.append("c:chain-values")
+            return self._item(domain, kind, style, clauses, applicable, calls, classes)
+        else:
+            raise ValueError(kind)
+        extra = [overridden] if kind in ("override", "conditional") else []
+        if kind == "override":
+            classes.append("override")
+        return self._item(domain, kind, style, clauses, applicable, [render_call(domain.function, args)], classes,
+                          extra)
+
+    def _item(self, domain: Domain, kind: str, style: str, clauses: list[str], applicable: list[str],
+              calls: list[str], classes: list[str], extra: list[str] = ()) -> Item:
+        rng = self.rng
+        everything = applicable + list(extra) + self.distractors(domain, rng.choice((2, 3, 4)))
+        rng.shuffle(everything)
+        utterance = self.request(domain, clauses)
+        call_text = " ".join(calls)
+        if any(w in call_text for w in NUMBER_WORDS.values()) or any(
+                f" {w} " in f" {utterance.lower()} " for w in NUMBER_WORDS.values()):
+            classes.append("b:number-words")
+        if any(v.startswith(("the ", "my ")) for v in _strings(calls)):
+            classes.append("b:common-noun")
+        if domain.function == "TransferMoney":
+            classes.append("a:similar-arguments")
+        if domain.function in ("PlayMusic", "BuyConcertTickets"):
+            classes.append("f:similar-functions")
+        return Item("", utterance, everything, applicable, calls, kind, domain.function, style, sorted(set(classes)))
+
+
+def _strings(calls: list[str]) -> list[str]:
+    out = []
+    for call in calls:
+        out += [part.split('"')[1] for part in call.split("=")[1:] if part.startswith('"')]
+    return out
+
+
+KINDS = ("none", "simple", "simple", "multiple", "override", "conditional", "multi_value", "chain")
+
+
+def build_items(seed: int = SEED, per_function: int = ITEMS_PER_FUNCTION) -> list[Item]:
+    builder = Builder(seed)
+    items: list[Item] = []
+    for domain in DOMAINS:
+        report_only = domain.function in REPORT_FUNCTIONS
+        made = 0
+        attempts = 0
+        while made < per_function and attempts < per_function * 10:
+            attempts += 1
+            kind = KINDS[attempts % len(KINDS)]
+            style = builder.rng.choice(STYLES if report_only or made % 2 else TUNE_STYLES)
+            item = builder.make(domain, kind, style)
+            if item is None:
+                continue
+            made += 1
+            if kind in ("none", "conditional", "chain"):
+                item.style = "-"  # these kinds use no instruction style (conditions and chains have their own)
+            item.example_id = f"{domain.function}-{made:02d}"
+            items.append(item)
+    builder.rng.shuffle(items)  # so that `--limit N` of any part is a sample of every function and type
+    return items
+
+
+def catalogue() -> dict[str, Any]:
+    functions = []
+    for domain in DOMAINS:
+        functions.append({
+            "name": domain.function, "description": domain.description,
+            "parameters": {"type": "object", "properties": {s.name: s.schema() for s in domain.slots},
+                           "required": [s.name for s in domain.slots if s.required]},
+        })
+    return {"name": "corpus", "description": "prefcall's generated corpus catalogue (prefcall.evaluation.corpus): "
+            "16 everyday functions with typed arguments, none from the shared data sets.", "functions": functions}
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+
+
+def build(out: Path = CORPUS_DIR) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    items = [item.__dict__ for item in build_items()]
+    paths = [out / "catalogue.json", out / "items.json"]
+    paths[0].write_text(dumps(catalogue()), encoding="utf-8")
+    paths[1].write_text(dumps(items), encoding="utf-8")
+    return paths

@@ -1,0 +1,100 @@
+"""The generated corpus (prefcall.evaluation.corpus): reproducible, typed gold that its own catalogue accepts, every
+example type on both sides of the split, held-out functions and styles never tuned on."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from prefcall.cli import main
+from prefcall.evaluation import corpus, splits
+from prefcall.evaluation.metrics.calls import calls_from_any
+from prefcall.schemas.importers import import_catalogue
+from prefcall.schemas.calls import validate_call
+
+ITEMS = corpus.CORPUS_DIR / "items.json"
+CATALOGUE = corpus.CORPUS_DIR / "catalogue.json"
+
+
+@pytest.fixture(scope="module")
+def items() -> list[dict]:
+    return json.loads(ITEMS.read_text(encoding="utf-8"))
+
+
+def test_the_shipped_corpus_is_what_the_build_command_gives(capsys: pytest.CaptureFixture[str]):
+    assert main(["corpus", "build", "--check"]) == 0
+    assert "up to date" in capsys.readouterr().out
+
+
+def test_check_notices_a_changed_corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]):
+    copy = tmp_path / "corpus"
+    copy.mkdir()
+    (copy / "catalogue.json").write_bytes(CATALOGUE.read_bytes())
+    (copy / "items.json").write_text(ITEMS.read_text(encoding="utf-8").replace("Portland", "Salem"))
+    monkeypatch.setattr(corpus, "CORPUS_DIR", copy)
+    assert main(["corpus", "build", "--check"]) == 1
+    assert "items.json" in capsys.readouterr().err
+
+
+def test_every_gold_call_is_valid_against_the_catalogue_with_its_types(items: list[dict]):
+    catalogue = import_catalogue(CATALOGUE)
+    assert len(catalogue.functions) == 16
+    kinds: Counter[str] = Counter()
+    for item in items:
+        for call in calls_from_any(item["api_calls"]):
+            function = catalogue.function(call.name)
+            assert function is not None, call
+            problems = validate_call(call, function, strict=True)
+            assert not problems, (item["example_id"], call, problems)
+            for argument, value in call.arguments.items():
+                schema = function.properties[argument]
+                kinds["enum" if "enum" in schema else schema["type"]] += 1
+    # typed arguments, not strings only
+    assert kinds["integer"] > 100 and kinds["boolean"] > 100 and kinds["enum"] > 200 and kinds["number"] > 20
+
+
+def test_numbers_written_as_words_are_typed_numbers_in_the_gold(items: list[dict]):
+    worded = [i for i in items if "b:number-words" in i["classes"]]
+    assert len(worded) > 40
+    item = next(i for i in worded if " three " in f" {i['user_utterance'].lower()} " and "=3" in " ".join(i["api_calls"]))
+    assert '="three"' not in " ".join(item["api_calls"])
+
+
+def test_every_example_type_is_on_both_sides_and_held_out_parts_only_report(items: list[dict]):
+    entry = splits.packaged().sources["src/prefcall/data/corpus/items.json"]
+    by_id = {i["example_id"]: i for i in items}
+    tune = [by_id[k] for k in entry.tune]
+    report = [by_id[k] for k in entry.report]
+    assert len(tune) + len(report) == len(items)
+    types = {i["example_type"] for i in items}
+    assert types == {"none", "simple", "multiple", "override", "conditional", "multi_value", "chain"}
+    assert {i["example_type"] for i in tune} == types and {i["example_type"] for i in report} == types
+    assert not any(i["function"] in corpus.REPORT_FUNCTIONS or i["style"] in corpus.REPORT_STYLES for i in tune)
+    assert {i["function"] for i in report} >= set(corpus.REPORT_FUNCTIONS)
+    assert len({i["function"] for i in tune}) >= 10  # a fit sees at least ten catalogues' functions
+    assert set(corpus.REPORT_FUNCTIONS) == set(splits.CORPUS_HELD_OUT_FUNCTIONS)
+    assert set(corpus.REPORT_STYLES) == set(splits.CORPUS_HELD_OUT_STYLES)
+
+
+def test_chained_calls_take_their_values_from_the_request(items: list[dict]):
+    chains = [i for i in items if i["example_type"] == "chain"]
+    assert chains
+    for item in chains:
+        first, second = calls_from_any(item["api_calls"])
+        assert second.arguments and set(map(str, second.arguments.values())) <= set(map(str, first.arguments.values()))
+        text = item["user_utterance"].lower()
+        assert all(str(v).lower() in text for v in second.arguments.values())
+
+
+def test_an_overridden_or_unmet_instruction_is_listed_but_not_applicable(items: list[dict]):
+    for item in items:
+        assert set(item["applicable_standing_instructions"]) <= set(item["all_standing_instructions"])
+        if item["example_type"] in ("override", "conditional"):
+            extra = set(item["all_standing_instructions"]) - set(item["applicable_standing_instructions"])
+            assert extra, item["example_id"]
+        if item["example_type"] == "multi_value":
+            assert len(item["api_calls"]) == 2 and len(item["applicable_standing_instructions"]) == 2
