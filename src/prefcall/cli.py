@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from prefcall import __version__
-from prefcall.commands import bench, calibrate, corpus, demos, engine, model, profile, schema, serve, split, tag
+from prefcall.commands import bench, calibrate, corpus, demos, engine, fit, model, profile, schema, serve, split, tag
 from prefcall.commands import eval as evaluate
 from prefcall.errors import PrefcallError
 
@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     schema,  # schema ...
     tag,  # tag
     calibrate,  # calibrate
+    fit,  # fit (the grounding rule per model file)
     demos,  # demos ...
     evaluate,  # eval
     corpus,  # corpus build

@@ -38,7 +38,8 @@ from prefcall.retrieval.text import tokenize
 from prefcall.schemas.model import Call, Catalogue, Function, Turn, as_dialogue
 from prefcall.storage.demos import Demonstration
 from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, ValueMemory, Weights
-from prefcall.strategies.grounding.fill import Choice, FillResult, GroundingWeights, fill_arguments, flag_mention, transcript
+from prefcall.strategies.grounding.fill import (Choice, FillResult, GroundingWeights, Recorder, fill_arguments,
+                                                flag_mention, transcript)
 from prefcall.strategies.grounding.values import Source, call_sources
 from prefcall.strategies.preferences import Draft, Preference, Provenance, preference_from_tags
 from prefcall.strategies.selection import DomainModel, SelectionConfig, instruction_domains, split_condition
@@ -72,9 +73,11 @@ def user_sources(turns: list[Turn]) -> list[Source]:
 
 
 # ---------------------------------------------------------------------------- weights and memory
-def load_weights(model_name: str = "", path: Path | None = None) -> GroundingWeights:
+def load_weights(model_name: str = "", path: Path | None = None,
+                 fitted: dict[str, list[float]] | None = None) -> GroundingWeights:
     """Structural weights shipped in data/grounding.json, with the combination calibrated for `model_name`
-    when one is listed (else the defaults)."""
+    when one is listed (else the defaults), and over both the kinds a fit for this model file sets (`fitted`:
+    storage.fits.Fit.grounding, made by `prefcall fit`)."""
     text = path.read_text(encoding="utf-8") if path else \
         (resources.files("prefcall") / "data" / "grounding.json").read_text(encoding="utf-8")
     data = json.loads(text)
@@ -84,7 +87,7 @@ def load_weights(model_name: str = "", path: Path | None = None) -> GroundingWei
     weights = GroundingWeights(structure=Weights(tuple(s["mean"]), tuple(s["scale"]), tuple(s["weights"]),
                                                  float(s["bias"])))
     combination = {**data.get("combination", {}).get("default", {}),
-                   **data.get("combination", {}).get(model_name, {})}
+                   **data.get("combination", {}).get(model_name, {}), **(fitted or {})}
     return weights.model_copy(update={k: tuple(v) if isinstance(v, list) else v for k, v in combination.items()})
 
 
@@ -121,11 +124,12 @@ class Grounder:
     weights: GroundingWeights
     memory: ValueMemory | None = None
     exclude: frozenset[str] = frozenset()
+    record: Recorder | None = None  # receives every scored candidate (`prefcall fit`); None in serving
 
     def fill(self, function: Function, sources: list[Source], context: str) -> FillResult:
         features = FeatureContext(function, self.embedder, self.memory, self.exclude,
                                   sources_text="\n".join(s.text for s in sources))
-        return fill_arguments(self.engine, function, sources, context, features, self.weights)
+        return fill_arguments(self.engine, function, sources, context, features, self.weights, record=self.record)
 
 
 def draft_from_fill(result: FillResult, origin: str = "user") -> Draft:

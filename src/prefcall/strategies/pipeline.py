@@ -31,6 +31,7 @@ from prefcall.engine.base import LOCAL, Embedder, Engine, Generation, Scope, Sco
 from prefcall.errors import ValidationError
 from prefcall.profiles.tags import TaggedInstruction
 from prefcall.schemas.model import Call, Catalogue, MissingArgument, Turn, as_dialogue, render_dialogue
+from prefcall.storage import fits
 from prefcall.storage.demos import DemoStore
 from prefcall.strategies import fnctod, grounded, relevance
 from prefcall.strategies.fcicl import DemoQuery, DemoRetriever, HeuristicReranker, Reranker, ScoredDemo
@@ -213,6 +214,7 @@ class Pipeline:
         self.demos = demos
         self._memories = grounded.MemoryCache()
         self._weights: grounded.GroundingWeights | None = None
+        self.record: grounded.Recorder | None = None  # `prefcall fit` collects the filler's scored candidates
         self.scope = LOCAL
 
     def scoped(self, scope: Scope) -> Pipeline:
@@ -361,13 +363,23 @@ class Pipeline:
         result.notes.append(f"refuse {', '.join(result.functions)}: the request is not about them ({found.describe()})")
         result.calls, result.missing, result.question, result.decision = [], [], None, "refuse"
 
+    def fit(self) -> fits.Fit | None:
+        """The fit `prefcall fit` made for this model file (the user's, else a shipped one), by the file's hash;
+        None for a served engine (its fits are not keyed yet) or a model never fitted."""
+        info = self.engine.info
+        if "url" in info.extra:
+            return None
+        return fits.load(fits.file_fingerprint(info.model_path, self._data_dir()), self._data_dir())
+
     def _grounder(self, catalogue: Catalogue, exclude: frozenset[str]) -> grounded.Grounder:
         if self._weights is None:
-            self._weights = grounded.load_weights(self.engine.info.model_name)
+            fit = self.fit()
+            self._weights = grounded.load_weights(self.engine.info.model_name,
+                                                  fitted=fit.grounding if fit is not None else None)
         owner = self.scope.user
         memory = (self._memories.get(f"{catalogue.name}@{owner}", self.demos.all(catalogue.name, owner=owner))
                   if self.demos is not None else None)
-        return grounded.Grounder(self.engine, self.embedder, self._weights, memory, exclude)
+        return grounded.Grounder(self.engine, self.embedder, self._weights, memory, exclude, self.record)
 
     @staticmethod
     def _count(meter: _Meter, filled: grounded.FillResult) -> None:

@@ -17,10 +17,11 @@ Values are grounded by construction: the model chooses among candidates read fro
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -101,6 +102,23 @@ def transcript(turns: Sequence[Turn], instructions: Sequence[str] = ()) -> str:
     return text
 
 
+class RankRow(BaseModel):
+    """One scored candidate as the combination saw it, for fitting the combination (`prefcall fit`): `evidence` is
+    the structural log-odds (span, number) or the indicator (enum: written in the text; boolean: named), `odds`
+    the model's log-odds against null (None when the model was not asked: pruned, or no model)."""
+
+    function: str
+    argument: str
+    kind: str
+    group: int  # one per argument ranking: candidates of one decision share it
+    value: Any
+    evidence: float
+    odds: float | None
+
+
+Recorder = Callable[[RankRow], None]
+
+
 def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, x))))
 
@@ -134,8 +152,9 @@ class _Scorer:
 
 def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[Source], context: str,
                    features_ctx: FeatureContext, weights: GroundingWeights, *,
-                   skip: Sequence[str] = ()) -> FillResult:
-    """Choose each argument's value among grounded candidates (see the module docstring)."""
+                   skip: Sequence[str] = (), record: Recorder | None = None) -> FillResult:
+    """Choose each argument's value among grounded candidates (see the module docstring). `record` receives
+    every scored candidate (RankRow), for fitting the combination."""
     result = FillResult(function=function.name)
     scorer = _Scorer(engine if weights.use_model else None, function, context, result)
     pending: list[tuple[float, str, list[tuple[float, Candidate, float | None]], ArgumentCandidates]] = []
@@ -143,7 +162,8 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
         if name in skip:
             continue
         pool = argument_candidates(name, schema, sources)
-        ranked = _rank(pool, features_ctx, weights, scorer, result)
+        ranked = _rank(pool, features_ctx, weights, scorer, result,
+                       None if record is None else _Rows(record, function.name, name, pool.kind))
         if ranked:
             result.considered[name] = ranked[0][0]
             pending.append((ranked[0][0], name, ranked, pool))
@@ -190,8 +210,23 @@ def _choice(argument: str, candidates: list[Candidate], probability: float, mode
                   probability=probability, model_probability=model_p)
 
 
+_GROUPS = itertools.count(1)  # numbers the argument rankings a Recorder sees (thread-safe in CPython)
+
+
+class _Rows:
+    """Hands one argument's scored candidates to a Recorder, under one group number."""
+
+    def __init__(self, record: Recorder, function: str, argument: str, kind: str) -> None:
+        self.record, self.function, self.argument, self.kind = record, function, argument, kind
+        self.group = next(_GROUPS)
+
+    def __call__(self, value: Any, evidence: float, odds: float | None) -> None:
+        self.record(RankRow(function=self.function, argument=self.argument, kind=self.kind, group=self.group,
+                            value=value, evidence=evidence, odds=odds))
+
+
 def _rank(pool: ArgumentCandidates, ctx: FeatureContext, weights: GroundingWeights, scorer: _Scorer,
-          result: FillResult) -> list[tuple[float, Candidate, float | None]]:
+          result: FillResult, rows: _Rows | None = None) -> list[tuple[float, Candidate, float | None]]:
     """(probability, candidate, model probability) best first; empty when nothing can be a value."""
     if not pool.candidates or pool.kind == "free":
         return []
@@ -201,12 +236,16 @@ def _rank(pool: ArgumentCandidates, ctx: FeatureContext, weights: GroundingWeigh
         top = [pool.candidates[i] for i in order]
         structure = [float(logits[i]) for i in order]
         if structure[0] < weights.prune:
+            if rows is not None:
+                rows(top[0].value, structure[0], None)
             return [(_sigmoid(structure[0]), top[0], None)]
         lm = scorer(pool.name, [c.value for c in top])
         a, b, c = weights.number if pool.kind == "number" and weights.number is not None else weights.span
         out = []
         for i, (cand, s) in enumerate(zip(top, structure)):
             odds = float(lm[i] - lm[-1]) if lm is not None else 0.0
+            if rows is not None:
+                rows(cand.value, s, odds if lm is not None else None)
             out.append((_sigmoid(a * s + b * odds + c), cand, math.exp(lm[i]) if lm is not None else None))
         _record(result, lm)
         return sorted(out, key=lambda t: -t[0])
@@ -221,6 +260,8 @@ def _rank(pool: ArgumentCandidates, ctx: FeatureContext, weights: GroundingWeigh
     for i, cand in enumerate(pool.candidates):
         evidence = float(cand.grounded) if pool.kind == "enum" else _named(pool, ctx, cand)
         odds = float(lm[i] - lm[-1]) if lm is not None else 0.0
+        if rows is not None:
+            rows(cand.value, float(evidence), odds if lm is not None else None)
         out.append((_sigmoid(a * evidence + b * odds + c), cand, math.exp(lm[i]) if lm is not None else None))
     return sorted(out, key=lambda t: -t[0])
 

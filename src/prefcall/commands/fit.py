@@ -1,0 +1,94 @@
+"""`prefcall fit`: fit the grounded filler's combination for the model in use, on the bundled tuning items."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from prefcall.commands.options import add_model_options, settings_from_args
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "fit", help="fit the model's grounding rule on the tuning split (stored per model file)",
+        description="Runs every tuning item of the frozen split (shared NLSI dev and the bundled corpus) through "
+        "the pipeline, records the filler's scored candidates and fits, per argument kind, how structure and the "
+        "model's log-odds combine. The fit is stored under PREFCALL_DATA_DIR/fits/ for this model file; the "
+        "pipeline uses it from then on. See prefcall.evaluation.fit.")
+    add_model_options(parser)
+    parser.add_argument("--sources", default="nlsi,corpus",
+                        help="tuning sources, comma-separated: nlsi (needs ../shared/data), corpus (bundled)")
+    parser.add_argument("--subset", type=int, help="at most N items per source (every k-th): a quick fit")
+    parser.add_argument("--out", help="folder for rows.jsonl (resumable: a rerun reuses the items done) and "
+                        "fit.json; default: PREFCALL_DATA_DIR/fit-runs/<model file hash>")
+    parser.add_argument("--min-right", type=int, default=None,
+                        help="right values a kind needs to be fitted (default 300; lower only for experiments)")
+    parser.add_argument("--dry-run", action="store_true", help="print the fit without storing it for the model")
+    parser.set_defaults(handler=run_fit)
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    from prefcall.engine import load_embedder, load_engine
+    from prefcall.evaluation import fit
+    from prefcall.evaluation.runner import Progress, git_commit
+    from prefcall.storage import fits
+    from prefcall.storage.demos import DemoStore
+    from prefcall.strategies.fcicl import load_nlsi_demonstrations
+    from prefcall.strategies.grounded import load_weights
+    from prefcall.strategies.pipeline import Pipeline
+
+    settings = settings_from_args(args)
+    sources = [s.strip() for s in args.sources.split(",") if s.strip()]
+    items = fit.tune_items(sources, args.subset)
+    engine = load_engine(settings)
+    info = engine.info
+    fingerprint = None if "url" in info.extra else fits.file_fingerprint(info.model_path, settings.data_dir)
+    out = Path(args.out) if args.out else settings.data_dir / "fit-runs" / (
+        fits.file_name(fingerprint).removesuffix(".json") if fingerprint else "served")
+    out.mkdir(parents=True, exist_ok=True)
+    rows_file = out / "rows.jsonl"
+    done = fit.read_rows(rows_file)
+
+    # Value memories as the pipeline would have them: the tune items of each source, the item itself left out.
+    store = DemoStore(None)
+    for item_source, path in (("nlsi", fit.shared_data_dir() / "nlsi" / "dev.json"),
+                              ("corpus", fit.corpus.CORPUS_DIR / "items.json")):
+        if item_source in sources:
+            keep = fit.splits.tune_keys(path) or set()
+            catalogue = "nlsi" if item_source == "nlsi" else "corpus"
+            store.add_many([d for d in load_nlsi_demonstrations(path, catalogue) if d.id in keep])
+    pipeline = Pipeline(engine, load_embedder(settings), store, data_dir=settings.data_dir)
+    pipeline._weights = load_weights(info.model_name)  # noqa: SLF001 - rows are collected under the shipped rule
+
+    progress = Progress(len(items), sys.stderr, label="fit")
+    with rows_file.open("a", encoding="utf-8") as sink:
+        def write(item_id: str, rows: list) -> None:
+            sink.write(json.dumps({"item": item_id, "rows": [r.model_dump() for r in rows]}) + "\n")
+            sink.flush()
+
+        rows = fit.collect(pipeline, items, lambda _: progress.advance(), done, write)
+    progress.close()
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item.source] = counts.get(item.source, 0) + 1
+    report = fit.FitReport(model_name=info.model_name, fingerprint=fingerprint, items=counts,
+                           kinds=fit.fit(rows, load_weights(info.model_name),
+                                         args.min_right if args.min_right is not None else fit.MIN_RIGHT))
+    command = "prefcall fit " + " ".join(sys.argv[2:])
+    stored = None
+    result = fits.Fit(fingerprint=fingerprint or "", model_name=info.model_name, grounding=report.grounding(),
+                      source=fit.source_note(report, command, git_commit()))
+    (out / "fit.json").write_text(result.model_dump_json(indent=1, exclude={"origin"}) + "\n", encoding="utf-8")
+    if not args.dry_run and fingerprint and report.grounding():
+        stored = fits.save(result, settings.data_dir / fits.FITS_DIR)
+    summary = {"model": info.model_name, "fingerprint": fingerprint, "items": counts, "rows": len(rows),
+               "stored_in": str(stored) if stored else None, "run": str(out),
+               "kinds": {k: {"fitted": f.fitted, "right": f.right, "combination": f.combination,
+                             "f1_shipped": f.f1_shipped, "f1_fitted": f.f1_fitted, "why": f.why}
+                         for k, f in report.kinds.items()}}
+    if fingerprint is None:
+        summary["note"] = "a served engine: its fits are not stored yet (the fit above is printed only)"
+    print(json.dumps(summary, indent=1))
+    return 0

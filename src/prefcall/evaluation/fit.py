@@ -1,0 +1,288 @@
+"""`prefcall fit`: fit the grounded filler's combination for one model file, reproducibly, on tuning items only.
+
+What is fitted: for each argument kind (span, number, enum, boolean) the rule that turns a candidate's structural
+evidence and the model's log-odds against null into a probability, sigmoid(a * evidence + b * odds + c)
+(strategies.grounding.fill.GroundingWeights). Steps:
+
+1. Tuning items: the tune part of the frozen split (prefcall.evaluation.splits) of the shared NLSI dev file and of
+   the bundled generated corpus (prefcall.evaluation.corpus); `--subset N` takes every k-th item so that N remain.
+2. Rows: each item runs through the shipped pipeline (`full` config, the gold applicable instructions, value
+   memories from the other tuning items); the filler hands every scored candidate to a recorder
+   (`RankRow`); a candidate is right when the item's gold calls give that value to that argument of that
+   function (values and names normalised as the NLSI scorer normalises them).
+3. Slopes (a, b): logistic regression (Newton's method, a small ridge) on the candidates the model scored.
+   Bias c: the value on a 0.25 grid that gives the best argument-level F1 over the rows' decisions (per ranking:
+   the most probable candidate is set when it reaches 0.5), the slopes fixed; ties go to the bias nearest the
+   logistic one.
+4. A kind is fitted only with at least `MIN_RIGHT` (300) right values among its rows; otherwise it keeps the
+   shipped combination and the fit says why. The fit reports, per kind, the F1 of the shipped and the fitted
+   combination on the same rows.
+
+The result is stored per model fingerprint (storage.fits): the pipeline then uses it for that model file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from prefcall.errors import ConfigError
+from prefcall.evaluation import corpus, splits
+from prefcall.evaluation.data import read_json, shared_data_dir
+from prefcall.evaluation.metrics.calls import calls_from_any, load_aliases, normalise_arg, normalise_function, \
+    normalise_value
+from prefcall.schemas.importers import import_catalogue
+from prefcall.schemas.model import Catalogue
+from prefcall.strategies.grounding.fill import GroundingWeights, RankRow
+
+KINDS = ("span", "number", "enum", "boolean")
+MIN_RIGHT = 300
+BIAS_GRID = [round(-8.0 + 0.25 * i, 2) for i in range(49)]  # -8 .. 4
+SOURCES = ("nlsi", "corpus")
+
+
+@dataclass
+class TuneItem:
+    id: str
+    source: str
+    dialogue: str
+    instructions: list[str]
+    applicable: list[str]
+    gold: list[str]
+    catalogue: Catalogue
+
+
+class LabelledRow(BaseModel):
+    item: str
+    group: int
+    kind: str
+    function: str
+    argument: str
+    value: Any
+    evidence: float
+    odds: float | None
+    right: bool
+    gold: bool  # the item's gold sets this argument of this function (a miss is a false negative)
+
+
+class KindFit(BaseModel):
+    kind: str
+    rows: int
+    scored: int  # rows the model scored (the logistic fit's data)
+    right: int
+    decisions: int
+    fitted: bool
+    why: str = ""
+    shipped: list[float]
+    combination: list[float]
+    f1_shipped: float
+    f1_fitted: float
+    precision: float = 0.0
+    recall: float = 0.0
+
+
+class FitReport(BaseModel):
+    model_name: str
+    fingerprint: str | None
+    items: dict[str, int]
+    kinds: dict[str, KindFit] = Field(default_factory=dict)
+
+    def grounding(self) -> dict[str, list[float]]:
+        return {k: f.combination for k, f in self.kinds.items() if f.fitted}
+
+
+# -- items -----------------------------------------------------------------------------------------------------
+
+
+def tune_items(sources: Sequence[str] = SOURCES, subset: int | None = None) -> list[TuneItem]:
+    """The tune part of each source, in file order; `subset` keeps every k-th item of each source."""
+    from prefcall.schemas.registry import builtin_catalogue
+
+    items: list[TuneItem] = []
+    for source in sources:
+        if source == "nlsi":
+            path = shared_data_dir() / "nlsi" / "dev.json"
+            if not path.is_file():
+                raise ConfigError(f"{path} is missing: fit beside ../shared/data (PREFCALL_SHARED_DATA) or pass "
+                                  "--sources corpus")
+            catalogue = builtin_catalogue("nlsi")
+        elif source == "corpus":
+            path = corpus.CORPUS_DIR / "items.json"
+            catalogue = import_catalogue(corpus.CORPUS_DIR / "catalogue.json", name="corpus")
+        else:
+            raise ConfigError(f"unknown fit source {source!r}: use {', '.join(SOURCES)}")
+        keep = splits.tune_keys(path)
+        if keep is None:
+            raise ConfigError(f"{path} is not a source of the split file: rebuild it with `prefcall split build`")
+        rows = read_json(path)
+        keys = splits.unique_ids(str(r["example_id"]) for r in rows)
+        chosen = [TuneItem(key, source, r["user_utterance"], list(r.get("all_standing_instructions") or []),
+                           list(r.get("applicable_standing_instructions") or []), [str(c) for c in r["api_calls"]],
+                           catalogue)
+                  for key, r in zip(keys, rows) if key in keep]
+        if subset is not None and 0 < subset < len(chosen):
+            step = len(chosen) / subset
+            chosen = [chosen[int(i * step)] for i in range(subset)]
+        items += chosen
+    return items
+
+
+# -- rows ------------------------------------------------------------------------------------------------------
+
+
+def gold_values(item: TuneItem, aliases: dict[str, str]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for call in calls_from_any(item.gold):
+        function = normalise_function(call.name)
+        for argument, value in call.arguments.items():
+            out.setdefault((function, normalise_arg(argument, function)), set()).add(
+                normalise_value(value, aliases))
+    return out
+
+
+def label(item: TuneItem, rows: Iterable[RankRow], aliases: dict[str, str]) -> list[LabelledRow]:
+    gold = gold_values(item, aliases)
+    out = []
+    for row in rows:
+        function = normalise_function(row.function)
+        key = (function, normalise_arg(row.argument, function))
+        values = gold.get(key, set())
+        out.append(LabelledRow(item=item.id, group=row.group, kind=row.kind, function=row.function,
+                               argument=row.argument, value=row.value, evidence=row.evidence, odds=row.odds,
+                               right=normalise_value(row.value, aliases) in values, gold=bool(values)))
+    return out
+
+
+def collect(pipeline: Any, items: Sequence[TuneItem], progress: Callable[[str], None] | None = None,
+            done: dict[str, list[LabelledRow]] | None = None,
+            sink: Callable[[str, list[LabelledRow]], None] | None = None) -> list[LabelledRow]:
+    """Run each item through the `full` pipeline with a recorder on the filler; rows of items in `done` are
+    reused (a resumed fit), new ones are handed to `sink` as each item finishes."""
+    from prefcall.strategies.pipeline import get_config
+
+    config = get_config("full")
+    loc = shared_data_dir() / "taps" / "locations.json"
+    aliases = load_aliases(loc if loc.exists() else None)
+    out: list[LabelledRow] = []
+    for item in items:
+        if done is not None and item.id in done:
+            out += done[item.id]
+        else:
+            recorded: list[RankRow] = []
+            pipeline.record = recorded.append
+            try:
+                pipeline.parse(item.dialogue, item.instructions, item.catalogue, config, applicable=item.applicable,
+                               exclude_demo_ids={item.id})
+            finally:
+                pipeline.record = None
+            rows = label(item, recorded, aliases)
+            out += rows
+            if sink is not None:
+                sink(item.id, rows)
+        if progress is not None:
+            progress(item.id)
+    return out
+
+
+# -- fitting ---------------------------------------------------------------------------------------------------
+
+
+def logistic(x: np.ndarray, y: np.ndarray, ridge: float = 1e-2, steps: int = 50) -> np.ndarray:
+    """Weights (slopes..., intercept) of a logistic regression by Newton's method with a small ridge on the
+    slopes (separable data stays finite)."""
+    design = np.hstack([x, np.ones((len(x), 1))])
+    w = np.zeros(design.shape[1])
+    penalty = np.diag([ridge] * x.shape[1] + [0.0])
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-np.clip(design @ w, -40, 40)))
+        gradient = design.T @ (p - y) + penalty @ w
+        hessian = design.T @ (design * (p * (1 - p))[:, None]) + penalty + 1e-9 * np.eye(len(w))
+        step = np.linalg.solve(hessian, gradient)
+        w -= step
+        if np.max(np.abs(step)) < 1e-8:
+            break
+    return w
+
+
+def decide(rows: Sequence[LabelledRow], combination: Sequence[float]) -> tuple[int, int, int]:
+    """(tp, fp, fn) over the rankings: the most probable candidate of each is set when it reaches 0.5 (a pruned
+    or unscored candidate counts with odds 0, as the filler treats it)."""
+    a, b, c = combination
+    groups: dict[int, list[LabelledRow]] = {}
+    for row in rows:
+        groups.setdefault(row.group, []).append(row)
+    tp = fp = fn = 0
+    for members in groups.values():
+        scored = [(1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, a * r.evidence + b * (r.odds or 0.0) + c)))), r)
+                  for r in members]
+        best_p, best = max(scored, key=lambda t: t[0])
+        if best_p >= 0.5:
+            if best.right:
+                tp += 1
+            else:
+                fp += 1
+                fn += int(best.gold)
+        elif members[0].gold:
+            fn += 1
+    return tp, fp, fn
+
+
+def f1(tp: int, fp: int, fn: int) -> tuple[float, float, float]:
+    p = tp / (tp + fp) if tp + fp else 0.0
+    r = tp / (tp + fn) if tp + fn else 0.0
+    return p, r, (2 * p * r / (p + r) if p + r else 0.0)
+
+
+def fit_kind(kind: str, rows: Sequence[LabelledRow], shipped: Sequence[float], min_right: int = MIN_RIGHT) -> KindFit:
+    mine = [r for r in rows if r.kind == kind]
+    scored = [r for r in mine if r.odds is not None]
+    right = sum(r.right for r in mine)
+    decisions = len({r.group for r in mine})
+    base = f1(*decide(mine, shipped))[2] if mine else 0.0
+    common = dict(kind=kind, rows=len(mine), scored=len(scored), right=right, decisions=decisions,
+                  shipped=list(shipped), f1_shipped=round(base, 4))
+    positives = sum(r.right for r in scored)
+    if right < min_right or positives < 2 or positives == len(scored):
+        return KindFit(**common, fitted=False, combination=list(shipped), f1_fitted=round(base, 4),
+                       why=f"{right} right values (needs {min_right}): the shipped combination stays")
+    x = np.array([[r.evidence, r.odds] for r in scored], dtype=np.float64)
+    y = np.array([float(r.right) for r in scored])
+    a, b, intercept = (float(v) for v in logistic(x, y))
+    best = max(BIAS_GRID, key=lambda c: (f1(*decide(mine, (a, b, c)))[2], -abs(c - intercept)))
+    precision, recall, score = f1(*decide(mine, (a, b, best)))
+    return KindFit(**common, fitted=True, combination=[round(a, 3), round(b, 3), best], f1_fitted=round(score, 4),
+                   precision=round(precision, 4), recall=round(recall, 4))
+
+
+def fit(rows: Sequence[LabelledRow], weights: GroundingWeights, min_right: int = MIN_RIGHT) -> dict[str, KindFit]:
+    shipped = {"span": weights.span, "number": weights.number or weights.span, "enum": weights.enum,
+               "boolean": weights.boolean}
+    return {kind: fit_kind(kind, rows, shipped[kind], min_right) for kind in KINDS if any(r.kind == kind for r in rows)}
+
+
+def read_rows(path: Path) -> dict[str, list[LabelledRow]]:
+    """Rows stored by an earlier (maybe interrupted) fit, by item; a torn last line is dropped."""
+    out: dict[str, list[LabelledRow]] = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+            out[record["item"]] = [LabelledRow.model_validate(r) for r in record["rows"]]
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def source_note(report: FitReport, command: str, commit: str) -> dict[str, Any]:
+    return {"command": command, "commit": commit, "date": dt.date.today().isoformat(), "items": report.items,
+            "data": "tune split of prefcall/data/splits.json",
+            "kinds": {k: f.model_dump(exclude={"kind"}) for k, f in report.kinds.items()}}

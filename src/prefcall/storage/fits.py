@@ -1,0 +1,119 @@
+"""Fitted rules per model fingerprint (`prefcall fit` writes them; the pipeline reads them).
+
+A model is known by a fingerprint, never by the name in its GGUF metadata (two quantisations of one model share a
+name; a served engine reports none): `gguf-sha256:<hash of the file>` for a model file loaded in-process. The hash
+of a multi-GB file takes seconds, so it is cached in DATA_DIR/fingerprints.json under the file's path, size and
+modification time.
+
+Fits live in DATA_DIR/fits/<fingerprint digest>.json (the user's, from `prefcall fit`) and in the package's
+data/fits/ (shipped for recommended models); the user's wins. A fit file names its fingerprint, the model, the
+command and data that made it, and per fitted rule its numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from prefcall.errors import StoreError
+
+FITS_DIR = "fits"
+FINGERPRINTS = "fingerprints.json"
+_LOCK = threading.Lock()  # one writer of the fingerprint cache per process
+
+
+class Fit(BaseModel):
+    """One model's fitted rules. `grounding`: the filler's combination per argument kind, [a, b, c] as in
+    strategies.grounding.fill.GroundingWeights; kinds not listed keep the shipped defaults."""
+
+    fingerprint: str
+    model_name: str = ""
+    grounding: dict[str, list[float]] = Field(default_factory=dict)
+    source: dict[str, Any] = Field(default_factory=dict)  # command, data, commit, date, counts, tune F1
+    origin: str = ""  # where it was read from (set on load): "user" or "package"
+
+
+def file_fingerprint(path: str | Path, cache_dir: Path | None = None) -> str | None:
+    """`gguf-sha256:<hex>` of a model file (cached by path, size and mtime in cache_dir), None if no such file."""
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    if not path.is_file():
+        return None
+    key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    cache = cache_dir / FINGERPRINTS if cache_dir is not None else None
+    known = _read_json(cache) if cache is not None else {}
+    if key in known:
+        return str(known[key])
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    fingerprint = f"gguf-sha256:{digest.hexdigest()}"
+    if cache is not None:
+        with _LOCK:
+            known = _read_json(cache)
+            known[key] = fingerprint
+            _write_json(cache, known)
+    return fingerprint
+
+
+def file_name(fingerprint: str) -> str:
+    """The fit's file name: the kind and the first 24 hex digits of the digest."""
+    kind, _, digest = fingerprint.partition(":")
+    return f"{kind}-{digest[:24]}.json"
+
+
+def load(fingerprint: str | None, data_dir: Path | None) -> Fit | None:
+    """The user's fit for this fingerprint, else the shipped one, else None."""
+    if not fingerprint:
+        return None
+    if data_dir is not None:
+        path = Path(data_dir) / FITS_DIR / file_name(fingerprint)
+        if path.is_file():
+            return _parse(path.read_text(encoding="utf-8"), fingerprint, "user", path)
+    packaged = resources.files("prefcall").joinpath("data", FITS_DIR, file_name(fingerprint))
+    if packaged.is_file():
+        return _parse(packaged.read_text(encoding="utf-8"), fingerprint, "package", Path(str(packaged)))
+    return None
+
+
+def save(fit: Fit, folder: Path) -> Path:
+    """Write the fit to folder/<name> atomically; returns the path."""
+    path = Path(folder) / file_name(fit.fingerprint)
+    _write_json(path, fit.model_dump(exclude={"origin"}))
+    return path
+
+
+def _parse(text: str, fingerprint: str, origin: str, path: Path) -> Fit:
+    try:
+        fit = Fit.model_validate_json(text)
+    except ValueError as exc:
+        raise StoreError(f"fit file {path} is damaged ({exc}): delete it or run `prefcall fit` again") from exc
+    if fit.fingerprint != fingerprint:
+        raise StoreError(f"fit file {path} is for another model ({fit.fingerprint}): delete it")
+    return fit.model_copy(update={"origin": origin})
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
