@@ -297,3 +297,41 @@ def test_dst_wrong_function_this_turn_is_a_wrong_intent(shared_data: Path):
     assert silent["intent_accuracy"] == 1.0 and silent["joint_goal_accuracy"] == 0.0  # new slots missed
     right = DST.score(second, {"status": "ok", "calls": second.gold["calls"]})
     assert right["joint_goal_accuracy"] == 1.0 and right["intent_accuracy"] == 1.0
+
+
+def test_dst_a_wrong_service_carried_from_an_earlier_turn_stays_a_false_positive(shared_data: Path):
+    """Predicted history: a service the dialogue never uses, set by an earlier wrong call, is scored in later
+    turns (its slots are false positives); a service of the dialogue that this turn's gold does not list is not."""
+    from prefcall.evaluation.tasks.dst import TASK as DST
+
+    items = DST.load(namespace(data=str(shared_data / "sgd" / "dev_dialogues_001.json"), dialogues=1,
+                               sgd_schema=None))
+    second = items[1]
+    wrong = {"Flights_3": {"intent": "SearchRoundtripFlights", "slots": {"origin_city": "Paris"}}}
+    scored = DST.score(second, {"status": "ok", "calls": second.gold["calls"], "carried": wrong})
+    clean = DST.score(second, {"status": "ok", "calls": second.gold["calls"], "carried": {}})
+    assert "Flights_3" not in second.input["services"]
+    assert scored["n_pred"] == clean["n_pred"] + 1 and scored["slot_precision"] < clean["slot_precision"]
+    own = {second.input["services"][0]: {"intent": "x", "slots": {}}, "Unlisted_1": {"intent": "y", "slots": {}}}
+    assert DST.score(second, {"status": "ok", "calls": second.gold["calls"], "carried": own})["slot_precision"] == 1.0
+
+
+def test_eval_report_tabulates_runs_with_intervals_commit_and_command(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]):
+    data = tmp_path / "nlsi.json"
+    data.write_text(json.dumps(NLSI))
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text(json.dumps({"id": "1", "calls": ['GetRestaurants(city="San Fran", cuisine="Thai")']}) + "\n"
+                     + json.dumps({"id": "2", "calls": []}) + "\n")
+    out = tmp_path / "run"
+    main(["eval", "nlsi", "--data", str(data), "--predictions", str(preds), "--out", str(out)])
+    capsys.readouterr()
+    assert main(["eval", "report", str(out), "--breakdown", "by_type"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].startswith("| task | model | config | items | n |")
+    row = table[2]
+    assert "| nlsi |" in row and "exact_match 0.500 [" in row and "all items (not a split source)" in row
+    assert "--out DIR" in row and str(out) not in row and "`prefcall eval nlsi" in row
+    assert any(line.startswith("| nlsi, type simple |") and "exact_match 1.000" in line for line in table)
+    assert main(["eval", "report", str(tmp_path / "missing")]) == 2
+    assert "no metrics.json" in capsys.readouterr().err

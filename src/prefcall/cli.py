@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as given (run records name it)
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()

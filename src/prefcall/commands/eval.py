@@ -19,6 +19,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tasks = parser.add_subparsers(dest="task", metavar="TASK", required=True)
     for name in TASKS:
         add_task_parser(tasks, name)
+    report = tasks.add_parser("report", help="one markdown table of current figures from run folders")
+    report.add_argument("runs", nargs="+", help="folders written by `prefcall eval ... --out`")
+    report.add_argument("--breakdown", help="also a row per group of this breakdown (e.g. by_type)")
+    report.add_argument("--out", help="write the table here (default: stdout)")
+    report.set_defaults(handler=handle_report)
+
+
+def handle_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from prefcall.evaluation.table import render
+
+    table = render([Path(r) for r in args.runs], args.breakdown)
+    if args.out:
+        Path(args.out).write_text(table, encoding="utf-8")
+    else:
+        sys.stdout.write(table)
+    return 0
 
 
 def add_task_parser(tasks: argparse._SubParsersAction, name: str) -> None:

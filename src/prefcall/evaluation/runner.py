@@ -205,7 +205,7 @@ def run_eval(
         stderr.write(f"warning: {summary['score_errors']} of {len(ordered)} items could not be scored and are left "
                      f"out of the metrics (first: {summary['error_rows'][0]['id']}: {summary['error_rows'][0]['error']})\n")
     if out_dir:
-        write_outputs(task, ordered, metrics, summary, out_dir, stderr)
+        write_outputs(task, ordered, metrics, summary, out_dir, stderr, getattr(args, "argv", sys.argv[1:]))
     stdout.write(json.dumps(summary, default=_json_default) + "\n")
     stdout.flush()
     return summary
@@ -262,6 +262,7 @@ def build_summary(task: Task, args: argparse.Namespace, items: list[ScoredItem],
         "task": task.name,
         "config": getattr(args, "config", None),
         "mode": getattr(args, "mode", None),
+        "model": model_label(args),
         "n": len(items),
         "n_scored": sum(i.scorable for i in items),
         "score_errors": len(errors),
@@ -283,7 +284,8 @@ def build_summary(task: Task, args: argparse.Namespace, items: list[ScoredItem],
 
 
 def write_outputs(
-    task: Task, items: list[ScoredItem], metrics: dict, summary: dict, out_dir: Path, stderr: IO[str]
+    task: Task, items: list[ScoredItem], metrics: dict, summary: dict, out_dir: Path, stderr: IO[str],
+    argv: list[str] | None = None,
 ) -> None:
     from prefcall.evaluation.report import render_report
 
@@ -292,10 +294,21 @@ def write_outputs(
         plots = task.plots([i for i in items if i.scorable], out_dir)
     except Exception as exc:  # a plot must never cost the run its report
         stderr.write(f"warning: plots failed ({type(exc).__name__}: {exc}); report written without them\n")
-    meta = {"command": " ".join(sys.argv), "date": dt.date.today().isoformat(), "commit": git_commit()}
+    meta = {"command": " ".join(["prefcall", *(sys.argv[1:] if argv is None else argv)]), "date": dt.date.today().isoformat(), "commit": git_commit()}
+    summary = summary | {"run": meta}  # `prefcall eval report` reads the command and commit from here
     (out_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2, default=_json_default), encoding="utf-8")
     report = render_report(task, items, metrics, summary, plots, meta, out_dir)
     (out_dir / REPORT_FILE).write_text(report, encoding="utf-8")
+
+
+def model_label(args: argparse.Namespace) -> str:
+    """The model as the command named it (a file's name, a reference), or the embedded default."""
+    if getattr(args, "predictions", None):
+        return "(stored predictions)"
+    engine = getattr(args, "engine", None)
+    model = getattr(args, "model", None)
+    label = Path(model).name if model and Path(model).suffix == ".gguf" else model
+    return (f"{label} via {engine}" if engine else label) if label or engine else "embedded SmolLM2-135M"
 
 
 def git_commit() -> str:

@@ -130,7 +130,10 @@ class DstTask(BaseTask):
                                  "n_gold": float(sum(len(f["slots"]) for f in gold.values()))}
         # The state is cumulative: a service not called this turn keeps what earlier calls set (FnCTOD).
         source = prediction["carried"] if "carried" in prediction else item.meta.get("carried")
-        carried = {s: v for s, v in (source or {}).items() if s in gold}
+        # A service of this dialogue that this turn's gold does not list was set earlier and is not scored here;
+        # a service the dialogue never uses was a wrong prediction and stays one (its slots are false positives).
+        services = set(item.input.get("services") or [])
+        carried = {s: v for s, v in (source or {}).items() if s in gold or s not in services}
         calls = calls_from_any(prediction.get("calls"))
         functions = item.meta.get("functions", {})
         scores = score_turn(predicted_state(calls, functions, carried), gold)
