@@ -326,3 +326,31 @@ def test_a_request_that_gives_a_required_value_is_asked_about_even_when_worded_f
     assert far < relevance.ask_rule(real_embedder).threshold  # worded far from the function's text
     result = pipeline.parse(text, [], catalogue, get_config("full", allow_refuse=True))
     assert result.decision == "ask" and [m.argument for m in result.missing] == ["origin"]
+
+
+def test_two_unconditional_instructions_for_one_argument_give_one_call_per_value():
+    """"My city is Oakland" and "Berkeley works too": two wishes, two calls, each value with its instruction; a
+    conditional instruction never adds a second value, and the user's own value still wins over both."""
+    oakland = Preference(instruction="My city for restaurants is Oakland", function="GetRestaurants",
+                         actions={"city": ["Oakland"]})
+    berkeley = Preference(instruction="Berkeley works too for restaurants", function="GetRestaurants",
+                          actions={"city": ["Berkeley"]})
+    thai = Preference(instruction="I like Thai food", function="GetRestaurants", actions={"cuisine": ["Thai"]})
+    draft = Draft(name="GetRestaurants")
+    draft.set("party_size", [2], Provenance(argument="party_size", value=2, origin="user"))
+    applied = apply_preferences([draft], [oakland, berkeley, thai], CATALOGUE)
+    calls = [c.arguments for d in applied.drafts for c in d.calls()]
+    assert calls == [{"party_size": 2, "city": "Oakland", "cuisine": "Thai"},
+                     {"party_size": 2, "city": "Berkeley", "cuisine": "Thai"}]
+    assert [d.provenance["city"].instruction for d in applied.drafts] == [oakland.instruction, berkeley.instruction]
+    assert applied.used == [oakland.instruction, berkeley.instruction, thai.instruction]
+
+    steak = Preference(instruction="If cuisine is Thai then the city is Alameda", function="GetRestaurants",
+                       conditions={"cuisine": "Thai"}, actions={"city": ["Alameda"]})
+    applied = apply_preferences([Draft(name="GetRestaurants")], [oakland, thai, steak], CATALOGUE)
+    assert [c.arguments["city"] for d in applied.drafts for c in d.calls()] == ["Oakland"]
+
+    stated = Draft(name="GetRestaurants")
+    stated.set("city", ["Fremont"], Provenance(argument="city", value="Fremont", origin="user"))
+    applied = apply_preferences([stated], [oakland, berkeley], CATALOGUE)
+    assert [c.arguments for d in applied.drafts for c in d.calls()] == [{"city": "Fremont"}]

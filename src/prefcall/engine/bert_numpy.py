@@ -2,7 +2,7 @@
 
 Why our own: the stdio restart to the first parse_request took 17.7 s against a 5 s target (`prefcall bench
 --only server`), and loading the embedder through sentence-transformers (importing torch and transformers) took
-12.5-17 s to its first vector on the busy 2-core machine, against 0.7-1.4 s here (RESULTS.md); the model is six
+12.5-17 s to its first vector on the busy 2-core machine, against 0.7-1.4 s here (docs/results-history.md); the model is six
 small BERT layers. This module computes exactly what
 sentence-transformers computes for such a folder (modules Transformer -> mean Pooling -> Normalize): the
 HF `tokenizers` tokenizer truncated to `max_seq_length`, BERT with absolute positions and exact-erf GELU,

@@ -11,7 +11,7 @@ The file is built by `prefcall split build` from ../shared/data and the reposito
 per source, are in `RULES` and printed into the file:
 
 - An item that a fit has read, or whose results an earlier session reported and set rules by looking at
-  ("inspected"), is `tune`: a report must not contain it. The ranges are the ones RESULTS.md and the data files'
+  ("inspected"), is `tune`: a report must not contain it. The ranges are the ones docs/results-history.md and the data files'
   `source` fields name (NLSI dev 0-49 inspected, 100-219 read by the TAPS gate calibration, 300-402 read by the
   grounding fit; BFCL simple 0-49 inspected and 50-99 read by the relevance fit; BFCL irrelevance 0-49 inspected and
   50-149 read by the relevance fit; BFCL multiple 0-49 inspected; ACEBench special_incomplete 30-49 read by the

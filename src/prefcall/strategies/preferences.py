@@ -8,7 +8,10 @@ it asks to call as well (`also`: "If I ask for Travel, then also look at Hotels"
 `apply_preferences` runs the rules to a fixpoint over the calls the dialogue produced:
 - a preference applies to a call of its function when every condition holds on that call's values;
 - the dialogue wins: an argument the user stated is never overwritten, and a preference whose condition the user
-  contradicts does not apply; among instructions, the first one (profile order) to set an argument wins;
+  contradicts does not apply;
+- two unconditional instructions that give one argument different values ("my stylist is Ana", "Ben is fine
+  too") are two wishes, not a conflict: the call is made once per value, each value with its own instruction
+  (a conditional instruction never adds a value beside another instruction's: the first one to set it wins);
 - conditions may be met by values other preferences set ("Request Sports events" + "If event type is Sports then
   look for category as Baseball"), hence the fixpoint;
 - `also` adds a call of the named function (once) when a call of the preference's function is made;
@@ -152,6 +155,7 @@ def apply_preferences(drafts: list[Draft], preferences: Sequence[Preference], ca
     drafts = [d.model_copy(deep=True) for d in drafts]
     used: list[str] = []
     skipped: dict[str, str] = {}
+    conditional = {p.instruction: bool(p.conditions) for p in preferences}
     for _ in range(max_rounds):
         changed = False
         for preference in preferences:
@@ -165,6 +169,13 @@ def apply_preferences(drafts: list[Draft], preferences: Sequence[Preference], ca
                     if argument in draft.values or function is None or argument not in function.properties:
                         if argument in draft.values and draft.provenance[argument].origin == "user":
                             skipped.setdefault(preference.instruction, f"the user stated {argument}")
+                        elif argument in draft.values and _another_wish(preference, draft.provenance[argument],
+                                                                        conditional):
+                            clones = _one_call_per_value(drafts, draft, argument, values, preference)
+                            drafts += clones
+                            if clones:
+                                changed = True
+                                _mark(used, preference.instruction)
                         continue
                     draft.set(argument, values, Provenance(argument=argument, value=values[0] if len(values) == 1
                                                            else values, origin="instruction",
@@ -192,6 +203,29 @@ def apply_preferences(drafts: list[Draft], preferences: Sequence[Preference], ca
     for instruction in used:
         skipped.pop(instruction, None)
     return Applied(drafts=drafts, used=used, skipped=skipped)
+
+
+def _another_wish(preference: Preference, earlier: Provenance, conditional: dict[str, bool]) -> bool:
+    """Both this preference and the instruction that set the argument are unconditional, and they differ."""
+    return (earlier.origin == "instruction" and earlier.instruction is not None
+            and earlier.instruction != preference.instruction and not preference.conditions
+            and not conditional.get(earlier.instruction, True))
+
+
+def _one_call_per_value(drafts: list[Draft], draft: Draft, argument: str, values: list[Any],
+                        preference: Preference) -> list[Draft]:
+    """Copies of `draft` with `argument` set to each of `values` that no call of this function holds yet."""
+    held = [v for d in drafts if d.name == draft.name for v in d.values.get(argument, [])]
+    clones = []
+    for value in values:
+        if any(same_value(value, h) for h in held):
+            continue
+        clone = draft.model_copy(deep=True)
+        clone.set(argument, [value], Provenance(argument=argument, value=value, origin="instruction",
+                                                instruction=preference.instruction))
+        clones.append(clone)
+        held.append(value)
+    return clones
 
 
 def _unmet(preference: Preference, draft: Draft) -> str | None:

@@ -5,7 +5,7 @@ request is not about (BFCL's irrelevance set: "What's the time right now?" again
 freezing point of water" against a boiling-point function) is the wrong question, and a refusal is right.
 Only the embedder's similarity is used, not the language model's YES/NO: on the tuning items the embedded
 SmolLM2's calibrated YES/NO log-odds separate fitting from unfitting functions with AUC 0.70, the embedder's
-cosine with AUC 0.96 (scripts/fit_relevance.py; RESULTS.md). The threshold is fitted per embedder
+cosine with AUC 0.96 (scripts/fit_relevance.py; docs/results-history.md). The threshold is fitted per embedder
 (`data/relevance.json`); an embedder without one never turns an ask into a refusal.
 """
 
