@@ -30,6 +30,11 @@ def test_full_pipeline_calls_validate_against_the_catalogue(real_engine, real_em
             assert not isinstance(value, str) or value.lower() in said.lower() or \
                 value in str(function.properties), value
     assert result.trace.model_calls >= 2 and result.trace.prompt_tokens > 0
+    # The behaviour, not only the shape: the restaurant function, its city from the applicable instruction (the
+    # banking one does not apply). The embedded model leaves cuisine unset here (a known miss, not asserted).
+    assert [c.name for c in result.calls] == ["GetRestaurants"]
+    assert result.calls[0].arguments.get("city") == "San Fran"
+    assert result.instructions_used == ["If I'm looking for Restaurants, my go-to city is San Fran."]
 
 
 @pytest.mark.model
