@@ -262,13 +262,19 @@ def test_a_conditional_instruction_takes_a_value_from_its_consequence_at_the_ins
                                        "GetRestaurants") == []  # the consequence names another request (a chain)
 
 
-def test_a_request_that_names_no_function_and_fills_none_of_its_required_arguments_is_refused_not_asked():
-    # Stage 1 must pick something (the model likes GetHotels), but nothing in the request is about hotels.
+def test_an_empty_fill_is_not_a_refusal_only_relevance_evidence_refuses():
+    """Issue 27 (5): a request the catalogue serves is call or ask even when the model fills nothing; a refusal
+    needs relevance evidence (the fake embedder has no fitted threshold, so none here). The old rule, which
+    refused when the request named no function and filled no required argument, is the `refuse_unfilled`
+    ablation."""
     engine = FakeEngine(scorer=scorer("GetHotels"))
-    off_topic = parse(engine, "User: find a city in a country", allow_refuse=True)  # near, yet not about hotels
-    assert off_topic.decision == "refuse" and off_topic.calls == [] and off_topic.question is None
-    assert any("names none of them" in n for n in off_topic.notes)
-    named = parse(engine, "User: I need a hotel", allow_refuse=True)  # names the function: ask for the city
+    unfilled = parse(engine, "User: find a city in a country", allow_refuse=True)
+    assert unfilled.decision == "ask" and unfilled.missing and unfilled.question
+    assert not any("names none of them" in n for n in unfilled.notes)
+    ablation = parse(engine, "User: find a city in a country", allow_refuse=True, refuse_unfilled=True)
+    assert ablation.decision == "refuse" and ablation.calls == [] and ablation.question is None
+    assert any("names none of them" in n for n in ablation.notes)
+    named = parse(engine, "User: I need a hotel", allow_refuse=True, refuse_unfilled=True)  # names it: asks
     assert named.decision == "ask" and named.missing[0].argument == "location"
     hosted = parse(engine, "User: what is the capital of France?")  # no refusals allowed (NLSI): still asks
     assert hosted.decision == "ask"

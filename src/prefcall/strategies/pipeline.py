@@ -70,6 +70,10 @@ class PipelineConfig(BaseModel):
     allow_refuse: bool = False  # stage 1 may return no function (MCP hosts); NLSI always needs a call
     # grounded, with allow_refuse: an ask for functions the request is not about becomes a refusal
     ask_relevance: bool = True
+    # grounded, with allow_refuse: also refuse an ask whose request names no drafted function and fills none of
+    # its required arguments. Off: that is an empty fill, not evidence that no function fits (a small model fills
+    # nothing in "Remind me to call my mother"); refusals come from relevance evidence only.
+    refuse_unfilled: bool = False
     max_calls: int = Field(default=2, ge=1, le=8)  # NLSI gold has at most 2 calls; greedy decoding fills maxItems with repeats
     tag_shots: int = Field(default=4, ge=0, le=10)
     tag_mode: TagMode = "text"  # "text": TAPS free-text tagger; "spans": constrained labels+spans (small models)
@@ -337,7 +341,7 @@ class Pipeline:
         result.calls, result.missing, result.question = checked.calls, checked.missing, checked.question
         result.notes = [f"{n.action} {n.call}: {n.reason}" for n in checked.notes]
         result.decision = checked.decision
-        if config.allow_refuse and result.decision == "ask" and unsupported:
+        if config.allow_refuse and config.refuse_unfilled and result.decision == "ask" and unsupported:
             # Nothing the user wrote fills any required argument and nothing names the function: the request is
             # not about it, so asking for its arguments would be the wrong question.
             result.notes.append(f"refuse {', '.join(result.functions)}: the request names none of them and "
