@@ -263,3 +263,19 @@ def test_pipeline_prediction_keeps_stage_one_scores(tmp_path) -> None:
     table = results(tmp_path, "BFCL_v4_irrelevance.json")[0]["prediction"]["selection_scores"]
     assert set(table) == {"geometry.triangle_area", "None"}
     assert table["None"]["combined"] > table["geometry.triangle_area"]["combined"]
+
+
+def test_live_relevance_items_are_served_by_a_call_or_a_question_and_a_refusal_is_false() -> None:
+    """BFCL live_relevance: a function serves the request but no answer is given. It was scored as irrelevance
+    (a refusal counted right); now a refusal is a false refusal and any call or question serves it."""
+    item = _item([], "live_relevance")
+    refused = {"status": "ok", "decision": "refuse", "calls": []}
+    asked = {"status": "ok", "decision": "ask", "calls": [{"name": "calc_area", "arguments": {}}]}
+    assert bfcl.score(item, refused, "call") == {"served": 0.0, "no_call": 1.0}
+    assert bfcl.score(item, asked, "call") == {"served": 1.0, "no_call": 0.0}
+    assert bfcl.score(item, {"status": "parse_error"}, "call") == {"served": 0.0, "no_call": 0.0}
+    rows = [ScoredItem(id=str(i), input={}, prediction=p, scores=bfcl.score(item, p, "call"))
+            for i, p in enumerate([refused, asked, asked, asked])]
+    metrics = bfcl.aggregate(rows)
+    assert metrics["false_refusal_rate"] == 0.25 and metrics["served_rate"] == 0.75
+    assert "irrelevance_no_call_rate" not in metrics

@@ -51,6 +51,10 @@ def default_answers_path(data_path: str | Path) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
+# Categories whose items a function serves but that carry no answer to match (BFCL's live_relevance).
+RELEVANCE_ONLY = frozenset({"live_relevance"})
+
+
 def category_of(item_id: str) -> str:
     return re.sub(r"_\d+(-\d+)*$", "", item_id)
 
@@ -259,6 +263,10 @@ def call_scores(item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
     ground_truth = gold.get("ground_truth", [])
     ok = str(prediction.get("status", "ok")) == "ok"
     no_call = made_no_call(prediction)
+    if item.meta.get("category") in RELEVANCE_ONLY:
+        # A function serves the request but BFCL gives no answer to match: any call or question is right, a
+        # refusal is a false refusal, a parse error is neither.
+        return {"served": float(ok and not no_call), "no_call": float(no_call)}
     if not ground_truth:
         return {"ast_match": float(no_call), "no_call": float(no_call)}
     if not ok or no_call:
@@ -281,10 +289,11 @@ def score(item: EvalItem, prediction: dict[str, Any], mode: str | None = None) -
 
 
 def aggregate(scored: list[ScoredItem]) -> dict[str, Any]:
-    if not any("ast_match" in i.scores for i in scored):
+    if not any("ast_match" in i.scores or "served" in i.scores for i in scored):
         return selection.aggregate(scored, per_tool=False)
     n = len(scored)
-    irrelevant = [i for i in scored if "selection" not in i.scores]
+    served = [i for i in scored if "served" in i.scores]  # relevance-only items (live_relevance)
+    irrelevant = [i for i in scored if "selection" not in i.scores and "served" not in i.scores]
     relevant = [i for i in scored if "selection" in i.scores]
     metrics: dict[str, Any] = {"n": n}
     if irrelevant:
@@ -296,7 +305,12 @@ def aggregate(scored: list[ScoredItem]) -> dict[str, Any]:
                                                       len(relevant))
         metrics["false_refusal_rate"] = proportion(sum(i.scores.get("no_call", 0.0) == 1.0 for i in relevant),
                                                    len(relevant))
-    metrics["ast_accuracy"] = mean(i.scores.get("ast_match", 0.0) for i in scored)
+    if served:
+        metrics["false_refusal_rate"] = proportion(
+            sum(i.scores.get("no_call", 0.0) == 1.0 for i in relevant + served), len(relevant) + len(served))
+        metrics["served_rate"] = proportion(sum(i.scores["served"] == 1.0 for i in served), len(served))
+    if any("ast_match" in i.scores for i in scored):
+        metrics["ast_accuracy"] = mean(i.scores["ast_match"] for i in scored if "ast_match" in i.scores)
     metrics["parse_error_rate"] = proportion(sum(i.status == "parse_error" for i in scored), n)
     metrics["failure_rate"] = proportion(sum(i.status not in ("ok", "parse_error") for i in scored), n)
     metrics["no_call_rate"] = proportion(sum(made_no_call(i.prediction) for i in scored), n)
