@@ -320,7 +320,11 @@ def test_an_ask_for_a_function_the_request_is_not_about_becomes_a_refusal(real_e
 
 
 @pytest.mark.embedder
-def test_a_request_that_gives_a_required_value_is_asked_about_even_when_worded_far_from_the_function(real_embedder):
+def test_a_request_that_gives_a_required_value_is_asked_about_even_when_worded_far_from_the_function(
+        real_embedder, monkeypatch):
+    # A threshold above this request's similarity, whatever the shipped one is: the rule must not be consulted.
+    fitted = relevance.ask_rule(real_embedder)
+    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: fitted.model_copy(update={"threshold": 0.6}))
     flights = Function(name="book_flight", description="Books a flight between two cities.", parameters={
         "type": "object", "properties": {"origin": {"type": "string", "description": "departure city"},
                                          "destination": {"type": "string", "description": "arrival city"}},

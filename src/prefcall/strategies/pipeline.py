@@ -355,13 +355,14 @@ class Pipeline:
 
     def _refuse_off_topic_ask(self, turns: list[Turn], catalogue: Catalogue, result: ParseResult) -> None:
         """An ask for functions the request is not about becomes a refusal (strategies.relevance): the user's
-        words are compared with each selected function's name and description, against the embedder's
-        fitted threshold. Only asked when the user's words fill none of the required arguments ("I want to fly
+        words are compared with the name and description of every function of the catalogue, against the
+        embedder's fitted threshold; the request is refused only when none clears it. Only asked when the user's words fill none of the required arguments ("I want to fly
         to Paris" gives a destination: a question about the origin is right even if the wording is far from
         "Books a flight between two cities"). Without an embedder or a fitted threshold, the ask stands."""
-        functions = [f for f in (catalogue.function(n) for n in result.functions) if f is not None]
+        # Every function of the catalogue, not only the ones stage 1 chose: a request that another function fits
+        # is about the catalogue (stage 1 may have chosen wrong), and refusing it would cost a real request.
         words = "\n".join(t.content for t in turns if t.role == "user" and t.content)
-        found = relevance.unrelated(self.embedder, words, functions)
+        found = relevance.unrelated(self.embedder, words, catalogue.functions)
         if found is None:
             return
         result.notes.append(f"refuse {', '.join(result.functions)}: the request is not about them ({found.describe()})")
