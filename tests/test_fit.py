@@ -126,3 +126,12 @@ def test_a_damaged_or_foreign_fit_file_is_a_one_line_error(tmp_path: Path):
     path.write_text(json.dumps({"fingerprint": "gguf-sha256:" + "a" * 63 + "b"}))
     with pytest.raises(StoreError, match="another model"):
         fits.load(fingerprint, tmp_path)
+
+
+def test_an_unwritable_fingerprint_cache_costs_time_not_the_request(tmp_path: Path):
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF weights")
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("x")  # the cache's folder is a file: every write fails
+    first = fits.file_fingerprint(model, blocked)
+    assert first is not None and first == fits.file_fingerprint(model, None)

@@ -63,7 +63,10 @@ def file_fingerprint(path: str | Path, cache_dir: Path | None = None) -> str | N
         with _LOCK:
             known = _read_json(cache)
             known[key] = fingerprint
-            _write_json(cache, known)
+            try:
+                _write_json(cache, known)
+            except OSError:
+                pass  # the cache only saves time: a read-only data folder costs a hash per start, not the request
     return fingerprint
 
 
