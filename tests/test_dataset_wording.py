@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from prefcall.evaluation.data import read_json
 from prefcall.retrieval.text import misspelt, one_edit
 from prefcall.schemas.model import Catalogue, Function
 from prefcall.strategies.selection import DomainModel, condition_values, generic, select_instructions
@@ -34,26 +35,17 @@ ENGLISH = {
 }
 
 
-def _records(path: Path) -> list:
-    text = path.read_text(encoding="utf-8")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    return data
-
-
 def data_set_words(shared: Path) -> dict[str, set[str]]:
     texts: dict[str, list[str]] = defaultdict(list)
-    for row in _records(shared / "nlsi" / "dev.json"):
+    for row in read_json(shared / "nlsi" / "dev.json"):
         texts["nlsi"] += [row["user_utterance"], *row["all_standing_instructions"]]
     for name in ("tags_train.json", "tags_dev.json"):
-        texts["nlsi"] += [row["instruction"] for row in _records(shared / "taps" / name)]
-    for dialogue in _records(shared / "sgd" / "dev_dialogues_001.json"):
+        texts["nlsi"] += [row["instruction"] for row in read_json(shared / "taps" / name)]
+    for dialogue in read_json(shared / "sgd" / "dev_dialogues_001.json"):
         texts["sgd"] += [turn["utterance"] for turn in dialogue["turns"]]
     for source, pattern in (("bfcl", "bfcl/BFCL_*.json"), ("acebench", "acebench/data_*.json")):
         for path in sorted(shared.glob(pattern)):
-            for row in _records(path):
+            for row in read_json(path):
                 texts[source].append(json.dumps(row.get("question")))
                 texts[source] += [str(f.get("description", "")) for f in row.get("function") or []]
     return {name: set(re.findall(r"[a-z][a-z']+", " ".join(t).lower())) for name, t in texts.items()}

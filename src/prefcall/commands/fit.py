@@ -34,8 +34,6 @@ def run_fit(args: argparse.Namespace) -> int:
     from prefcall.evaluation import fit
     from prefcall.evaluation.runner import Progress, git_commit
     from prefcall.storage import fits
-    from prefcall.storage.demos import DemoStore
-    from prefcall.strategies.fcicl import load_nlsi_demonstrations
     from prefcall.strategies.grounded import load_weights
     from prefcall.strategies.pipeline import Pipeline
 
@@ -51,16 +49,9 @@ def run_fit(args: argparse.Namespace) -> int:
     rows_file = out / "rows.jsonl"
     done = fit.read_rows(rows_file)
 
-    # Value memories as the pipeline would have them: the tune items of each source, the item itself left out.
-    store = DemoStore(None)
-    for item_source, path in (("nlsi", fit.shared_data_dir() / "nlsi" / "dev.json"),
-                              ("corpus", fit.corpus.CORPUS_DIR / "items.json")):
-        if item_source in sources:
-            keep = fit.splits.tune_keys(path) or set()
-            catalogue = "nlsi" if item_source == "nlsi" else "corpus"
-            store.add_many([d for d in load_nlsi_demonstrations(path, catalogue) if d.id in keep])
-    pipeline = Pipeline(engine, load_embedder(settings), store, data_dir=settings.data_dir)
-    pipeline._weights = load_weights(info.model_name)  # noqa: SLF001 - rows are collected under the shipped rule
+    shipped = load_weights(info.model_name)  # rows are collected, and the fit compared, under the shipped rule
+    pipeline = Pipeline(engine, load_embedder(settings), fit.value_memories(sources), data_dir=settings.data_dir)
+    pipeline._weights = shipped  # noqa: SLF001
 
     progress = Progress(len(items), sys.stderr, label="fit")
     with rows_file.open("a", encoding="utf-8") as sink:
@@ -74,7 +65,7 @@ def run_fit(args: argparse.Namespace) -> int:
     for item in items:
         counts[item.source] = counts.get(item.source, 0) + 1
     report = fit.FitReport(model_name=info.model_name, fingerprint=fingerprint, items=counts,
-                           kinds=fit.fit(rows, load_weights(info.model_name),
+                           kinds=fit.fit(rows, shipped,
                                          args.min_right if args.min_right is not None else fit.MIN_RIGHT))
     command = "prefcall fit " + " ".join(sys.argv[2:])
     stored = None

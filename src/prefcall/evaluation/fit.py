@@ -102,23 +102,42 @@ class FitReport(BaseModel):
 # -- items -----------------------------------------------------------------------------------------------------
 
 
+def source_path(source: str) -> Path:
+    """The data file of a fit source (nlsi: the shared dev file; corpus: the bundled one)."""
+    if source == "nlsi":
+        path = shared_data_dir() / "nlsi" / "dev.json"
+        if not path.is_file():
+            raise ConfigError(f"{path} is missing: fit beside ../shared/data (PREFCALL_SHARED_DATA) or pass "
+                              "--sources corpus")
+        return path
+    if source == "corpus":
+        return corpus.CORPUS_DIR / "items.json"
+    raise ConfigError(f"unknown fit source {source!r}: use {', '.join(SOURCES)}")
+
+
+def value_memories(sources: Sequence[str]) -> Any:
+    """A DemoStore of the sources' tune items, as the pipeline's value memories (an item leaves itself out when
+    it is parsed: `collect` passes its id as excluded)."""
+    from prefcall.storage.demos import DemoStore
+    from prefcall.strategies.fcicl import load_nlsi_demonstrations
+
+    store = DemoStore(None)
+    for source in sources:
+        path = source_path(source)
+        keep = splits.tune_keys(path) or set()
+        store.add_many([d for d in load_nlsi_demonstrations(path, source) if d.id in keep])
+    return store
+
+
 def tune_items(sources: Sequence[str] = SOURCES, subset: int | None = None) -> list[TuneItem]:
     """The tune part of each source, in file order; `subset` keeps every k-th item of each source."""
     from prefcall.schemas.registry import builtin_catalogue
 
     items: list[TuneItem] = []
     for source in sources:
-        if source == "nlsi":
-            path = shared_data_dir() / "nlsi" / "dev.json"
-            if not path.is_file():
-                raise ConfigError(f"{path} is missing: fit beside ../shared/data (PREFCALL_SHARED_DATA) or pass "
-                                  "--sources corpus")
-            catalogue = builtin_catalogue("nlsi")
-        elif source == "corpus":
-            path = corpus.CORPUS_DIR / "items.json"
-            catalogue = import_catalogue(corpus.CORPUS_DIR / "catalogue.json", name="corpus")
-        else:
-            raise ConfigError(f"unknown fit source {source!r}: use {', '.join(SOURCES)}")
+        path = source_path(source)
+        catalogue = builtin_catalogue("nlsi") if source == "nlsi" else \
+            import_catalogue(corpus.CORPUS_DIR / "catalogue.json", name="corpus")
         keep = splits.tune_keys(path)
         if keep is None:
             raise ConfigError(f"{path} is not a source of the split file: rebuild it with `prefcall split build`")

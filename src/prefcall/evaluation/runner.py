@@ -294,7 +294,8 @@ def write_outputs(
         plots = task.plots([i for i in items if i.scorable], out_dir)
     except Exception as exc:  # a plot must never cost the run its report
         stderr.write(f"warning: plots failed ({type(exc).__name__}: {exc}); report written without them\n")
-    meta = {"command": " ".join(["prefcall", *(sys.argv[1:] if argv is None else argv)]), "date": dt.date.today().isoformat(), "commit": git_commit()}
+    command = " ".join(["prefcall", *(sys.argv[1:] if argv is None else argv)])
+    meta = {"command": command, "date": dt.date.today().isoformat(), "commit": git_commit()}
     summary = summary | {"run": meta}  # `prefcall eval report` reads the command and commit from here
     (out_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2, default=_json_default), encoding="utf-8")
     report = render_report(task, items, metrics, summary, plots, meta, out_dir)

@@ -44,6 +44,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from prefcall.errors import ConfigError
+from prefcall.evaluation.data import read_json
 
 SPLIT_FILE = "splits.json"
 BUILD_COMMAND = "prefcall split build"
@@ -243,11 +244,7 @@ def resolve(path: str, shared: Path, repo: Path) -> Path:
 
 
 def _records(path: Path) -> list[Any]:
-    text = path.read_text(encoding="utf-8")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    data = read_json(path)
     return data if isinstance(data, list) else [data]
 
 

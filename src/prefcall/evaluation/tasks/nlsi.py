@@ -249,7 +249,7 @@ def demo_pool(args: argparse.Namespace, evaluated: Path) -> tuple[Path, set[str]
         if given:
             raise ConfigError(f"demonstrations file {path} does not exist; pass an NLSI-format --demos FILE")
         return None
-    found = splits.source_of(path)
+    found = own or splits.source_of(path)
     if found is not None:
         name, entry = found
         return path, set(entry.tune), f"the tune split of {name} ({len(entry.tune)} items, prefcall/data/splits.json)"
