@@ -14,7 +14,8 @@ from prefcall.errors import StoreError
 from prefcall.evaluation import fit, splits
 from prefcall.storage import fits
 from prefcall.strategies.grounded import load_weights
-from prefcall.strategies.grounding.fill import RankRow
+from prefcall.strategies.grounding.evidence import FEATURES, Weights
+from prefcall.strategies.grounding.fill import TOP_K, RankRow
 from prefcall.strategies.pipeline import Pipeline
 
 
@@ -87,6 +88,65 @@ def test_collect_records_the_fillers_candidates_through_the_pipeline():
     assert rows and {r.item for r in rows} <= {i.id for i in items}
     assert pipeline.record is None  # the recorder is removed after each item
     assert any(r.right for r in rows)  # gold values are among the candidates the filler scored
+
+
+def test_collect_records_every_span_candidates_features_and_which_ones_were_scored():
+    items = fit.tune_items(["corpus"], subset=3)
+    rows = fit.collect(Pipeline(FakeEngine(), FakeEmbedder()), items)
+    spans = [r for r in rows if r.kind in ("span", "number")]
+    assert spans and all(r.features is not None and len(r.features) == len(FEATURES) for r in spans)
+    assert any(not r.ranked for r in spans)  # candidates structure kept out of the scored top are rows too
+    for group in {r.group for r in spans}:
+        assert sum(r.ranked for r in spans if r.group == group) <= TOP_K
+    assert all(r.features is None and r.ranked for r in rows if r.kind in ("enum", "boolean"))
+
+
+def structure_rows(n_groups: int, seed: int = 2) -> list[fit.LabelledRow]:
+    """Rankings of 6 candidates where feature 0 marks the right one (noisily) and the others are noise."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for g in range(n_groups):
+        for j in range(6):
+            features = rng.normal(size=len(FEATURES))
+            features[0] += 2.5 if j == 0 else 0.0
+            rows.append(fit.LabelledRow(item=str(g), group=g, kind="span", function="F", argument="a", value=j,
+                                        evidence=0.0, odds=None, right=j == 0, gold=True,
+                                        features=[float(f) for f in features], ranked=j < 3))
+    return rows
+
+
+def test_the_structure_fit_learns_the_feature_that_marks_right_values_and_needs_enough_of_them():
+    shipped = Weights(tuple([0.0] * len(FEATURES)), tuple([1.0] * len(FEATURES)),
+                      tuple([0.0] * (len(FEATURES) - 1) + [1.0]), 0.0)  # looks at a noise feature only
+    result = fit.fit_structure(structure_rows(400), shipped, min_right=300)
+    assert result.fitted and result.right == 400 and result.rankings == 400
+    assert result.top1_fitted > 0.75 > result.top1_shipped
+    assert result.topk_fitted >= result.top1_fitted
+    weights = result.weights["weights"]
+    assert weights[0] == max(weights, key=abs)
+    few = fit.fit_structure(structure_rows(100), shipped, min_right=300)
+    assert not few.fitted and "needs 300" in few.why and few.weights["weights"] == list(shipped.weights)
+
+
+def test_a_structure_file_keeps_the_combinations_and_says_where_the_weights_came_from(tmp_path: Path):
+    shipped = load_weights().structure
+    result = fit.fit_structure(structure_rows(400), shipped, min_right=300)
+    base = json.loads(Path(fit.__file__).parent.parent.joinpath("data", "grounding.json").read_text())
+    written = fit.structure_file(result, base, "prefcall fit --structure", "abc1234", {"corpus": 208})
+    assert written["combination"] == base["combination"]
+    assert written["source"]["structure"]["command"] == "prefcall fit --structure"
+    assert written["source"]["structure"]["commit"] == "abc1234" and written["structure"]["features"] == list(FEATURES)
+    path = tmp_path / "grounding.json"
+    path.write_text(json.dumps(written))
+    assert load_weights(path=path).structure.weights == tuple(result.weights["weights"])
+
+
+def test_the_combination_fit_reads_only_the_scored_top():
+    rows = [row(1, 2.0, 3.0, True), row(1, 9.0, None, False)]
+    rows[1].ranked = False  # never scored: not a decision the combination makes
+    assert fit.decide([r for r in rows if r.ranked], (1.0, 1.0, 0.0)) == (1, 0, 0)
+    assert fit.fit_kind("span", rows, (1.0, 1.0, 0.0), min_right=300).decisions == 1
+    assert fit.fit_kind("span", rows, (1.0, 1.0, 0.0), min_right=300).f1_shipped == 1.0
 
 
 def test_a_stored_fit_is_used_for_that_model_file_only(tmp_path: Path):

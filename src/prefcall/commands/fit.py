@@ -26,6 +26,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--min-right", type=int, default=None,
                         help="right values a kind needs to be fitted (default 300; lower only for experiments)")
     parser.add_argument("--dry-run", action="store_true", help="print the fit without storing it for the model")
+    parser.add_argument("--structure", action="store_true",
+                        help="fit the structure weights instead (model-independent features of every span and "
+                        "number candidate; the model is not asked about values): written to OUT/structure.json")
+    parser.add_argument("--structure-out", metavar="PATH",
+                        help="with --structure: also write a grounding.json with the new structure weights "
+                        "(maintainers: src/prefcall/data/grounding.json)")
     parser.set_defaults(handler=run_fit)
 
 
@@ -46,12 +52,13 @@ def run_fit(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else settings.data_dir / "fit-runs" / (
         fits.file_name(fingerprint).removesuffix(".json") if fingerprint else "served")
     out.mkdir(parents=True, exist_ok=True)
-    rows_file = out / "rows.jsonl"
+    rows_file = out / ("rows-structure.jsonl" if args.structure else "rows.jsonl")
     done = fit.read_rows(rows_file)
 
     shipped = load_weights(info.model_name)  # rows are collected, and the fit compared, under the shipped rule
     pipeline = Pipeline(engine, load_embedder(settings), fit.value_memories(sources), data_dir=settings.data_dir)
-    pipeline._weights = shipped  # noqa: SLF001
+    # The structure fit needs every candidate's features, not the model's view of the values: no value scoring.
+    pipeline._weights = shipped.model_copy(update={"use_model": False}) if args.structure else shipped  # noqa: SLF001
 
     progress = Progress(len(items), sys.stderr, label="fit")
     with rows_file.open("a", encoding="utf-8") as sink:
@@ -64,10 +71,13 @@ def run_fit(args: argparse.Namespace) -> int:
     counts: dict[str, int] = {}
     for item in items:
         counts[item.source] = counts.get(item.source, 0) + 1
-    report = fit.FitReport(model_name=info.model_name, fingerprint=fingerprint, items=counts,
-                           kinds=fit.fit(rows, shipped,
-                                         args.min_right if args.min_right is not None else fit.MIN_RIGHT))
     command = "prefcall fit " + " ".join(sys.argv[2:])
+    min_right = args.min_right if args.min_right is not None else fit.MIN_RIGHT
+    if args.structure:
+        return _write_structure(args, fit.fit_structure(rows, shipped.structure, min_right), out, command,
+                                git_commit(), counts)
+    report = fit.FitReport(model_name=info.model_name, fingerprint=fingerprint, items=counts,
+                           kinds=fit.fit(rows, shipped, min_right))
     stored = None
     result = fits.Fit(fingerprint=fingerprint or "", model_name=info.model_name, grounding=report.grounding(),
                       source=fit.source_note(report, command, git_commit()))
@@ -82,4 +92,22 @@ def run_fit(args: argparse.Namespace) -> int:
     if fingerprint is None:
         summary["note"] = "a served engine: its fits are not stored yet (the fit above is printed only)"
     print(json.dumps(summary, indent=1))
+    return 0
+
+
+def _write_structure(args: argparse.Namespace, result: object, out: Path, command: str, commit: str,
+                     counts: dict[str, int]) -> int:
+    from importlib import resources
+
+    from prefcall.evaluation import fit
+
+    assert isinstance(result, fit.StructureFit)
+    (out / "structure.json").write_text(result.model_dump_json(indent=1) + "\n", encoding="utf-8")
+    if args.structure_out and result.fitted:
+        base = json.loads((resources.files("prefcall") / "data" / "grounding.json").read_text(encoding="utf-8"))
+        Path(args.structure_out).write_text(
+            json.dumps(fit.structure_file(result, base, command, commit, counts), indent=1) + "\n",
+            encoding="utf-8")
+    print(json.dumps({**result.model_dump(exclude={"weights"}), "items": counts, "run": str(out),
+                      "written": args.structure_out if args.structure_out and result.fitted else None}, indent=1))
     return 0

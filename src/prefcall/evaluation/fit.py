@@ -41,7 +41,8 @@ from prefcall.evaluation.metrics.calls import calls_from_any, load_aliases, norm
     normalise_value
 from prefcall.schemas.importers import import_catalogue
 from prefcall.schemas.model import Catalogue
-from prefcall.strategies.grounding.fill import GroundingWeights, RankRow
+from prefcall.strategies.grounding.evidence import FEATURES, Weights, fit_logistic
+from prefcall.strategies.grounding.fill import TOP_K, GroundingWeights, RankRow
 
 KINDS = ("span", "number", "enum", "boolean")
 MIN_RIGHT = 300
@@ -71,6 +72,8 @@ class LabelledRow(BaseModel):
     odds: float | None
     right: bool
     gold: bool  # the item's gold sets this argument of this function (a miss is a false negative)
+    features: list[float] | None = None  # span and number candidates: evidence.FEATURES (the structure fit)
+    ranked: bool = True  # False: structure kept it out of the scored top (a structure-fit row only)
 
 
 class KindFit(BaseModel):
@@ -176,7 +179,8 @@ def label(item: TuneItem, rows: Iterable[RankRow], aliases: dict[str, str]) -> l
         values = gold.get(key, set())
         out.append(LabelledRow(item=item.id, group=row.group, kind=row.kind, function=row.function,
                                argument=row.argument, value=row.value, evidence=row.evidence, odds=row.odds,
-                               right=normalise_value(row.value, aliases) in values, gold=bool(values)))
+                               right=normalise_value(row.value, aliases) in values, gold=bool(values),
+                               features=row.features, ranked=row.ranked))
     return out
 
 
@@ -261,7 +265,7 @@ def f1(tp: int, fp: int, fn: int) -> tuple[float, float, float]:
 
 
 def fit_kind(kind: str, rows: Sequence[LabelledRow], shipped: Sequence[float], min_right: int = MIN_RIGHT) -> KindFit:
-    mine = [r for r in rows if r.kind == kind]
+    mine = [r for r in rows if r.kind == kind and r.ranked]
     scored = [r for r in mine if r.odds is not None]
     right = sum(r.right for r in mine)
     decisions = len({r.group for r in mine})
@@ -285,6 +289,75 @@ def fit(rows: Sequence[LabelledRow], weights: GroundingWeights, min_right: int =
     shipped = {"span": weights.span, "number": weights.number or weights.span, "enum": weights.enum,
                "boolean": weights.boolean}
     return {kind: fit_kind(kind, rows, shipped[kind], min_right) for kind in KINDS if any(r.kind == kind for r in rows)}
+
+
+# -- the structure weights -------------------------------------------------------------------------------------
+
+
+class StructureFit(BaseModel):
+    """The structure weights (evidence.Weights over evidence.FEATURES) fitted on every span and number candidate,
+    and how often each set of weights puts a right value first and in the top the model scores (TOP_K), over the
+    rankings that hold one."""
+
+    rows: int
+    right: int
+    rankings: int
+    fitted: bool
+    why: str = ""
+    top1_shipped: float
+    top1_fitted: float
+    topk_shipped: float
+    topk_fitted: float
+    weights: dict[str, Any]
+
+
+def weights_dict(weights: Weights) -> dict[str, Any]:
+    return {"features": list(FEATURES), "mean": list(weights.mean), "scale": list(weights.scale),
+            "weights": list(weights.weights), "bias": weights.bias}
+
+
+def _ranking_hits(groups: Sequence[list[int]], right: np.ndarray, logits: np.ndarray) -> tuple[float, float]:
+    """(share of rankings whose best candidate is right, share with a right one among the TOP_K best)."""
+    top1 = topk = 0
+    for members in groups:
+        order = sorted(members, key=lambda i: -logits[i])
+        top1 += bool(right[order[0]])
+        topk += any(right[i] for i in order[:TOP_K])
+    return (top1 / len(groups), topk / len(groups)) if groups else (0.0, 0.0)
+
+
+def fit_structure(rows: Sequence[LabelledRow], shipped: Weights, min_right: int = MIN_RIGHT) -> StructureFit:
+    """Logistic weights (evidence.fit_logistic: standardised features, right values up-weighted) on the span and
+    number candidates' features; fitted only with at least `min_right` right values."""
+    mine = [r for r in rows if r.kind in ("span", "number") and r.features is not None]
+    x = np.array([r.features for r in mine], dtype=np.float32).reshape(len(mine), len(FEATURES))
+    y = np.array([float(r.right) for r in mine])
+    by_group: dict[int, list[int]] = {}
+    for i, r in enumerate(mine):
+        by_group.setdefault(r.group, []).append(i)
+    groups = [g for g in by_group.values() if any(y[i] for i in g)]
+    top1_s, topk_s = _ranking_hits(groups, y, shipped.logits(x))
+    right = int(y.sum())
+    common = dict(rows=len(mine), right=right, rankings=len(groups), top1_shipped=round(top1_s, 4),
+                  topk_shipped=round(topk_s, 4))
+    if right < min_right or right == len(mine):
+        return StructureFit(**common, fitted=False, why=f"{right} right values (needs {min_right}): the shipped "
+                            "structure weights stay", top1_fitted=round(top1_s, 4), topk_fitted=round(topk_s, 4),
+                            weights=weights_dict(shipped))
+    fitted = fit_logistic(x, y)
+    top1_f, topk_f = _ranking_hits(groups, y, fitted.logits(x))
+    return StructureFit(**common, fitted=True, top1_fitted=round(top1_f, 4), topk_fitted=round(topk_f, 4),
+                        weights=weights_dict(fitted))
+
+
+def structure_file(fit: StructureFit, base: dict[str, Any], command: str, commit: str,
+                   items: dict[str, int]) -> dict[str, Any]:
+    """The shipped grounding.json with the structure weights replaced by `fit`'s, and where they came from."""
+    source = dict(base.get("source", {}))
+    source["structure"] = {"command": command, "commit": commit, "date": dt.date.today().isoformat(),
+                           "data": "tune split of prefcall/data/splits.json", "items": items,
+                           **fit.model_dump(exclude={"weights"})}
+    return {**base, "source": source, "structure": fit.weights}
 
 
 def read_rows(path: Path) -> dict[str, list[LabelledRow]]:

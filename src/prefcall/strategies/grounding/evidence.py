@@ -1,7 +1,7 @@
 """Structural evidence that a candidate span is the value of an argument, without the language model.
 
 Each (argument, candidate) pair gets a feature vector; a logistic model (weights in data/grounding.json, fitted
-by `prefcall calibrate grounding` on public dev data) turns it into a log-odds. The features:
+by `prefcall fit --structure` on the tuning split) turns it into a log-odds. The features:
 - cue: the argument's own name words right before the span ("my preferred city is X") or right after it
   ("X as my city"), with only connective words between; 1 / (1 + words between);
 - memory: the nearest value of the same argument among the demonstrations the caller may read (cosine of

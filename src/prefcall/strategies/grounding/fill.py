@@ -44,7 +44,7 @@ _COORDINATION = re.compile(r"^\s*(,\s*)?(or|and|,|/)\s*(maybe\s+|perhaps\s+)?$",
 
 
 class GroundingWeights(BaseModel):
-    """Per-model calibration of the combination (fitted by `prefcall calibrate grounding`)."""
+    """The structure weights and, per argument kind, the combination (fitted by `prefcall fit`: evaluation.fit)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -114,6 +114,10 @@ class RankRow(BaseModel):
     value: Any
     evidence: float
     odds: float | None
+    # Span and number candidates: the structural features (evidence.FEATURES) every candidate had, for fitting the
+    # structure weights; `ranked` is False for candidates that structure kept out of the top TOP_K (never scored).
+    features: list[float] | None = None
+    ranked: bool = True
 
 
 Recorder = Callable[[RankRow], None]
@@ -220,9 +224,11 @@ class _Rows:
         self.record, self.function, self.argument, self.kind = record, function, argument, kind
         self.group = next(_GROUPS)
 
-    def __call__(self, value: Any, evidence: float, odds: float | None) -> None:
+    def __call__(self, value: Any, evidence: float, odds: float | None, features: np.ndarray | None = None,
+                 ranked: bool = True) -> None:
         self.record(RankRow(function=self.function, argument=self.argument, kind=self.kind, group=self.group,
-                            value=value, evidence=evidence, odds=odds))
+                            value=value, evidence=evidence, odds=odds, ranked=ranked,
+                            features=None if features is None else [round(float(f), 5) for f in features]))
 
 
 def _rank(pool: ArgumentCandidates, ctx: FeatureContext, weights: GroundingWeights, scorer: _Scorer,
@@ -231,13 +237,18 @@ def _rank(pool: ArgumentCandidates, ctx: FeatureContext, weights: GroundingWeigh
     if not pool.candidates or pool.kind == "free":
         return []
     if pool.kind in ("span", "number"):
-        logits = weights.structure.logits(features(ctx, pool.name, pool.schema, pool.candidates))
+        matrix = features(ctx, pool.name, pool.schema, pool.candidates)
+        logits = weights.structure.logits(matrix)
         order = np.argsort(-logits)[:TOP_K]
         top = [pool.candidates[i] for i in order]
         structure = [float(logits[i]) for i in order]
-        if structure[0] < weights.prune:
+        pruned = structure[0] < weights.prune
+        if rows is not None:  # the candidates never scored, with their features (the structure fit's rows)
+            for i in np.argsort(-logits)[1 if pruned else TOP_K:]:
+                rows(pool.candidates[i].value, float(logits[i]), None, matrix[i], ranked=False)
+        if pruned:
             if rows is not None:
-                rows(top[0].value, structure[0], None)
+                rows(top[0].value, structure[0], None, matrix[order[0]])
             return [(_sigmoid(structure[0]), top[0], None)]
         lm = scorer(pool.name, [c.value for c in top])
         a, b, c = weights.number if pool.kind == "number" and weights.number is not None else weights.span
@@ -245,7 +256,7 @@ def _rank(pool: ArgumentCandidates, ctx: FeatureContext, weights: GroundingWeigh
         for i, (cand, s) in enumerate(zip(top, structure)):
             odds = float(lm[i] - lm[-1]) if lm is not None else 0.0
             if rows is not None:
-                rows(cand.value, s, odds if lm is not None else None)
+                rows(cand.value, s, odds if lm is not None else None, matrix[order[i]])
             out.append((_sigmoid(a * s + b * odds + c), cand, math.exp(lm[i]) if lm is not None else None))
         _record(result, lm)
         return sorted(out, key=lambda t: -t[0])
