@@ -44,19 +44,17 @@ from prefcall.engine.base import (
     heal_boundary,
 )
 from prefcall.engine.served.base import (
-    ChatLayout,
     EngineSpec,
     ServedEngine,
     StreamState,
     apply_stop,
     check_budget,
-    check_cancel,
     forced_literal_body,
-    jinja_renderer,
-    load_template_setting,
     sum_covering,
     top_pairs,
 )
+from prefcall.engine.served.http import check_cancel
+from prefcall.engine.served.layout import ChatLayout, jinja_renderer, load_template_setting
 from prefcall.errors import BackendError, EngineError
 
 

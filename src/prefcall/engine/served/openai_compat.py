@@ -51,7 +51,6 @@ from prefcall.engine.base import (
 )
 from prefcall.engine.served.base import (
     FORCED_RUNNER_UP,
-    ChatLayout,
     ChoiceForm,
     EngineSpec,
     ServedEngine,
@@ -59,15 +58,14 @@ from prefcall.engine.served.base import (
     apply_stop,
     cache_salt,
     check_budget,
-    check_cancel,
     estimate_tokens,
     forced_literal_body,
-    jinja_renderer,
-    load_template_setting,
     regex_choice,
     sum_covering,
     top_pairs,
 )
+from prefcall.engine.served.http import check_cancel
+from prefcall.engine.served.layout import ChatLayout, jinja_renderer, load_template_setting
 from prefcall.errors import BackendError, EngineError
 
 FLAVOURS = ("vllm", "llama-cpp-python", "sglang", "openai")
