@@ -36,22 +36,14 @@ from prefcall.engine.base import (
     PromptUsage,
     Scope,
     TokenLogprob,
+    reusable,
+    tokens_before,
 )
 from prefcall.engine.served.http import HttpClient
 from prefcall.errors import BackendError, ContextOverflowError, EngineError, MissingCapabilityError
 
 
 # -- scopes --------------------------------------------------------------------------------------------------------
-def reusable(common: int, shared_len: int, scope: Scope, other: Scope, other_shared: int) -> int:
-    """The in-process engine's rule: all of what agrees within one user; across users only the shared messages,
-    and only between callers who may read the same shared text."""
-    if other == scope:
-        return common
-    if other.shared == scope.shared:
-        return min(common, shared_len, other_shared)
-    return 0
-
-
 class ScopeLedger:
     """The last prompts sent, per scope: what a caller may be told about prefix reuse (never another user's text)."""
 
@@ -98,17 +90,6 @@ def cache_salt(secret: str, scope: Scope) -> str:
 
 
 # -- token bookkeeping ---------------------------------------------------------------------------------------------
-def tokens_before(tokens: list[TokenLogprob], cut: int) -> list[TokenLogprob]:
-    """Tokens that start before character `cut` (as the in-process engine keeps them at a stop string)."""
-    kept, length = [], 0
-    for token in tokens:
-        if length >= cut:
-            break
-        kept.append(token)
-        length += len(token.token)
-    return kept
-
-
 def apply_stop(text: str, tokens: list[TokenLogprob], stop: Sequence[str]) -> tuple[str, list[TokenLogprob], bool]:
     """Cut at the first stop string (the backend usually did already); tokens of the stop itself are dropped."""
     hits = [text.index(s) for s in stop if s and s in text]

@@ -18,21 +18,15 @@ from typing import Any
 import httpx
 
 from prefcall.config import Settings
-from prefcall.engine.base import Cancel
+from prefcall.engine.base import Cancel, check_cancel
 from prefcall.errors import (
     BackendError,
     BackendTimeoutError,
     BackendUnavailableError,
-    CancelledError,
     ContextOverflowError,
 )
 
 RETRY_STATUS = (429, 503)
-
-
-def check_cancel(cancel: Cancel | None) -> None:
-    if cancel is not None and cancel.is_set():
-        raise CancelledError("the request was cancelled (the client went away or gave up): nothing to do")
 
 
 class HttpClient:

@@ -41,6 +41,7 @@ from prefcall.engine.base import (
     PromptUsage,
     Scope,
     TokenLogprob,
+    check_cancel,
     heal_boundary,
 )
 from prefcall.engine.served.base import (
@@ -53,7 +54,6 @@ from prefcall.engine.served.base import (
     sum_covering,
     top_pairs,
 )
-from prefcall.engine.served.http import check_cancel
 from prefcall.engine.served.layout import ChatLayout, jinja_renderer, load_template_setting
 from prefcall.errors import BackendError, EngineError
 
@@ -196,7 +196,7 @@ class LlamaServerEngine(ServedEngine):
             # The in-process engine's grammar (llama.cpp's Python converter), not the server's `json_schema`: the
             # server's C++ converter also allows newlines and indentation between tokens, so the same model would
             # write differently spaced JSON (measured: '{\n  "cuisine": ...' vs '{ "cuisine": ...').
-            from prefcall.engine.llama import json_schema_gbnf
+            from prefcall.engine.grammar import json_schema_gbnf
 
             body["grammar"] = json_schema_gbnf(json_schema)
         state = StreamState()

@@ -33,6 +33,7 @@ from prefcall.engine.base import (
     PromptUsage,
     Scope,
     TokenLogprob,
+    check_cancel,
 )
 from prefcall.engine.served.base import (
     ChoiceForm,
@@ -44,7 +45,6 @@ from prefcall.engine.served.base import (
     estimate_tokens,
     top_pairs,
 )
-from prefcall.engine.served.http import check_cancel
 from prefcall.engine.served.layout import ChatLayout, jinja_renderer, load_template_setting
 from prefcall.engine.served.openai_compat import _version
 from prefcall.errors import BackendError, EngineError

@@ -47,6 +47,7 @@ from prefcall.engine.base import (
     PromptUsage,
     Scope,
     TokenLogprob,
+    check_cancel,
     heal_boundary,
 )
 from prefcall.engine.served.base import (
@@ -64,7 +65,6 @@ from prefcall.engine.served.base import (
     sum_covering,
     top_pairs,
 )
-from prefcall.engine.served.http import check_cancel
 from prefcall.engine.served.layout import ChatLayout, jinja_renderer, load_template_setting
 from prefcall.errors import BackendError, EngineError
 
@@ -307,7 +307,7 @@ class OpenAICompatEngine(ServedEngine):
         else:
             body.update({"logprobs": k, "repeat_penalty": 1.0, "top_k": 1, "seed": 0})
             if json_schema is not None:
-                from prefcall.engine.llama import json_schema_gbnf
+                from prefcall.engine.grammar import json_schema_gbnf
 
                 body["grammar"] = json_schema_gbnf(json_schema)
             if grammar is not None:
