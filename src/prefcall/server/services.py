@@ -31,7 +31,8 @@ from prefcall.storage.db import LOCAL_OWNER
 from prefcall.storage.demos import Demonstration, DemoStore, add_demonstration
 from prefcall.storage.profiles import Instruction, ProfileStore
 from prefcall.strategies.grammars import check_catalogue_grammars, grammar_checker
-from prefcall.strategies.nlt import NltResult, NltUsage, select_tools
+from prefcall.strategies.nlt import select_tools
+from prefcall.strategies.nlt_models import NltResult, NltUsage
 from prefcall.strategies.pipeline import DEFAULT_CONFIG, ParseResult, Pipeline, get_config
 from prefcall.strategies.qwn import ClarifyResult, clarify
 from prefcall.strategies.taps_tagger import BUILTIN_EXAMPLES, TagExamples, TagResult
