@@ -1,5 +1,6 @@
 """The one-way import rule (docs/architecture.md): a module imports only from its own layer or lower ones,
-and never by string. Checked on the source text, so lazy imports inside functions count too."""
+never by string, and no two modules import each other, directly or round a longer circle. Checked on the source
+text, so lazy imports inside functions and imports under `if TYPE_CHECKING:` count too."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ LAYERS: dict[str, int] = {
     "prefcall.schemas.model": 1,
     "prefcall.schemas": 2,
     "prefcall.retrieval": 2,
-    "prefcall.profiles": 3,
+    "prefcall.tagging": 3,
+    "prefcall.profiles": 3,  # old name of prefcall.tagging, only until strategies/pipeline.py imports the new one
     "prefcall.strategies": 4,
     "prefcall.server": 5,
     "prefcall.evaluation": 6,
@@ -89,7 +91,60 @@ def string_imports(tree: ast.AST) -> list[tuple[int, str]]:
     return out
 
 
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of a module graph: its strongly connected components of more than one module
+    (Tarjan's algorithm, iterative), each sorted, lowest first."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next((c for c in children if c in graph and (c not in index or c in on_stack)), None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                else:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return sorted(found)
+
+
 SOURCES = sorted(SRC.rglob("*.py"))
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every prefcall module -> the prefcall modules it imports anywhere in its file (itself left out)."""
+    graph = {}
+    for path in SOURCES:
+        module = module_name(path)
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        graph[module] = {name for _, name in imported_modules(tree, module, path.name == "__init__.py")} - {module}
+    return graph
 
 
 def test_every_module_has_a_layer():
@@ -106,6 +161,12 @@ def test_imports_run_downwards_only(path: Path):
               for line, name in imported_modules(tree, module, path.name == "__init__.py")
               if (layer_of(name) or 0) > (own or 0)]
     assert not upward, f"{module} (layer {own}) imports upwards: {upward}"
+
+
+def test_no_import_circles():
+    found = circles(import_graph())
+    assert not found, ("these modules import each other (lazy and TYPE_CHECKING imports count); move what they "
+                       f"share into the lower one: {[' <-> '.join(c) for c in found]}")
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(SRC)))
@@ -127,3 +188,19 @@ def test_the_checker_sees_upward_lazy_and_string_imports():
     assert string_imports(tree) == [(5, "import_module")]
     assert layer_of("prefcall.schemas.model") == 1 and layer_of("prefcall.schemas.calls") == 2
     assert layer_of("prefcall.nowhere") is None and layer_of("prefcall") == 0
+
+
+def test_the_checker_sees_circles_through_lazy_and_type_checking_imports():
+    lazy = ast.parse("def f():\n    from prefcall.engine.b import g\n")
+    typing_only = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from prefcall.engine.c import T\n")
+    top = ast.parse("from prefcall.engine.a import h\n")
+    graph = {
+        "prefcall.engine.a": {n for _, n in imported_modules(lazy, "prefcall.engine.a", False)},
+        "prefcall.engine.b": {n for _, n in imported_modules(typing_only, "prefcall.engine.b", False)},
+        "prefcall.engine.c": {n for _, n in imported_modules(top, "prefcall.engine.c", False)},
+        "prefcall.engine.d": {"prefcall.engine.a", "prefcall.errors"},
+        "prefcall.errors": set(),
+    }
+    assert circles(graph) == [["prefcall.engine.a", "prefcall.engine.b", "prefcall.engine.c"]]
+    assert circles({"x": {"y"}, "y": {"x"}, "z": {"z"}}) == [["x", "y"]]
+    assert circles({"x": {"y"}, "y": set()}) == []

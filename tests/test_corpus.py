@@ -13,7 +13,7 @@ from prefcall.cli import main
 from prefcall.evaluation import corpus, splits
 from prefcall.evaluation.metrics.calls import calls_from_any
 from prefcall.schemas.importers import import_catalogue
-from prefcall.schemas.calls import validate_call
+from prefcall.schemas.validation import validate_call
 
 ITEMS = corpus.CORPUS_DIR / "items.json"
 CATALOGUE = corpus.CORPUS_DIR / "catalogue.json"

@@ -12,7 +12,7 @@ import pytest
 
 from prefcall.engine import bert_numpy
 from prefcall.engine.embedder import SentenceEmbedder
-from prefcall.engine.resolve import embedded_embedder_path
+from prefcall.engine.embedded import embedded_embedder_path
 from prefcall.errors import ModelNotFoundError
 
 pytestmark = pytest.mark.embedder

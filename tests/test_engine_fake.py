@@ -165,7 +165,7 @@ GRAMMAR_CASES = [
 def test_the_fakes_grammar_check_agrees_with_llama_cpp(schema, compiles) -> None:
     """The fake engine's pure-Python `check_grammar` refuses what llama.cpp's converter and parser refuse
     (checked here against llama.cpp itself, which needs no model for this)."""
-    from prefcall.engine.llama import check_grammar
+    from prefcall.engine.grammar import check_grammar
     from prefcall.errors import GrammarError
     from prefcall.schemas.render import grammar_schema
 

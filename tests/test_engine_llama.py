@@ -315,7 +315,7 @@ def test_a_public_shared_prefix_is_kept_on_disk_for_the_next_start(tmp_path: Pat
 def test_the_prefix_folder_keeps_under_its_limit_dropping_the_least_recently_used(tmp_path: Path):
     import os
 
-    from prefcall.engine.llama import PrefixDisk
+    from prefcall.engine.kv_cache import PrefixDisk
 
     disk = PrefixDisk(tmp_path, ["model", 1], limit_bytes=2500)
     for i in range(3):

@@ -9,7 +9,8 @@ import pytest
 from prefcall.config import Settings
 from prefcall.engine.recommended import find_recommended, recommended_models
 from prefcall.engine.references import parse_reference, resolve_reference
-from prefcall.engine.resolve import embedded_model_path, resolve_model_path
+from prefcall.engine.embedded import embedded_model_path
+from prefcall.engine.resolve import resolve_model_path
 from prefcall.errors import ConfigError, InvalidModelError, ModelNotFoundError
 from prefcall.modelhub.testing import add_hf_file, add_ollama_model, build_fake_stores, gguf_bytes, write_gguf
 

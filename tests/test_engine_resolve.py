@@ -3,7 +3,8 @@ from pathlib import Path
 import pytest
 
 from prefcall.config import Settings
-from prefcall.engine.resolve import embedded_model_path, resolve_model_path
+from prefcall.engine.embedded import embedded_model_path
+from prefcall.engine.resolve import resolve_model_path
 from prefcall.errors import InvalidModelError, ModelNotFoundError
 
 

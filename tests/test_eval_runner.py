@@ -16,7 +16,8 @@ from prefcall.engine.fake import FakeEngine
 from prefcall.errors import ConfigError, EngineError
 from prefcall.evaluation.plots import accuracy_by_bucket, tool_count_bucket
 from prefcall.evaluation.runner import run_eval
-from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem, Task, get_task
+from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem, Task
+from prefcall.evaluation.tasks import get_task
 from prefcall.evaluation.tasks import TASKS
 
 

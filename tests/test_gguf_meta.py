@@ -6,7 +6,7 @@ import struct
 from pathlib import Path
 
 from prefcall.engine.gguf_meta import ArraySummary, format_params, format_size, read_gguf_info
-from prefcall.engine.resolve import embedded_model_path
+from prefcall.engine.embedded import embedded_model_path
 from prefcall.modelhub.testing import gguf_bytes, write_gguf
 
 

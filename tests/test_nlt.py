@@ -16,9 +16,6 @@ from prefcall.strategies import nlt
 from prefcall.strategies.nlt import (
     CONTENT_FREE_MESSAGES,
     ContentFreeCache,
-    DecisionRule,
-    ToolSpec,
-    as_tool_specs,
     calibrate_probability,
     fit_rule,
     lexical_scores,
@@ -26,6 +23,7 @@ from prefcall.strategies.nlt import (
     parse_nlt_output,
     select_tools,
 )
+from prefcall.strategies.nlt_models import DecisionRule, ToolSpec, as_tool_specs
 
 TOOLS = [
     {"name": "get_weather", "description": "Returns the weather forecast for a city."},

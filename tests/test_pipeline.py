@@ -7,11 +7,11 @@ import pytest
 
 from prefcall.engine.fake import FakeEmbedder, FakeEngine, render_fake
 from prefcall.errors import ValidationError
-from prefcall.profiles.tags import SlotFill, TaggedInstruction
 from prefcall.schemas.model import Call, Catalogue, Function
 from prefcall.storage.demos import Demonstration, DemoStore
 from prefcall.strategies.pipeline import CONFIGS, Pipeline, get_config, merge_tag_slots
 from prefcall.strategies.taps_tagger import TagResult
+from prefcall.tagging.tags import SlotFill, TaggedInstruction
 
 CATALOGUE = Catalogue(name="t", functions=[
     Function(name="GetRestaurants", description="finding restaurants", parameters={"type": "object", "properties": {

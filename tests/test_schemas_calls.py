@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from prefcall.errors import ParseError, ValidationError
-from prefcall.schemas.calls import check_call, format_call, format_calls, parse_call, parse_calls, validate_call
+from prefcall.schemas.calls import format_call, format_calls, parse_call, parse_calls
+from prefcall.schemas.validation import check_call, validate_call
 from prefcall.schemas.model import Call, Catalogue, Function
 
 SHARED = Path(os.environ.get("PREFCALL_SHARED_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data")

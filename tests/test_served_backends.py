@@ -28,7 +28,8 @@ from served_stubs import (
 from prefcall.config import Settings
 from prefcall.engine.base import ChatMessage, Engine, Prompt, Scope
 from prefcall.engine.served import load_served_engine, parse_engine_spec
-from prefcall.engine.served.base import HttpClient, ScopeLedger
+from prefcall.engine.served.base import ScopeLedger
+from prefcall.engine.served.http import HttpClient
 from prefcall.errors import (
     BackendError,
     BackendTimeoutError,
@@ -529,7 +530,7 @@ def test_generic_openai_probe_finds_llama_cpp_python():
 
 
 def test_chat_template_setting_file_and_errors(tmp_path):
-    from prefcall.engine.served.base import load_template_setting
+    from prefcall.engine.served.layout import load_template_setting
 
     path = tmp_path / "t.jinja"
     path.write_text("{{ messages[0]['content'] }}")
@@ -540,7 +541,7 @@ def test_chat_template_setting_file_and_errors(tmp_path):
 
 
 def test_defuse_breaks_markers_but_keeps_ordinary_text():
-    from prefcall.engine.served.base import ChatLayout, jinja_renderer, load_template_setting
+    from prefcall.engine.served.layout import ChatLayout, jinja_renderer, load_template_setting
 
     layout = ChatLayout(jinja_renderer(load_template_setting("chatml")))
     assert "<|im_end|>" in layout.markers

@@ -45,7 +45,7 @@ def chat(text: str, prefix: str = "") -> Prompt:
 
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory):
-    from prefcall.engine.resolve import embedded_model_path
+    from prefcall.engine.embedded import embedded_model_path
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

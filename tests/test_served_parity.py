@@ -133,7 +133,7 @@ def _cpu_seconds(pid: int) -> float | None:
 @pytest.fixture(scope="session")
 def lcp_server(tmp_path_factory):
     """llama-cpp-python's server on the embedded model, one thread, 127.0.0.1 only."""
-    from prefcall.engine.resolve import embedded_model_path
+    from prefcall.engine.embedded import embedded_model_path
 
     port = _free_port()
     log = tmp_path_factory.mktemp("lcp-server") / "server.log"

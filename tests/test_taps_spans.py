@@ -13,7 +13,6 @@ import pytest
 from prefcall.engine.fake import FakeEmbedder, FakeEngine
 from prefcall.errors import ParseError, ValidationError
 from prefcall.evaluation.metrics.tags import read_tags, score_tags
-from prefcall.profiles.tags import build_span_tags, instruction_spans, tags_to_span_choice
 from prefcall.schemas.model import Catalogue, Function
 from prefcall.strategies.pipeline import CONFIGS, Pipeline, get_config
 from prefcall.strategies.taps_tagger import (
@@ -23,6 +22,7 @@ from prefcall.strategies.taps_tagger import (
     spans_schema,
     tag_instruction,
 )
+from prefcall.tagging.tags import build_span_tags, instruction_spans, tags_to_span_choice
 
 
 def _props(*names: str) -> dict:
@@ -245,7 +245,7 @@ def test_schema_keys_sort_in_decision_order():
 def test_a_further_intent_is_marked_on_the_word_naming_its_api_whatever_the_verb_of_its_name():
     """The leading verb of an API name (Get, Find, Search ...) is not what the instruction names: "Rides" marks
     FIND_RIDES as "Hotels" marks GET_HOTELS, not the last free word."""
-    from prefcall.profiles.tags import build_span_tags
+    from prefcall.tagging.tags import build_span_tags
 
     text = "If I book Flights, also look for Rides to the hotel"
     assert build_span_tags(text, "BOOK_FLIGHTS", [], also=["FIND_RIDES"]).tagged == (

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from prefcall.errors import ParseError
-from prefcall.profiles.tags import (
+from prefcall.schemas.model import Call, Catalogue, Function
+from prefcall.tagging.tags import (
     function_for_intent,
     intent_label,
     parse_tags,
@@ -16,7 +17,6 @@ from prefcall.profiles.tags import (
     tags_to_triples,
     validate_tags,
 )
-from prefcall.schemas.model import Call, Catalogue, Function
 
 CATALOGUE = Catalogue(name="t", functions=[
     Function(name="GetEvents", description="events", parameters={"type": "object", "properties": {

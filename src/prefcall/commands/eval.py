@@ -42,7 +42,7 @@ def handle_report(args: argparse.Namespace) -> int:
 def add_task_parser(tasks: argparse._SubParsersAction, name: str) -> None:
     """One sub-parser per task: the shared options plus the task's own (a broken task only breaks itself)."""
     from prefcall.errors import PrefcallError
-    from prefcall.evaluation.task import get_task
+    from prefcall.evaluation.tasks import get_task
 
     parser = tasks.add_parser(name, help=f"evaluate the {name} task")
     add_common_options(parser)

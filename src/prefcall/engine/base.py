@@ -1,4 +1,4 @@
-"""The engine contract every strategy talks to. Only `prefcall.engine.llama` imports llama_cpp.
+"""The engine contract every strategy talks to. Only `prefcall.engine.llama` and `.grammar` import llama_cpp.
 
 Design (one contract for the in-process engine, the served engines and the fakes):
 
@@ -27,6 +27,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
+
+from prefcall.errors import CancelledError
 
 ROLES = ("system", "user", "assistant")
 
@@ -303,3 +305,31 @@ def schema_key_order(schema: dict[str, Any]) -> list[str]:
     properties = list((schema.get("properties") or {}).keys())
     required = set(schema.get("required") or [])
     return [p for p in properties if p in required] + [p for p in properties if p not in required]
+
+
+def check_cancel(cancel: Cancel | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise CancelledError("the request was cancelled (the client went away or gave up): nothing to do")
+
+
+def reusable(common: int, shared_len: int, scope: Scope, other: Scope | None, other_shared: int) -> int:
+    """How much of a cached context a caller may reuse: all of what agrees within one user; across users, only
+    the shared messages, and only between callers who may read the same shared text (None: nobody's, nothing)."""
+    if other is None:
+        return 0
+    if other == scope:
+        return common
+    if other.shared == scope.shared:
+        return min(common, shared_len, other_shared)
+    return 0
+
+
+def tokens_before(tokens: list[TokenLogprob], cut: int) -> list[TokenLogprob]:
+    """Tokens that start before character `cut`: the stop string's own tokens are not the answer's."""
+    kept, length = [], 0
+    for token in tokens:
+        if length >= cut:
+            break
+        kept.append(token)
+        length += len(token.token)
+    return kept

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import numpy as np
 
 from prefcall.engine import bert_numpy
-from prefcall.engine.resolve import embedded_embedder_path
+from prefcall.engine.embedded import embedded_embedder_path
 from prefcall.errors import ModelNotFoundError
 
 EmbedderBackend = Literal["auto", "numpy", "sentence-transformers"]

@@ -1,4 +1,5 @@
-"""The llama.cpp engine: the only module in prefcall that imports `llama_cpp`.
+"""The llama.cpp engine: with `engine/grammar.py` (its model-free grammar check), the only module in prefcall
+that imports `llama_cpp`.
 
 It drives llama.cpp token by token instead of using `create_completion`, because:
 - untrusted text must never become control tokens: the chat template is rendered with placeholders, its own
@@ -17,16 +18,13 @@ It drives llama.cpp token by token instead of using `create_completion`, because
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
-import os
 import re
 import secrets
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +41,13 @@ from prefcall.engine.base import (
     PromptUsage,
     Scope,
     TokenLogprob,
+    check_cancel,
     heal_boundary,
+    reusable,
+    tokens_before,
 )
+from prefcall.engine.grammar import check_grammar
+from prefcall.engine.kv_cache import PrefixDisk, SavedState
 from prefcall.engine.resolve import resolve_model_path
 from prefcall.errors import CancelledError, ContextOverflowError, EngineError, GrammarError, InvalidModelError
 
@@ -89,92 +92,6 @@ def detect_backend(n_gpu_layers: int) -> str:
     return "gpu"
 
 
-@dataclass
-class _Saved:
-    """A saved KV state of sequence 0: its tokens, bytes, and whose text it holds."""
-
-    data: bytes
-    scope: Scope
-    shared_len: int
-
-
-def _reusable(common: int, shared_len: int, scope: Scope, other_scope: Scope | None, other_shared: int) -> int:
-    """How much of a cached context a caller may reuse: all of what agrees within one user; across users,
-    only the shared messages, and only between callers who may read the same shared text."""
-    if other_scope is None:
-        return 0
-    if other_scope == scope:
-        return common
-    if other_scope.shared == scope.shared:
-        return min(common, shared_len, other_shared)
-    return 0
-
-
-class PrefixDisk:
-    """KV states of public shared prompt prefixes on disk: DATA_DIR/kv/<model stamp>/<token hash>.kv.
-
-    Only prefixes every caller may read (`Scope.shared == "public"`: prefcall's own prompts and built-in
-    catalogues) are written, never a user's text or a private catalogue. One file per prefix, named by the hash of
-    its tokens and of the model file (path, size, mtime) and llama.cpp version, so another model or build never
-    reads it. Writes are atomic; a file that does not load is ignored and removed. The folder is kept under
-    `limit_bytes` by removing the least recently used files (a read touches its file)."""
-
-    def __init__(self, folder: Path, stamp: Sequence[Any], limit_bytes: int) -> None:
-        digest = hashlib.sha256(json.dumps(list(stamp), default=str).encode("utf-8")).hexdigest()[:16]
-        self.folder = folder / digest
-        self.limit_bytes = limit_bytes
-
-    def path(self, tokens: Sequence[int]) -> Path:
-        digest = hashlib.sha256(np.asarray(tokens, dtype=np.int64).tobytes()).hexdigest()[:32]
-        return self.folder / f"{digest}.kv"
-
-    def read(self, tokens: Sequence[int]) -> bytes | None:
-        path = self.path(tokens)
-        try:
-            data = path.read_bytes()
-            os.utime(path)
-        except OSError:
-            return None
-        return data or None
-
-    def write(self, tokens: Sequence[int], data: bytes) -> None:
-        if len(data) > self.limit_bytes:
-            return
-        path = self.path(tokens)
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
-            self._trim()
-        except OSError:
-            pass  # a read-only or full data folder: evaluate the prefix again next start
-
-    def forget(self, tokens: Sequence[int]) -> None:
-        try:
-            self.path(tokens).unlink()
-        except OSError:
-            pass
-
-    def _trim(self) -> None:
-        files = []
-        for path in self.folder.glob("*.kv"):
-            try:
-                stat = path.stat()
-            except OSError:
-                continue
-            files.append((stat.st_mtime_ns, stat.st_size, path))
-        total = sum(size for _, size, _ in files)
-        for _, size, path in sorted(files):
-            if total <= self.limit_bytes:
-                break
-            try:
-                path.unlink()
-                total -= size
-            except OSError:
-                pass
-
-
 class LlamaEngine:
     """Thread-safe engine over one GGUF model; calls are serialised by a lock."""
 
@@ -191,7 +108,7 @@ class LlamaEngine:
         self._eos_text = self._token_text(self._llm.token_eos())
         self._merge_system = False  # templates that reject a system role get it folded into the first user turn
         self._pieces_ok = self._probe_template()
-        self._saved: OrderedDict[tuple[int, ...], _Saved] = OrderedDict()
+        self._saved: OrderedDict[tuple[int, ...], SavedState] = OrderedDict()
         self._ctx_scope: Scope | None = None  # whose text the current KV context holds
         self._ctx_shared = 0  # how many of its tokens are shared messages
         self._grammars: OrderedDict[str, LlamaGrammar] = OrderedDict()
@@ -297,7 +214,7 @@ class LlamaEngine:
             scores = []
             try:
                 for toks in candidate_tokens:
-                    _check_cancel(cancel)
+                    check_cancel(cancel)
                     scores.append(self._score_continuation(base, first, toks, heal_end))
             finally:
                 # Leave the context at the prompt so the next call reuses all of it.
@@ -431,9 +348,9 @@ class LlamaEngine:
 
     def _evaluate_prompt(self, tokens: list[int], shared_len: int, scope: Scope, cancel: Cancel | None) -> PromptUsage:
         """Bring the context to exactly `tokens`, evaluating only what a cached state the caller may reuse holds."""
-        _check_cancel(cancel)
+        check_cancel(cancel)
         current = self._current_tokens()
-        keep_current = _reusable(self._common_prefix(tokens, current), shared_len, scope, self._ctx_scope,
+        keep_current = reusable(self._common_prefix(tokens, current), shared_len, scope, self._ctx_scope,
                                  self._ctx_shared)
         saved_key, saved_keep = self._best_saved(tokens, shared_len, scope)
         if saved_keep > keep_current + _MIN_PREFIX_TO_SAVE:
@@ -463,7 +380,7 @@ class LlamaEngine:
             position = keep
             for stop in ([write_at] if write_at > keep else []) + [len(tokens)]:
                 for start in range(position, stop, batch):
-                    _check_cancel(cancel)
+                    check_cancel(cancel)
                     self._llm.eval(tokens[start:min(start + batch, stop)])
                 position = stop
                 if stop == write_at:
@@ -481,7 +398,7 @@ class LlamaEngine:
         best_key: tuple[int, ...] = ()
         best = 0
         for key, saved in self._saved.items():
-            n = _reusable(self._common_prefix(tokens, key), shared_len, scope, saved.scope, saved.shared_len)
+            n = reusable(self._common_prefix(tokens, key), shared_len, scope, saved.scope, saved.shared_len)
             if n > best:
                 best_key, best = key, n
         return best_key, best
@@ -494,7 +411,7 @@ class LlamaEngine:
         if key in self._saved:
             self._saved.move_to_end(key)
             return
-        self._saved[key] = _Saved(self._seq_state(), self._ctx_scope, self._ctx_shared)
+        self._saved[key] = SavedState(self._seq_state(), self._ctx_scope, self._ctx_shared)
         while len(self._saved) > slots:
             self._saved.popitem(last=False)
 
@@ -515,13 +432,13 @@ class LlamaEngine:
         data = self._disk.read(tokens) if self._disk is not None else None
         if data is None:
             return None
-        restored = self._restore(tuple(tokens), _Saved(data, LOCAL, len(tokens)), keep_in_memory=False)
+        restored = self._restore(tuple(tokens), SavedState(data, LOCAL, len(tokens)), keep_in_memory=False)
         if restored != len(tokens):
             self._disk.forget(tokens)  # type: ignore[union-attr]
             return 0
         return restored
 
-    def _restore(self, key: tuple[int, ...], saved: _Saved, *, keep_in_memory: bool = True) -> int:
+    def _restore(self, key: tuple[int, ...], saved: SavedState, *, keep_in_memory: bool = True) -> int:
         """Load a saved KV state of sequence 0; returns how many tokens of context it restored."""
         # Llama.load_state assumes n_tokens <= n_batch when logits_all=False; restore seq 0 directly.
         buffer = (ctypes.c_uint8 * len(saved.data)).from_buffer_copy(saved.data)
@@ -620,7 +537,7 @@ class LlamaEngine:
         raw = b""
         try:
             for _ in range(budget):
-                _check_cancel(cancel)
+                check_cancel(cancel)
                 logits = self._last_logits()
                 raw_logprobs = _log_softmax(logits)
                 if handle is not None:
@@ -646,7 +563,7 @@ class LlamaEngine:
                 hit = next((s for s in stop if s and s in text), None)
                 if hit is not None:
                     cut = text.index(hit)
-                    return text[:cut], _tokens_before(out, cut), "stop"
+                    return text[:cut], tokens_before(out, cut), "stop"
                 self._llm.eval([token])
             return raw.decode("utf-8", "ignore"), out, "length"
         finally:
@@ -667,46 +584,6 @@ class LlamaEngine:
             self._llm.close()
 
 
-def check_grammar(schema: dict[str, Any]) -> None:
-    """Compile a JSON Schema as the in-process engine would, without a model: llama.cpp's converter, then
-    llama.cpp's own grammar parser (a grammar sampler made with no vocabulary: JSON grammars name no tokens).
-    GrammarError when either refuses it. What import-time checks use before (or without) a loaded model."""
-    gbnf = json_schema_gbnf(schema)
-    handle = llama_cpp.llama_sampler_init_grammar(None, gbnf.encode("utf-8"), b"root")
-    if not handle:
-        raise GrammarError("llama.cpp rejected the grammar built from the schema: simplify the schema "
-                           "(a double quote in a property name or enum value is a known cause)")
-    llama_cpp.llama_sampler_free(handle)
-
-
-def json_schema_gbnf(schema: dict[str, Any]) -> str:
-    """The GBNF grammar llama.cpp's converter writes for a JSON Schema (the same one the in-process engine uses).
-
-    For served engines that take a GBNF `grammar` (llama-cpp-python's server): same key order, same grammar."""
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
-    try:
-        return json_schema_to_gbnf(json.dumps(schema))  # key order matters: never sort keys
-    except Exception as exc:  # the converter raises bare exceptions for unsupported schema parts
-        raise GrammarError(f"JSON Schema cannot become a grammar ({exc}): simplify or fix the schema") from exc
-
-
 def _logsumexp(values: np.ndarray) -> float:
     top = float(values.max())
     return top + float(np.log(np.exp(values - top).sum()))
-
-
-def _check_cancel(cancel: Cancel | None) -> None:
-    if cancel is not None and cancel.is_set():
-        raise CancelledError("the request was cancelled (the client went away or gave up): nothing to do")
-
-
-def _tokens_before(tokens: list[TokenLogprob], cut: int) -> list[TokenLogprob]:
-    """Tokens that start before character `cut`: the stop string's own tokens are not the answer's."""
-    kept, length = [], 0
-    for token in tokens:
-        if length >= cut:
-            break
-        kept.append(token)
-        length += len(token.token)
-    return kept

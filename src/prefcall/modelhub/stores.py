@@ -104,7 +104,7 @@ def discover(model_setting: str | None = None, lmstudio_dir: str | Path | None =
 
 
 def _embedded(found: Discovery) -> None:
-    from prefcall.engine.resolve import embedded_model_path
+    from prefcall.engine.embedded import embedded_model_path
 
     try:
         path = embedded_model_path()

@@ -58,7 +58,7 @@ def peak_rss_bytes() -> int | None:
 
 def gpu_backend() -> str:
     """The GPU backend this llama.cpp build offloads to ("cuda", "metal", ...), or "cpu" when it cannot."""
-    from prefcall.engine.llama import detect_backend  # the one module that imports llama_cpp
+    from prefcall.engine.llama import detect_backend  # llama_cpp is imported only in engine/llama.py and grammar.py
 
     return detect_backend(-1)
 

@@ -1,4 +1,5 @@
-"""NLSI-style call strings <-> `Call`s (the one call-string parser), and validation of a call against its catalogue.
+"""NLSI-style call strings <-> `Call`s (the one call-string parser); a call is checked against its catalogue in
+`prefcall.schemas.validation` (`validate_call`, `check_call`).
 
 Grammar (a small recursive-descent parser rather than regexes, so commas, parentheses and escaped
 quotes inside values are handled):
@@ -19,15 +20,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel
-
-from prefcall.errors import ParseError, ValidationError
-from prefcall.schemas.model import Call, Catalogue, Function
-
-if TYPE_CHECKING:
-    from jsonschema.exceptions import ValidationError as SchemaError
+from prefcall.errors import ParseError
+from prefcall.schemas.model import Call
 
 NUMBER_RE = re.compile(r"-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 
@@ -213,86 +209,3 @@ def format_call(call: Call, *, quote_scalars: bool = False) -> str:
 
 def format_calls(calls: list[Call], *, quote_scalars: bool = False) -> str:
     return ", ".join(format_call(c, quote_scalars=quote_scalars) for c in calls)
-
-
-# ---------------------------------------------------------------------------- validation
-IssueKind = Literal["unknown_function", "unknown_argument", "wrong_type", "not_in_enum", "missing_required",
-                    "constraint"]  # constraint: any other JSON Schema keyword (minimum, pattern, ...)
-
-
-class CallIssue(BaseModel):
-    kind: IssueKind
-    function: str
-    argument: str | None = None  # dotted path for nested values, e.g. "filters.city"
-    message: str
-
-
-_KINDS: dict[str, IssueKind] = {"type": "wrong_type", "enum": "not_in_enum", "const": "not_in_enum",
-                                "required": "missing_required", "additionalProperties": "unknown_argument"}
-
-
-def _issues(error: SchemaError, function: str) -> list[CallIssue]:
-    """CallIssues of one jsonschema error, in the words of the old hand-written checks."""
-    from prefcall.schemas.validation import path_text
-    path = path_text(error.absolute_path)
-    where = f"{function}.{path}" if path else function
-    join = (lambda key: f"{path}.{key}") if path else (lambda key: key)
-    value = error.instance
-    kind = _KINDS.get(str(error.validator), "constraint")
-    if error.validator in ("anyOf", "oneOf"):
-        # No alternative fits: report what the first one says (the caller most likely meant it).
-        first = [e for e in error.context or [] if e.schema_path and e.schema_path[0] == 0]
-        return [issue for e in first for issue in _issues(e, function)] or [
-            CallIssue(kind="constraint", function=function, argument=path or None, message=f"{where}: {error.message}")]
-    if error.validator == "required":
-        return [CallIssue(kind=kind, function=function, argument=join(key),
-                          message=f"{function}: missing required argument {join(key)!r}")
-                for key in error.validator_value if isinstance(value, dict) and key not in value]
-    if error.validator == "additionalProperties":
-        known = error.schema.get("properties") or {}
-        listed = ", ".join(known) or "none"
-        return [CallIssue(kind=kind, function=function, argument=join(key),
-                          message=f"{function}: unknown argument {join(key)!r}; known: {listed}")
-                for key in value if key not in known]
-    if error.validator == "type":
-        kinds = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
-        message = f"{where}: expected {'/'.join(kinds)}, got {type(value).__name__} {value!r}"
-    elif error.validator == "enum":
-        message = f"{where}: {value!r} is not one of {', '.join(repr(v) for v in error.validator_value[:12])}"
-    elif error.validator == "const":
-        message = f"{where}: {value!r} must be {error.validator_value!r}"
-    else:
-        message = f"{where}: {error.message}"
-    return [CallIssue(kind=kind, function=function, argument=path or None, message=message)]
-
-
-def validate_call(call: Call, catalogue: Catalogue | Function, *, strict: bool = False) -> list[CallIssue]:
-    """Every problem of the call; [] when valid (jsonschema, see `prefcall.schemas.validation`).
-
-    strict=False accepts what NLSI-style strings produce: "True"/"false" for booleans, "3" for numbers, 3 for
-    a string, and enum values differing only in case. An argument the function does not define is an issue.
-    """
-    from prefcall.schemas.validation import closed, errors  # jsonschema: imported when a call is validated
-
-    function = catalogue if isinstance(catalogue, Function) else catalogue.function(call.name)
-    if function is None or function.name != call.name:
-        known = ", ".join(catalogue.names) if isinstance(catalogue, Catalogue) else catalogue.name
-        return [CallIssue(kind="unknown_function", function=call.name,
-                          message=f"unknown function {call.name!r}; known: {known}")]
-    schema = closed({**function.parameters, "properties": function.properties})
-    issues = [issue for error in errors(call.arguments, schema, strict=strict) for issue in _issues(error, function.name)]
-    order = list(call.arguments)
-
-    def position(issue: CallIssue) -> tuple[bool, int]:
-        top = re.split(r"[.\[]", issue.argument or "", maxsplit=1)[0]
-        return issue.kind == "missing_required", order.index(top) if top in order else len(order)
-
-    return sorted(issues, key=position)
-
-
-def check_call(call: Call, catalogue: Catalogue | Function, *, strict: bool = False) -> Call:
-    """The call itself when valid; ValidationError listing every issue otherwise."""
-    issues = validate_call(call, catalogue, strict=strict)
-    if issues:
-        raise ValidationError("; ".join(issue.message for issue in issues))
-    return call

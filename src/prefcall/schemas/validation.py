@@ -1,5 +1,6 @@
 """Argument values against their JSON Schema, with `jsonschema`: strict, or lenient where model output and
-NLSI-style call strings spell a value differently from its type.
+NLSI-style call strings spell a value differently from its type; a call against its catalogue (`validate_call`,
+`check_call`).
 
 Lenient (one rule for every caller: call validation, post-check repairs, demonstration typing):
 - boolean: true/false, or the strings true/false/yes/no/1/0 in any case;
@@ -15,14 +16,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError as SchemaError
 from jsonschema.protocols import Validator
+from pydantic import BaseModel
 
+from prefcall.errors import ValidationError
 from prefcall.schemas.calls import NUMBER_RE
 from prefcall.schemas.importers import BFCL_TYPES
+from prefcall.schemas.model import Call, Catalogue, Function
 
 INTEGER_RE = re.compile(r"-?\d+")
 BOOLEAN_WORDS = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
@@ -130,3 +134,83 @@ def coerce_value(value: Any, schema: dict[str, Any]) -> tuple[Any, str | None]:
     fixed = coerce(value, schema)
     found = errors(fixed, schema, strict=True)
     return (None, found[0].message) if found else (fixed, None)
+
+
+# ---------------------------------------------------------------------------- calls against their catalogue
+IssueKind = Literal["unknown_function", "unknown_argument", "wrong_type", "not_in_enum", "missing_required",
+                    "constraint"]  # constraint: any other JSON Schema keyword (minimum, pattern, ...)
+
+
+class CallIssue(BaseModel):
+    kind: IssueKind
+    function: str
+    argument: str | None = None  # dotted path for nested values, e.g. "filters.city"
+    message: str
+
+
+_KINDS: dict[str, IssueKind] = {"type": "wrong_type", "enum": "not_in_enum", "const": "not_in_enum",
+                                "required": "missing_required", "additionalProperties": "unknown_argument"}
+
+
+def _issues(error: SchemaError, function: str) -> list[CallIssue]:
+    """CallIssues of one jsonschema error, in the words of the old hand-written checks."""
+    path = path_text(error.absolute_path)
+    where = f"{function}.{path}" if path else function
+    join = (lambda key: f"{path}.{key}") if path else (lambda key: key)
+    value = error.instance
+    kind = _KINDS.get(str(error.validator), "constraint")
+    if error.validator in ("anyOf", "oneOf"):
+        # No alternative fits: report what the first one says (the caller most likely meant it).
+        first = [e for e in error.context or [] if e.schema_path and e.schema_path[0] == 0]
+        return [issue for e in first for issue in _issues(e, function)] or [
+            CallIssue(kind="constraint", function=function, argument=path or None, message=f"{where}: {error.message}")]
+    if error.validator == "required":
+        return [CallIssue(kind=kind, function=function, argument=join(key),
+                          message=f"{function}: missing required argument {join(key)!r}")
+                for key in error.validator_value if isinstance(value, dict) and key not in value]
+    if error.validator == "additionalProperties":
+        known = error.schema.get("properties") or {}
+        listed = ", ".join(known) or "none"
+        return [CallIssue(kind=kind, function=function, argument=join(key),
+                          message=f"{function}: unknown argument {join(key)!r}; known: {listed}")
+                for key in value if key not in known]
+    if error.validator == "type":
+        kinds = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        message = f"{where}: expected {'/'.join(kinds)}, got {type(value).__name__} {value!r}"
+    elif error.validator == "enum":
+        message = f"{where}: {value!r} is not one of {', '.join(repr(v) for v in error.validator_value[:12])}"
+    elif error.validator == "const":
+        message = f"{where}: {value!r} must be {error.validator_value!r}"
+    else:
+        message = f"{where}: {error.message}"
+    return [CallIssue(kind=kind, function=function, argument=path or None, message=message)]
+
+
+def validate_call(call: Call, catalogue: Catalogue | Function, *, strict: bool = False) -> list[CallIssue]:
+    """Every problem of the call; [] when valid (jsonschema, see `prefcall.schemas.validation`).
+
+    strict=False accepts what NLSI-style strings produce: "True"/"false" for booleans, "3" for numbers, 3 for
+    a string, and enum values differing only in case. An argument the function does not define is an issue.
+    """
+    function = catalogue if isinstance(catalogue, Function) else catalogue.function(call.name)
+    if function is None or function.name != call.name:
+        known = ", ".join(catalogue.names) if isinstance(catalogue, Catalogue) else catalogue.name
+        return [CallIssue(kind="unknown_function", function=call.name,
+                          message=f"unknown function {call.name!r}; known: {known}")]
+    schema = closed({**function.parameters, "properties": function.properties})
+    issues = [issue for error in errors(call.arguments, schema, strict=strict) for issue in _issues(error, function.name)]
+    order = list(call.arguments)
+
+    def position(issue: CallIssue) -> tuple[bool, int]:
+        top = re.split(r"[.\[]", issue.argument or "", maxsplit=1)[0]
+        return issue.kind == "missing_required", order.index(top) if top in order else len(order)
+
+    return sorted(issues, key=position)
+
+
+def check_call(call: Call, catalogue: Catalogue | Function, *, strict: bool = False) -> Call:
+    """The call itself when valid; ValidationError listing every issue otherwise."""
+    issues = validate_call(call, catalogue, strict=strict)
+    if issues:
+        raise ValidationError("; ".join(issue.message for issue in issues))
+    return call

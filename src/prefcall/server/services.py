@@ -23,7 +23,6 @@ from prefcall.config import Settings
 from prefcall.engine.base import LOCAL, Embedder, Engine, Scope, ScopedEngine
 from prefcall.engine.loader import ModelLoader, ProgressFn
 from prefcall.errors import NotFoundError, PrefcallError
-from prefcall.profiles.tags import TaggedInstruction
 from prefcall.schemas.model import Call, Catalogue, Function, Turn, render_dialogue
 from prefcall.schemas.registry import BUILTIN_NAMES, CatalogueRegistry
 from prefcall.server import models as m
@@ -32,10 +31,12 @@ from prefcall.storage.db import LOCAL_OWNER
 from prefcall.storage.demos import Demonstration, DemoStore, add_demonstration
 from prefcall.storage.profiles import Instruction, ProfileStore
 from prefcall.strategies.grammars import check_catalogue_grammars, grammar_checker
-from prefcall.strategies.nlt import NltResult, NltUsage, select_tools
+from prefcall.strategies.nlt import select_tools
+from prefcall.strategies.nlt_models import NltResult, NltUsage
 from prefcall.strategies.pipeline import DEFAULT_CONFIG, ParseResult, Pipeline, get_config
 from prefcall.strategies.qwn import ClarifyResult, clarify
 from prefcall.strategies.taps_tagger import BUILTIN_EXAMPLES, TagExamples, TagResult
+from prefcall.tagging.tags import TaggedInstruction
 
 log = logging.getLogger("prefcall.server")
 

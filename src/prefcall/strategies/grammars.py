@@ -24,7 +24,7 @@ def grammar_checker(engine: object | None) -> GrammarCheck:
     check = getattr(engine, "check_grammar", None)
     if callable(check):
         return check
-    from prefcall.engine.llama import check_grammar
+    from prefcall.engine.grammar import check_grammar
 
     return check_grammar
 

@@ -33,7 +33,6 @@ import numpy as np
 
 from prefcall.engine.base import Embedder, Engine
 from prefcall.errors import ConfigError, ParseError
-from prefcall.profiles.tags import build_span_tags, intent_label, parse_tags, slot_label
 from prefcall.retrieval.text import tokenize
 from prefcall.schemas.model import Call, Catalogue, Function, Turn, as_dialogue
 from prefcall.storage.demos import Demonstration
@@ -44,6 +43,7 @@ from prefcall.strategies.grounding.values import Source, call_sources
 from prefcall.strategies.preferences import Draft, Preference, Provenance, preference_from_tags
 from prefcall.strategies.selection import DomainModel, SelectionConfig, instruction_domains, split_condition
 from prefcall.strategies.taps_tagger import TagResult, check_tagging
+from prefcall.tagging.tags import build_span_tags, intent_label, parse_tags, slot_label
 
 _SPEAKER = re.compile(r"^\s*(User|Agent|Assistant|System)\s*:\s?(.*)$", re.I)
 _ROLES = {"user": "user", "agent": "assistant", "assistant": "assistant", "system": "system"}

@@ -31,20 +31,25 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, Field
-
-from prefcall.engine.base import Engine, Prompt, PromptUsage
+from prefcall.engine.base import Engine, Prompt
 from prefcall.errors import ValidationError
 from prefcall.retrieval.hybrid import BM25Index
 from prefcall.retrieval.text import split_identifier
 from prefcall.schemas.model import Catalogue, Function
+from prefcall.strategies.nlt_models import (
+    DEFAULT_MODE,
+    DecisionRule,
+    Mode,
+    NltResult,
+    NltUsage,
+    Status,
+    ToolDecision,
+    ToolSpec,
+    as_tool_specs,
+)
 
-Mode = Literal["score", "generate", "structured"]
-MODES: tuple[str, ...] = ("score", "generate", "structured")
-DEFAULT_MODE: Mode = "score"
-Status = Literal["ok", "partial", "parse_error"]
 
 # Content-free requests for calibration: empty, a placeholder and a greeting (none of them needs a tool).
 CONTENT_FREE_MESSAGES: tuple[str, ...] = ("", "N/A", "hello")
@@ -54,103 +59,6 @@ RULES_FILE = "nlt_rules.json"
 FINISH_MARKER = "Assessment finished."
 _THINKING_PRIME = "Thinking:"
 _SKIPPED_THINKING = "Thinking: I check each tool against the message.\n"
-
-
-class ToolSpec(BaseModel):
-    """A tool as NLT sees it; `parameters` is only shown in the structured baseline."""
-
-    name: str = Field(min_length=1, max_length=200)
-    description: str = ""
-    parameters: dict[str, Any] | None = None
-
-
-class ToolDecision(BaseModel):
-    name: str
-    selected: bool
-    probability: float | None = None  # score mode: sigmoid(score), compared with the result's threshold
-    score: float | None = None  # score mode: model_weight * model_logodds + lexical_weight * lexical
-    model_logodds: float | None = None  # log P(YES)/P(NO), minus the content-free baseline when calibrated
-    raw_logodds: float | None = None  # log P(YES)/P(NO) as the model gave it
-    lexical: float | None = None  # BM25 of the request against the tool's name and description
-
-
-class DecisionRule(BaseModel):
-    """How score mode turns per-tool evidence into a decision: select when
-    `model_weight * model_logodds + lexical_weight * lexical > threshold` (log-odds units)."""
-
-    model_weight: float = 1.0
-    lexical_weight: float = 0.0
-    threshold: float = 0.0
-    source: str = "default (no rule fitted for this model): calibrated P(YES) > 0.5"
-
-    def score(self, model_logodds: float, lexical: float) -> float:
-        return self.model_weight * model_logodds + self.lexical_weight * lexical
-
-
-class NltUsage(BaseModel):
-    prompt_tokens: int = 0
-    evaluated: int = 0
-    reused: int = 0
-    completion_tokens: int = 0
-    calls: int = 0
-
-    def add(self, usage: PromptUsage, completion_tokens: int = 0) -> None:
-        self.prompt_tokens += usage.prompt_tokens
-        self.evaluated += usage.evaluated
-        self.reused += usage.reused
-        self.completion_tokens += completion_tokens
-        self.calls += 1
-
-    def merge(self, other: NltUsage) -> None:
-        """Fold in the usage of a sub-step (e.g. the relevance check inside clarify)."""
-        for key in ("prompt_tokens", "evaluated", "reused", "completion_tokens", "calls"):
-            setattr(self, key, getattr(self, key) + getattr(other, key))
-
-
-class NltResult(BaseModel):
-    mode: Mode
-    status: Status
-    decisions: list[ToolDecision] = Field(default_factory=list)
-    selected: list[str] = Field(default_factory=list)
-    reasoning: str | None = None
-    missing: list[str] = Field(default_factory=list)  # tools the model gave no decision for
-    unknown: list[str] = Field(default_factory=list)  # names the model wrote that are not tools
-    conflicts: list[str] = Field(default_factory=list)  # tools given both YES and NO (first kept)
-    raw_text: str | None = None
-    repaired: bool = False  # generate mode: the first answer had no tool line; a forced-name retry was parsed
-    threshold: float | None = None  # score mode: the probability a tool's sigmoid(score) must exceed
-    rule: DecisionRule | None = None  # score mode: the weights and threshold used (and where they come from)
-    content_free: dict[str, float] | None = None  # score mode, calibrated: mean content-free log-odds per tool
-    calibration_cached: bool | None = None  # score mode: the content-free baseline came from the cache
-    usage: NltUsage = Field(default_factory=NltUsage)
-    seconds: float = 0.0
-
-
-# -- tools ------------------------------------------------------------------------------------
-def as_tool_specs(tools: Catalogue | Sequence[ToolSpec | Function | dict[str, Any]]) -> list[ToolSpec]:
-    """Accept a Catalogue, Functions, ToolSpecs or `{name, description}` dicts; names must be unique."""
-    items = tools.functions if isinstance(tools, Catalogue) else list(tools)
-    specs = [_as_spec(item) for item in items]
-    if not specs:
-        raise ValidationError("no tools given: pass at least one tool to select from")
-    seen: set[str] = set()
-    for spec in specs:
-        if spec.name in seen:
-            raise ValidationError(f"duplicate tool name {spec.name!r}: tool names must be unique")
-        seen.add(spec.name)
-    return specs
-
-
-def _as_spec(item: ToolSpec | Function | dict[str, Any]) -> ToolSpec:
-    if isinstance(item, ToolSpec):
-        return item
-    if isinstance(item, Function):
-        return ToolSpec(name=item.name, description=item.description, parameters=item.parameters)
-    if isinstance(item, dict) and item.get("name"):
-        return ToolSpec(
-            name=str(item["name"]), description=str(item.get("description") or ""), parameters=item.get("parameters")
-        )
-    raise ValidationError(f"not a tool: {str(item)[:80]!r}: give a dict with at least a 'name'")
 
 
 # -- prompts ----------------------------------------------------------------------------------

@@ -28,15 +28,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from prefcall.profiles.tags import (
+from prefcall.schemas.model import Call, Catalogue, Function
+from prefcall.strategies.selection import DomainModel, domain_condition, split_condition
+from prefcall.tagging.tags import (
     TagNode,
     TagTree,
     argument_for_slot,
     function_for_intent,
     slot_value,
 )
-from prefcall.schemas.model import Call, Catalogue, Function
-from prefcall.strategies.selection import DomainModel, domain_condition, split_condition
 
 Origin = Literal["user", "instruction", "call", "default"]
 _EDGE = " .,;:!?\"'"

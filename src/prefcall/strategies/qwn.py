@@ -39,9 +39,10 @@ from pydantic import BaseModel, Field
 from prefcall.engine.base import Embedder, Engine, Prompt
 from prefcall.retrieval.text import humanise
 from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, Turn, as_dialogue, render_dialogue
-from prefcall.strategies.nlt import NltUsage, select_tools
-from prefcall.strategies.relevance import similarities, unrelated
+from prefcall.strategies.nlt import select_tools
+from prefcall.strategies.nlt_models import NltUsage
 from prefcall.strategies.qwn_draft import DraftResult, _support_block, draft_call
+from prefcall.strategies.relevance import similarities, unrelated
 
 Decision = Literal["question", "continue", "limitation"]
 Policy = Literal["combined", "model", "evidence"]

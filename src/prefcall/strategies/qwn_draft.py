@@ -18,7 +18,7 @@ from prefcall.engine.base import Engine, Prompt
 from prefcall.errors import GrammarError, ValidationError
 from prefcall.schemas.model import Call, Catalogue, Function, Turn, as_dialogue, render_dialogue
 from prefcall.schemas.render import arguments_schema
-from prefcall.strategies.nlt import NltUsage
+from prefcall.strategies.nlt_models import NltUsage
 
 class DraftResult(BaseModel):
     call: Call | None = None

@@ -1,7 +1,7 @@
 """The TAPS tagger: a standing instruction -> its structured tag form, with few-shot examples retrieved
 (hybrid BM25 + embedding) from a tagged set such as taps/tags_train.json.
 
-The output is validated (`prefcall.profiles.tags.validate_tags`); an invalid tagging comes back as
+The output is validated (`prefcall.tagging.tags.validate_tags`); an invalid tagging comes back as
 status="invalid" with its reasons and is never used for generation.
 """
 
@@ -17,7 +17,9 @@ from pydantic import BaseModel, Field
 
 from prefcall.engine.base import ChatMessage, Embedder, Engine, Prompt
 from prefcall.errors import ParseError, StoreError, ValidationError
-from prefcall.profiles.tags import (
+from prefcall.retrieval.hybrid import HybridIndex
+from prefcall.schemas.model import Catalogue
+from prefcall.tagging.tags import (
     MAX_SPAN_WORDS,
     SlotFill,
     build_span_tags,
@@ -30,8 +32,6 @@ from prefcall.profiles.tags import (
     tags_to_triples,
     validate_tags,
 )
-from prefcall.retrieval.hybrid import HybridIndex
-from prefcall.schemas.model import Catalogue
 
 TagMode = Literal["text", "spans", "structured"]  # structured: strategies.grounded.tag_structured
 TAG_MODES: tuple[str, ...] = ("text", "spans")

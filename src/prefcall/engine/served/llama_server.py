@@ -41,22 +41,20 @@ from prefcall.engine.base import (
     PromptUsage,
     Scope,
     TokenLogprob,
+    check_cancel,
     heal_boundary,
 )
 from prefcall.engine.served.base import (
-    ChatLayout,
     EngineSpec,
     ServedEngine,
     StreamState,
     apply_stop,
     check_budget,
-    check_cancel,
     forced_literal_body,
-    jinja_renderer,
-    load_template_setting,
     sum_covering,
     top_pairs,
 )
+from prefcall.engine.served.layout import ChatLayout, jinja_renderer, load_template_setting
 from prefcall.errors import BackendError, EngineError
 
 
@@ -198,7 +196,7 @@ class LlamaServerEngine(ServedEngine):
             # The in-process engine's grammar (llama.cpp's Python converter), not the server's `json_schema`: the
             # server's C++ converter also allows newlines and indentation between tokens, so the same model would
             # write differently spaced JSON (measured: '{\n  "cuisine": ...' vs '{ "cuisine": ...').
-            from prefcall.engine.llama import json_schema_gbnf
+            from prefcall.engine.grammar import json_schema_gbnf
 
             body["grammar"] = json_schema_gbnf(json_schema)
         state = StreamState()

@@ -33,21 +33,19 @@ from prefcall.engine.base import (
     PromptUsage,
     Scope,
     TokenLogprob,
+    check_cancel,
 )
 from prefcall.engine.served.base import (
-    ChatLayout,
     ChoiceForm,
     EngineSpec,
     ServedEngine,
     StreamState,
     apply_stop,
     check_budget,
-    check_cancel,
     estimate_tokens,
-    jinja_renderer,
-    load_template_setting,
     top_pairs,
 )
+from prefcall.engine.served.layout import ChatLayout, jinja_renderer, load_template_setting
 from prefcall.engine.served.openai_compat import _version
 from prefcall.errors import BackendError, EngineError
 
@@ -166,6 +164,6 @@ class OllamaEngine(ServedEngine):
 
 
 def _template_markers(template: str) -> set[str]:
-    from prefcall.engine.served.base import _MARKER_RE
+    from prefcall.engine.served.layout import _MARKER_RE
 
     return set(_MARKER_RE.findall(template))

@@ -47,11 +47,11 @@ from prefcall.engine.base import (
     PromptUsage,
     Scope,
     TokenLogprob,
+    check_cancel,
     heal_boundary,
 )
 from prefcall.engine.served.base import (
     FORCED_RUNNER_UP,
-    ChatLayout,
     ChoiceForm,
     EngineSpec,
     ServedEngine,
@@ -59,15 +59,13 @@ from prefcall.engine.served.base import (
     apply_stop,
     cache_salt,
     check_budget,
-    check_cancel,
     estimate_tokens,
     forced_literal_body,
-    jinja_renderer,
-    load_template_setting,
     regex_choice,
     sum_covering,
     top_pairs,
 )
+from prefcall.engine.served.layout import ChatLayout, jinja_renderer, load_template_setting
 from prefcall.errors import BackendError, EngineError
 
 FLAVOURS = ("vllm", "llama-cpp-python", "sglang", "openai")
@@ -309,7 +307,7 @@ class OpenAICompatEngine(ServedEngine):
         else:
             body.update({"logprobs": k, "repeat_penalty": 1.0, "top_k": 1, "seed": 0})
             if json_schema is not None:
-                from prefcall.engine.llama import json_schema_gbnf
+                from prefcall.engine.grammar import json_schema_gbnf
 
                 body["grammar"] = json_schema_gbnf(json_schema)
             if grammar is not None:

@@ -2,7 +2,7 @@
 action (intent) accuracy and the rate of well-formed tag strings.
 
 A tag string looks like `[IN:GET_EVENTS If I ask for events [SL:CITY New York ] ... ]`; intents may nest.
-Tags are read with the one tag-language parser, `prefcall.profiles.tags.parse_tags`, so the metric and the
+Tags are read with the one tag-language parser, `prefcall.tagging.tags.parse_tags`, so the metric and the
 pipeline agree on the grammar.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 from prefcall.errors import ParseError
 from prefcall.evaluation.metrics.f1 import multiset_counts, prf
 from prefcall.evaluation.metrics.normalise import normalise_text
-from prefcall.profiles.tags import TagNode, TagTree, parse_tags
+from prefcall.tagging.tags import TagNode, TagTree, parse_tags
 
 Span = tuple[str, str]  # (SLOT_LABEL, normalised text)
 

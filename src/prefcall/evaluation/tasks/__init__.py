@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from prefcall.errors import ConfigError
+
 if TYPE_CHECKING:
     from prefcall.evaluation.task import Task
 
@@ -64,3 +66,10 @@ TASKS: dict[str, Callable[[], Task]] = {
     "acebench": _acebench,
     "dst": _dst,
 }
+
+
+def get_task(name: str) -> Task:
+    """The task registered as `name` in `TASKS`, its module imported now."""
+    if name not in TASKS:
+        raise ConfigError(f"unknown eval task {name!r}; choose one of: {', '.join(TASKS)}")
+    return TASKS[name]()

@@ -23,7 +23,8 @@ from prefcall.errors import ConfigError
 from prefcall.evaluation.metrics.f1 import prf
 from prefcall.evaluation.metrics.intervals import Metric, mean, micro, proportion
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
-from prefcall.strategies.nlt import DEFAULT_MODE, MODES, NltResult, fit_rule, select_tools
+from prefcall.strategies.nlt import fit_rule, select_tools
+from prefcall.strategies.nlt_models import DEFAULT_MODE, MODES, NltResult
 
 NLT_MODES = MODES
 

@@ -1,0 +1,1 @@
+"""prefcall.tagging: the TAPS tag language (parse, serialise, validate, tags to calls)."""
