@@ -25,7 +25,6 @@ LAYERS: dict[str, int] = {
     "prefcall.schemas": 2,
     "prefcall.retrieval": 2,
     "prefcall.tagging": 3,
-    "prefcall.profiles": 3,  # old name of prefcall.tagging, only until strategies/pipeline.py imports the new one
     "prefcall.strategies": 4,
     "prefcall.server": 5,
     "prefcall.evaluation": 6,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from prefcall.evaluation.tasks.nlsi import add_function_selection_option, config_overrides
-from prefcall.strategies.pipeline import get_config
+from prefcall.strategies.pipeline_models import get_config
 
 
 def test_function_selection_override_reaches_the_config():

@@ -21,7 +21,8 @@ from prefcall.strategies.fnctod import (
     select_by_score,
     smoothed,
 )
-from prefcall.strategies.pipeline import Pipeline, get_config
+from prefcall.strategies.pipeline import Pipeline
+from prefcall.strategies.pipeline_models import get_config
 
 OBJ = {"type": "object", "properties": {"city": {"type": "string"}}}
 CATALOGUE = Catalogue(name="t", functions=[

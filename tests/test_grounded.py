@@ -12,7 +12,8 @@ from prefcall.engine.fake import FakeEmbedder, FakeEngine, fake_tokenize
 from prefcall.schemas.model import Call, Catalogue, Function, Turn
 from prefcall.strategies import grounded, relevance
 from prefcall.strategies.grounding.values import Source, argument_candidates, argument_kind
-from prefcall.strategies.pipeline import Pipeline, get_config
+from prefcall.strategies.pipeline import Pipeline
+from prefcall.strategies.pipeline_models import get_config
 from prefcall.strategies.preferences import Draft, Preference, Provenance, apply_preferences
 
 RESTAURANTS = Function(name="GetRestaurants", description="Find restaurants in a city.", parameters={

@@ -9,7 +9,8 @@ from prefcall.engine.fake import FakeEmbedder, FakeEngine, render_fake
 from prefcall.errors import ValidationError
 from prefcall.schemas.model import Call, Catalogue, Function
 from prefcall.storage.demos import Demonstration, DemoStore
-from prefcall.strategies.pipeline import CONFIGS, Pipeline, get_config, merge_tag_slots
+from prefcall.strategies.pipeline import Pipeline, merge_tag_slots
+from prefcall.strategies.pipeline_models import CONFIGS, get_config
 from prefcall.strategies.taps_tagger import TagResult
 from prefcall.tagging.tags import SlotFill, TaggedInstruction
 

@@ -7,7 +7,8 @@ import pytest
 
 from prefcall.schemas.registry import builtin_catalogue
 from prefcall.schemas.render import arguments_schema
-from prefcall.strategies.pipeline import Pipeline, get_config
+from prefcall.strategies.pipeline import Pipeline
+from prefcall.strategies.pipeline_models import get_config
 from prefcall.strategies.taps_tagger import check_tagging, tag_instruction
 
 

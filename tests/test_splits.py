@@ -131,7 +131,7 @@ def test_an_nlsi_report_run_reads_only_tune_demonstrations(shared_data: Path, fa
     """Through the runner: the report split is evaluated, the pipeline's store (demonstrations and the grounding's
     value memory) holds tune items only, and the report names the pool and the split."""
     from prefcall.evaluation.task import EvalContext
-    from prefcall.strategies.pipeline import get_config
+    from prefcall.strategies.pipeline_models import get_config
 
     data = shared_data / "nlsi" / "dev.json"
     args = argparse.Namespace(data=str(data), demos=None, config="full", mode=None, limit=2, out=str(tmp_path),

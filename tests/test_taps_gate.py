@@ -9,7 +9,7 @@ import pytest
 from prefcall.engine.base import Generation, PromptUsage, TokenLogprob
 from prefcall.errors import ValidationError
 from prefcall.evaluation.calibrate import CalibrationItem, sweep_thresholds
-from prefcall.strategies.pipeline import get_config
+from prefcall.strategies.pipeline_models import get_config
 from prefcall.strategies.taps_gate import (
     DEFAULT_GATE_THRESHOLD,
     default_threshold,

@@ -14,7 +14,8 @@ from prefcall.engine.fake import FakeEmbedder, FakeEngine
 from prefcall.errors import ParseError, ValidationError
 from prefcall.evaluation.metrics.tags import read_tags, score_tags
 from prefcall.schemas.model import Catalogue, Function
-from prefcall.strategies.pipeline import CONFIGS, Pipeline, get_config
+from prefcall.strategies.pipeline import Pipeline
+from prefcall.strategies.pipeline_models import CONFIGS, get_config
 from prefcall.strategies.taps_tagger import (
     TagExample,
     TagExamples,

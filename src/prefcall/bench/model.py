@@ -16,7 +16,7 @@ import numpy as np
 from prefcall.bench.context import BenchContext, WorkItem
 from prefcall.bench.stats import overhead_ratio, ratio, raw_seconds, summarize, target
 from prefcall.engine.base import Engine, Prompt
-from prefcall.strategies.pipeline import DEFAULT_CONFIG
+from prefcall.strategies.pipeline_models import DEFAULT_CONFIG
 
 # -- raw llama.cpp limit ---------------------------------------------------------------------------
 COUNT_REQUEST = "Count from 1 to 300, one number after another, separated by commas."
@@ -108,7 +108,8 @@ def _strategy_run(fn: Callable[[], tuple[int, int]], raw: dict[str, Any]) -> dic
 
 def _parse_once(ctx: BenchContext, item: WorkItem, pipeline: Any = None, config: str = DEFAULT_CONFIG,
                 **overrides: Any) -> Any:
-    from prefcall.strategies.pipeline import Pipeline, get_config
+    from prefcall.strategies.pipeline import Pipeline
+    from prefcall.strategies.pipeline_models import get_config
 
     pipeline = pipeline or Pipeline(ctx.engine())
     return pipeline.parse(item.dialogue, item.instructions, ctx.catalogue(), get_config(config, **overrides),
@@ -180,7 +181,7 @@ def section_prefix(ctx: BenchContext) -> dict[str, Any]:
         engine = ctx.new_engine()  # empty KV cache and no saved prefixes: a true cold start
         try:
             pipeline = Pipeline(engine)
-            from prefcall.strategies.pipeline import get_config
+            from prefcall.strategies.pipeline_models import get_config
 
             config = get_config(DEFAULT_CONFIG)
             started = time.perf_counter()

@@ -20,7 +20,7 @@ from typing import Any
 
 from prefcall.bench.context import BenchContext
 from prefcall.bench.stats import ratio, rss_bytes, summarize, target
-from prefcall.strategies.pipeline import DEFAULT_CONFIG
+from prefcall.strategies.pipeline_models import DEFAULT_CONFIG
 
 USER = "bench-user"
 READ_TIMEOUT = 900.0

@@ -26,7 +26,8 @@ from prefcall.evaluation.metrics.calls import load_aliases, score_calls
 from prefcall.evaluation.metrics.f1 import micro_prf
 from prefcall.schemas.calls import parse_call
 from prefcall.schemas.model import Call, Catalogue
-from prefcall.strategies.pipeline import Pipeline, get_config
+from prefcall.strategies.pipeline import Pipeline
+from prefcall.strategies.pipeline_models import get_config
 from prefcall.strategies.taps_gate import GateCalibration, gate_has_signal
 
 Counts = tuple[int, int, int]  # true positives, false positives, false negatives

@@ -189,7 +189,7 @@ def collect(pipeline: Any, items: Sequence[TuneItem], progress: Callable[[str], 
             sink: Callable[[str, list[LabelledRow]], None] | None = None) -> list[LabelledRow]:
     """Run each item through the `full` pipeline with a recorder on the filler; rows of items in `done` are
     reused (a resumed fit), new ones are handed to `sink` as each item finishes."""
-    from prefcall.strategies.pipeline import get_config
+    from prefcall.strategies.pipeline_models import get_config
 
     config = get_config("full")
     loc = shared_data_dir() / "taps" / "locations.json"

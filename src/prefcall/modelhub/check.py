@@ -272,7 +272,8 @@ class SuiteRunner:
         return CaseOutcome(case, passed, detail, got, time.perf_counter() - started)
 
     def _parse_request(self, case: SmokeCase) -> dict[str, Any]:
-        from prefcall.strategies.pipeline import Pipeline, get_config
+        from prefcall.strategies.pipeline import Pipeline
+        from prefcall.strategies.pipeline_models import get_config
 
         if self._pipeline is None:
             self._pipeline = Pipeline(self.engine, embedder=self.embedder, data_dir=self.data_dir)

@@ -33,7 +33,8 @@ from prefcall.storage.profiles import Instruction, ProfileStore
 from prefcall.strategies.grammars import check_catalogue_grammars, grammar_checker
 from prefcall.strategies.nlt import select_tools
 from prefcall.strategies.nlt_models import NltResult, NltUsage
-from prefcall.strategies.pipeline import DEFAULT_CONFIG, ParseResult, Pipeline, get_config
+from prefcall.strategies.pipeline import Pipeline
+from prefcall.strategies.pipeline_models import DEFAULT_CONFIG, get_config, ParseResult
 from prefcall.strategies.qwn import ClarifyResult, clarify
 from prefcall.strategies.taps_tagger import BUILTIN_EXAMPLES, TagExamples, TagResult
 from prefcall.tagging.tags import TaggedInstruction

@@ -39,7 +39,8 @@ from prefcall.strategies.nlt import select_tools
 from prefcall.strategies.qwn_draft import draft_call
 
 if TYPE_CHECKING:
-    from prefcall.strategies.pipeline import ParseResult, Pipeline, PipelineConfig
+    from prefcall.strategies.pipeline import Pipeline
+    from prefcall.strategies.pipeline_models import ParseResult, PipelineConfig
 
 MODES = (*selection.NLT_MODES, "call")
 
@@ -371,7 +372,7 @@ class BfclTask(BaseTask):
     def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
         args = ctx.args
         if getattr(args, "config", None):
-            from prefcall.strategies.pipeline import get_config
+            from prefcall.strategies.pipeline_models import get_config
 
             config = get_config(args.config, allow_refuse=True)  # the MCP server's parse_request default
             return predict_pipeline(item, ctx.memo("pipeline", lambda: self.pipeline(ctx)), config)

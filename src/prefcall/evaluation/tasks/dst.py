@@ -80,7 +80,8 @@ class DstTask(BaseTask):
 
     # -- prediction ---------------------------------------------------------------------------------------
     def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
-        from prefcall.strategies.pipeline import Pipeline, get_config
+        from prefcall.strategies.pipeline import Pipeline
+        from prefcall.strategies.pipeline_models import get_config
 
         config = get_config(ctx.config, **config_overrides(ctx.args))
         # No standing instructions in SGD; the embedder is needed only for tagging, demonstrations or the hybrid prior.

@@ -34,7 +34,7 @@ from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
 from prefcall.schemas.model import Call
 
 if TYPE_CHECKING:
-    from prefcall.strategies.pipeline import ParseResult
+    from prefcall.strategies.pipeline_models import ParseResult
 
 ZERO_SCORES = {"exact_match": 0.0, "slot_precision": 0.0, "slot_recall": 0.0, "slot_f1": 0.0, "function_f1": 0.0}
 MEAN_KEYS = ("exact_match", "slot_precision", "slot_recall", "slot_f1", "function_f1",
@@ -93,7 +93,7 @@ class NlsiTask(BaseTask):
 
     # -- prediction ---------------------------------------------------------------------------------
     def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
-        from prefcall.strategies.pipeline import get_config
+        from prefcall.strategies.pipeline_models import get_config
 
         config = get_config(ctx.config, **config_overrides(ctx.args))
         pipe = ctx.memo("pipeline", lambda: self.pipeline(ctx, config))
@@ -131,7 +131,7 @@ class NlsiTask(BaseTask):
         return Pipeline(ctx.engine, embedder, store, tag_examples=examples)
 
     def pools(self, args: argparse.Namespace) -> dict[str, str]:
-        from prefcall.strategies.pipeline import get_config
+        from prefcall.strategies.pipeline_models import get_config
 
         if not get_config(getattr(args, "config", None) or "default", **config_overrides(args)).use_demos:
             return {"demonstrations and value memories": "none (the config uses no demonstrations)"}

@@ -55,7 +55,8 @@ class TagsTask(BaseTask):
         kwargs = {"k": shots} if shots is not None else {}
         kwargs["mode"] = getattr(ctx.args, "tag_mode", None) or "structured"
         if kwargs["mode"] == "structured":
-            from prefcall.strategies.pipeline import Pipeline, get_config
+            from prefcall.strategies.pipeline import Pipeline
+            from prefcall.strategies.pipeline_models import get_config
 
             pipe = ctx.memo("pipeline", lambda: Pipeline(ctx.engine, ctx.embedder))
             return prediction_from_tagger(pipe.tag(item.input["instruction"], catalogue, get_config("full")))

@@ -1,5 +1,0 @@
-"""Temporary: see `prefcall.profiles` (the tag language lives in `prefcall.tagging.tags`)."""
-
-from prefcall.tagging.tags import TaggedInstruction
-
-__all__ = ["TaggedInstruction"]
