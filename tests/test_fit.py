@@ -195,3 +195,33 @@ def test_an_unwritable_fingerprint_cache_costs_time_not_the_request(tmp_path: Pa
     blocked.write_text("x")  # the cache's folder is a file: every write fails
     first = fits.file_fingerprint(model, blocked)
     assert first is not None and first == fits.file_fingerprint(model, None)
+
+
+class ServedStub(FakeEngine):
+    """A served engine as the pipeline sees it: EngineInfo names a URL, the tokenizer is the server's."""
+
+    def __init__(self, model: str = "qwen2.5-coder:1.5b", template: str = "{{ messages }}", scale: int = 1) -> None:
+        super().__init__()
+        self.model, self.template, self.scale = model, template, scale
+
+    @property
+    def info(self):
+        return dataclasses.replace(super().info, model_name=self.model, backend="llama-server",
+                                   chat_template=self.template, extra={"url": "http://127.0.0.1:9"})
+
+    def count_tokens(self, text: str) -> int:
+        return super().count_tokens(text) * self.scale
+
+
+def test_a_served_model_is_known_by_its_id_template_and_tokenizer(tmp_path: Path):
+    base = fits.engine_fingerprint(ServedStub())
+    assert base is not None and base.startswith("served-sha256:") and base == fits.engine_fingerprint(ServedStub())
+    others = {fits.engine_fingerprint(ServedStub(model="llama3.1:8b")),
+              fits.engine_fingerprint(ServedStub(template="{{ other }}")),
+              fits.engine_fingerprint(ServedStub(scale=2))}  # same name and template, another tokenizer
+    assert base not in others and len(others) == 3
+    fits.save(fits.Fit(fingerprint=base, model_name="qwen", grounding={"span": [0.9, 0.8, -1.0]}), tmp_path / "fits")
+    pipeline = Pipeline(ServedStub(), data_dir=tmp_path)
+    assert pipeline.fit() is not None and pipeline.fit().grounding == {"span": [0.9, 0.8, -1.0]}
+    assert Pipeline(ServedStub(scale=2), data_dir=tmp_path).fit() is None
+    assert fits.engine_fingerprint(FakeEngine()) is None  # no file, no URL: nothing to know it by

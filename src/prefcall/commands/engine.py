@@ -39,7 +39,7 @@ def run_info(args: argparse.Namespace) -> int:
     report = info_report(engine.info, settings.model) | {
         "engine": settings.engine or "llama-cpp", "capabilities": asdict(engine.info.capabilities),
         "taps_gate": gate_status(engine.info.model_name, settings.data_dir),
-        "grounding_fit": fit_status(engine.info, settings.data_dir)}
+        "grounding_fit": fit_status(engine, settings.data_dir)}
     print(json.dumps(report, indent=2, default=str))
     close = getattr(engine, "close", None)
     if callable(close):
@@ -47,17 +47,15 @@ def run_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def fit_status(info, data_dir) -> dict:
-    """Which grounding fit the pipeline uses for this model file (`prefcall fit`), by its fingerprint."""
+def fit_status(engine, data_dir) -> dict:
+    """Which grounding fit the pipeline uses for this model (`prefcall fit`), by its fingerprint."""
     from prefcall.storage import fits
 
-    if "url" in info.extra:
-        return {"fitted": False, "note": "served engine: fits are kept per model file; the shipped rule applies"}
-    fingerprint = fits.file_fingerprint(info.model_path, data_dir)
+    fingerprint = fits.engine_fingerprint(engine, data_dir)
     found = fits.load(fingerprint, data_dir)
     if found is None:
         return {"fitted": False, "fingerprint": fingerprint,
-                "note": "no fit for this model file: the shipped rule applies; run `prefcall fit` to fit it"}
+                "note": "no fit for this model: the shipped rule applies; run `prefcall fit` to fit it"}
     return {"fitted": True, "fingerprint": fingerprint, "origin": found.origin, "kinds": sorted(found.grounding),
             "command": found.source.get("command", "")}
 

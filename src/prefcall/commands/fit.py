@@ -48,9 +48,9 @@ def run_fit(args: argparse.Namespace) -> int:
     items = fit.tune_items(sources, args.subset)
     engine = load_engine(settings)
     info = engine.info
-    fingerprint = None if "url" in info.extra else fits.file_fingerprint(info.model_path, settings.data_dir)
+    fingerprint = fits.engine_fingerprint(engine, settings.data_dir)
     out = Path(args.out) if args.out else settings.data_dir / "fit-runs" / (
-        fits.file_name(fingerprint).removesuffix(".json") if fingerprint else "served")
+        fits.file_name(fingerprint).removesuffix(".json") if fingerprint else "unknown-model")
     out.mkdir(parents=True, exist_ok=True)
     rows_file = out / ("rows-structure.jsonl" if args.structure else "rows.jsonl")
     done = fit.read_rows(rows_file)
@@ -90,7 +90,7 @@ def run_fit(args: argparse.Namespace) -> int:
                              "f1_shipped": f.f1_shipped, "f1_fitted": f.f1_fitted, "why": f.why}
                          for k, f in report.kinds.items()}}
     if fingerprint is None:
-        summary["note"] = "a served engine: its fits are not stored yet (the fit above is printed only)"
+        summary["note"] = "the model file could not be read to fingerprint it: the fit above is printed only"
     print(json.dumps(summary, indent=1))
     return 0
 

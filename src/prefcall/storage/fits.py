@@ -3,7 +3,10 @@
 A model is known by a fingerprint, never by the name in its GGUF metadata (two quantisations of one model share a
 name; a served engine reports none): `gguf-sha256:<hash of the file>` for a model file loaded in-process. The hash
 of a multi-GB file takes seconds, so it is cached in DATA_DIR/fingerprints.json under the file's path, size and
-modification time.
+modification time. A served engine (no file here) is `served-sha256:<hash>` of its backend, the model id it serves,
+a hash of its chat template and its tokenizer's token counts of fixed probe texts (`engine_fingerprint`): another
+model, template or tokenizer behind the same URL is another fingerprint. A backend without a tokenizer endpoint
+estimates its counts (engine.served.base.estimate_tokens), so there the model id and the template decide.
 
 Fits live in DATA_DIR/fits/<fingerprint digest>.json (the user's, from `prefcall fit`) and in the package's
 data/fits/ (shipped for recommended models); the user's wins. A fit file names its fingerprint, the model, the
@@ -68,6 +71,36 @@ def file_fingerprint(path: str | Path, cache_dir: Path | None = None) -> str | N
             except OSError:
                 pass  # the cache only saves time: a read-only data folder costs a hash per start, not the request
     return fingerprint
+
+
+# Texts whose token counts tell tokenizers apart: accents, CJK, code, JSON, long words, whitespace, digits, emoji.
+PROBES = (
+    "Book a table for two at Café Délice tomorrow at 7 pm, please.",
+    "東京から大阪までの新幹線を予約してください。",
+    "def area(r):\n    return 3.14159 * r ** 2  # circle",
+    '{"city": "San José", "guests": 3, "smoking": false}',
+    "antidisestablishmentarianism supercalifragilisticexpialidocious",
+    "  two  spaces,\ta tab\n\nand blank lines  ",
+    "Order 12345678901234567890 and 0.000314 units 🙂👍🏽",
+)
+
+
+def served_fingerprint(backend: str, model: str, chat_template: str | None, token_counts: list[int]) -> str:
+    """`served-sha256:<hex>` of what identifies a served model: backend, model id, template, tokenizer counts."""
+    material = json.dumps({"backend": backend, "model": model,
+                           "template": hashlib.sha256((chat_template or "").encode()).hexdigest(),
+                           "tokenizer": token_counts}, sort_keys=True)
+    return "served-sha256:" + hashlib.sha256(material.encode()).hexdigest()
+
+
+def engine_fingerprint(engine: Any, data_dir: Path | None = None) -> str | None:
+    """The fingerprint of the model an engine runs: its file's hash in-process, else (a served engine, whose
+    EngineInfo.extra names its `url`) `served_fingerprint`; None when neither can be had (no such file)."""
+    info = engine.info
+    if "url" not in info.extra:
+        return file_fingerprint(info.model_path, data_dir)
+    return served_fingerprint(info.backend, info.model_name, info.chat_template,
+                              [int(engine.count_tokens(text)) for text in PROBES])
 
 
 def file_name(fingerprint: str) -> str:

@@ -261,12 +261,9 @@ class Pipeline:
         result.calls, result.missing, result.question, result.decision = [], [], None, "refuse"
 
     def fit(self) -> fits.Fit | None:
-        """The fit `prefcall fit` made for this model file (the user's, else a shipped one), by the file's hash;
-        None for a served engine (its fits are not keyed yet) or a model never fitted."""
-        info = self.engine.info
-        if "url" in info.extra:
-            return None
-        return fits.load(fits.file_fingerprint(info.model_path, self._data_dir()), self._data_dir())
+        """The fit `prefcall fit` made for this model (the user's, else a shipped one), by its fingerprint (a
+        model file's hash; a served model's id, template and tokenizer: storage.fits); None if never fitted."""
+        return fits.load(fits.engine_fingerprint(self.engine, self._data_dir()), self._data_dir())
 
     def _grounder(self, catalogue: Catalogue, exclude: frozenset[str]) -> grounded.Grounder:
         if self._weights is None:
