@@ -22,7 +22,9 @@ def test_quick_limit_section_runs_with_the_embedded_model(tmp_path) -> None:
     limit = report["sections"]["limit"]
     assert limit["status"] == "ok", limit.get("reason")
     raw = limit["figures"]["raw"]
-    assert raw["prompt_tps"] > 0 and raw["gen_tps"] and raw["gen_tps"] > 0
+    # Every raw figure is produced, whatever the load (the bench times decoding itself; see bench.model).
+    for key in ("prompt_tps", "gen_tps", "grammar_gen_tps", "grammar_token_cost_ratio"):
+        assert isinstance(raw[key], float) and math.isfinite(raw[key]) and raw[key] > 0, (key, raw[key])
     for name, strategy in limit["figures"]["strategies"].items():
         # The ratio's size is a benchmark figure (noisy on shared cores); the test checks it was measured.
         assert strategy.get("status") == "skipped" or math.isfinite(strategy["overhead_ratio_p50"]) and strategy["overhead_ratio_p50"] > 0, name

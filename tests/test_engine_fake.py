@@ -1,3 +1,4 @@
+import inspect
 import json
 import math
 import threading
@@ -30,6 +31,19 @@ def test_fake_engine_satisfies_the_engine_contract():
     assert isinstance(FakeEngine(), Engine)
     assert isinstance(ScopedEngine(FakeEngine(), Scope("u")), Engine)
     assert isinstance(FakeEmbedder(), Embedder)
+    # isinstance on a Protocol checks only that the names exist: the contract is also each method's parameters
+    # (names and kinds; the fake's defaults too), which strategies pass by keyword.
+    for cls in (FakeEngine, ScopedEngine):
+        for name in ("count_tokens", "prompt_tokens", "generate", "score_candidates"):
+            wanted = list(inspect.signature(getattr(Engine, name)).parameters.values())
+            got = {p.name: p for p in inspect.signature(getattr(cls, name)).parameters.values()}
+            for parameter in wanted:
+                assert parameter.name in got, (cls.__name__, name, parameter.name)
+                assert got[parameter.name].kind == parameter.kind, (cls.__name__, name, parameter.name)
+                if cls is FakeEngine:  # the fake defaults as a real engine does (ScopedEngine fills in its own scope)
+                    assert got[parameter.name].default == parameter.default, (name, parameter.name)
+    engine = FakeEngine()
+    assert isinstance(engine.info.model_name, str) and engine.count_tokens("a b") > 0
 
 
 def test_rules_match_prompt_substrings_before_the_queue():

@@ -56,6 +56,20 @@ def chat(engine: Engine, text: str, prefix: str = "") -> Prompt:
     return Prompt.chat("You are a helpful assistant.", text, prefix=prefix)
 
 
+class CancelAfter:
+    """A cancel flag that turns set at its (checks + 1)-th look: cancellation lands mid-generation by counting the
+    engine's own checks (between tokens, stream events), never by racing a timer against a machine's speed."""
+
+    def __init__(self, checks: int) -> None:
+        self.left = checks
+        self.looked = 0
+
+    def is_set(self) -> bool:
+        self.looked += 1
+        self.left -= 1
+        return self.left < 0
+
+
 def test_reports_model_and_cpu_backend(real_engine):
     info = real_engine.info
     assert info.backend == "cpu"
@@ -204,6 +218,12 @@ def test_cancellation_stops_generation(real_engine):
     cancel.set()
     with pytest.raises(CancelledError):
         real_engine.generate(chat(real_engine, "Tell a long story."), max_tokens=64, cancel=cancel)
+    # Mid-generation: the engine looks at the flag before the prompt, per prompt batch and between tokens, so
+    # it is set after a few tokens and looked at once more, never 64 tokens' worth of times.
+    midway = CancelAfter(8)
+    with pytest.raises(CancelledError):
+        real_engine.generate(chat(real_engine, "Tell a long story about the sea."), max_tokens=64, cancel=midway)
+    assert midway.looked == 9
     assert real_engine.generate(chat(real_engine, "Hi"), max_tokens=2).completion_tokens >= 1
 
 

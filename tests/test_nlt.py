@@ -149,7 +149,8 @@ def test_score_mode_forces_each_tool_line_and_reads_yes_probability() -> None:
 def test_score_is_the_default_mode_and_calibrated() -> None:
     engine = FakeEngine(scorer=_scorer)
     result = select_tools(engine, "Is it raining in Paris?", TOOLS)
-    assert result.mode == "score" and result.content_free is not None
+    assert result.mode == "score" and set(result.content_free) == set(NAMES)  # one prior per tool
+    assert all(math.isfinite(v) for v in result.content_free.values())
     # 3 tools for the message, then 3 tools for each of the 3 content-free requests.
     assert result.usage.calls == 3 + 3 * len(CONTENT_FREE_MESSAGES)
     content_free = [c["prompt"] for c in engine.calls[3:]]

@@ -20,7 +20,7 @@ def test_full_pipeline_calls_validate_against_the_catalogue(real_engine, real_em
         ["If I'm looking for Restaurants, my go-to city is San Fran.", "If I ask for Banks, my preferred account type is checking"],
         catalogue, get_config("full", use_demos=False, gate_threshold=1.0),
     )
-    assert result.status == "ok" and result.decision in ("call", "ask") and result.calls
+    assert result.status == "ok" and result.decision == "call" and result.calls
     said = "I'm looking for a spot to grab some grub. I definitely want Ethiopian food. " + \
         "If I'm looking for Restaurants, my go-to city is San Fran."
     for call in result.calls:
@@ -66,6 +66,9 @@ def test_a_restarted_pipeline_reads_the_stage_one_calibration_from_disk(real_eng
     config = get_config("full", use_demos=False)
     dialogue = "User: Find me a dentist in San Jose."
     first = Pipeline(real_engine, real_embedder, data_dir=tmp_path).parse(dialogue, [], catalogue, config)
+    # An easy request the embedded model gets right: the comparison below is of a real answer, not of two empties.
+    assert first.decision == "call" and [(c.name, c.arguments) for c in first.calls] == [
+        ("GetDentists", {"city": "San Jose"})]
     assert "calibrate_selection" in first.trace.timings
     assert len(list((tmp_path / "calibrations").glob("*.json"))) == 1
     restarted = Pipeline(real_engine, real_embedder, data_dir=tmp_path).parse(dialogue, [], catalogue, config)

@@ -14,7 +14,6 @@ import os
 import shutil
 import socket
 import subprocess
-import threading
 import time
 
 import httpx
@@ -92,6 +91,20 @@ def server_engine(llama_server):
     engine.close()
 
 
+class CancelAfter:
+    """A cancel flag that turns set at its (checks + 1)-th look: cancellation lands mid-generation by counting the
+    engine's own checks (between tokens, stream events), never by racing a timer against a machine's speed."""
+
+    def __init__(self, checks: int) -> None:
+        self.left = checks
+        self.looked = 0
+
+    def is_set(self) -> bool:
+        self.looked += 1
+        self.left -= 1
+        return self.left < 0
+
+
 def test_reports_itself_and_keeps_untrusted_text_as_text(server_engine, llama_server):
     info = server_engine.info
     assert info.backend == "llama-server" and info.n_ctx >= 2048 and info.capabilities.prompt_pieces
@@ -155,10 +168,10 @@ def test_prefix_reuse_follows_the_scope_rule(server_engine):
 
 
 def test_cancel_and_overflow(server_engine):
-    cancel = threading.Event()
-    threading.Timer(0.5, cancel.set).start()
+    cancel = CancelAfter(20)  # set a few streamed tokens in (400 tokens: hundreds of stream events to look at)
     with pytest.raises(CancelledError):
         server_engine.generate(chat("Tell a very long story about the sea."), max_tokens=400, cancel=cancel)
+    assert cancel.looked == 21  # the stream was left at the first look after the flag was set
     with pytest.raises(ContextOverflowError):
         server_engine.generate(chat("word " * 5000), max_tokens=4)
     assert server_engine.generate(chat("Hi"), max_tokens=2).completion_tokens >= 1

@@ -4,7 +4,6 @@ and 20 concurrent clients each get their own user's answer (fake engine, uvicorn
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -105,16 +104,13 @@ def test_twenty_concurrent_clients_each_get_their_own_users_answer(tmp_path: Pat
                 group.start_soon(one_client, base, token, user)
 
     with http_server(tmp_path, users) as base:
-        started = time.perf_counter()
         anyio.run(scenario, base)
-        seconds = time.perf_counter() - started
         assert httpx.get(f"{base}/healthz").json()["status"] == "ready"  # still healthy afterwards
     assert len(answers) == 20
     for user, result in answers.items():
         assert "error" not in result, (user, result)
         assert result["user_id"] == user
         assert result["calls"][0]["arguments"]["airlines"] == airline[user], (user, result["calls"])
-    assert seconds < 120
 
 
 def test_token_configuration_is_checked() -> None:

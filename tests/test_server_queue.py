@@ -28,7 +28,7 @@ ALICE, BOB, CAROL = "alice-token-0123456789", "bob-token-0123456789ab", "carol-t
 TOKENS = {ALICE: "alice", BOB: "bob", CAROL: "carol"}
 
 
-def wait_until(predicate, timeout: float = 10.0) -> None:
+def wait_until(predicate, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
@@ -103,7 +103,9 @@ class SlowEngine(RuleEngine):
 
 
 def test_a_cancelled_caller_stops_its_running_job_between_tokens_and_leaves_the_queue_if_waiting() -> None:
-    engine = CancelBound(SlowEngine())
+    # 100k tokens at 20 ms: the job never ends on its own within the test, so only cancellation sets `cancelled`
+    # (events prove it, not the wall clock).
+    engine = CancelBound(SlowEngine(tokens=100_000))
     queue = ModelQueue(size=4, per_user=4)
 
     async def scenario() -> None:
@@ -117,17 +119,16 @@ def test_a_cancelled_caller_stops_its_running_job_between_tokens_and_leaves_the_
         for task in (running, waiting):
             with pytest.raises(asyncio.CancelledError):
                 await task
-        await asyncio.to_thread(engine.inner.cancelled.wait, 10)
+        assert await asyncio.to_thread(engine.inner.cancelled.wait, 60)
         assert queue.waiting == 0
         assert await queue.call(lambda: current_cancel() is not None) is True  # the model is free again
 
     try:
-        started = time.perf_counter()
         asyncio.run(scenario())
         assert engine.inner.cancelled.is_set()
-        assert time.perf_counter() - started < 5  # not the 10 s the running job would have taken
         assert queue.snapshot()["cancelled"] == 2
     finally:
+        engine.inner.hold.set()  # a failed cancellation must not leave the model thread running
         queue.shutdown()
 
 
@@ -179,9 +180,9 @@ def test_over_http_a_full_queue_answers_busy_at_once_and_the_queued_request_stil
             while server.services.model.waiting < 1:
                 assert time.monotonic() < deadline
                 await anyio.sleep(0.02)
-            started = time.perf_counter()
-            await parse("carol", CAROL)  # full: refused at once
-            outcome["carol_seconds"] = time.perf_counter() - started
+            # Full: refused at once. Had carol been queued instead, her call could only end after engine.hold
+            # is set below, i.e. never (the client's 60 s read timeout): the busy answer itself proves "at once".
+            await parse("carol", CAROL)
             engine.hold.set()
 
     with serving(server) as base:
@@ -191,7 +192,6 @@ def test_over_http_a_full_queue_answers_busy_at_once_and_the_queued_request_stil
     error, text = outcome["carol"]
     assert error and "\n" not in text
     assert re.search(r"busy: the model queue is full \(1 waiting\); retry in ~\d+ s$", text), text
-    assert outcome["carol_seconds"] < 5
     for name in ("alice-first", "bob"):
         error, result = outcome[name]
         assert not error, result

@@ -14,6 +14,9 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+# The smallest duration the timing clock can tell apart from zero: no measured duration is shorter than one tick.
+CLOCK_RESOLUTION_S = time.get_clock_info("perf_counter").resolution
+
 
 def percentile(values: Sequence[float], q: int) -> float:
     """The q-th percentile (a whole number 0..100), interpolated between closest ranks like numpy's default:
@@ -50,6 +53,19 @@ def ratio(numerator: float | None, denominator: float | None, digits: int = 3) -
     if numerator is None or denominator is None or denominator <= 0:
         return None
     return round(float(numerator) / float(denominator), digits)
+
+
+def positive_seconds(seconds: float) -> float:
+    """A measured duration, at least one tick of the clock: work the clock could not see still took time."""
+    return max(float(seconds), CLOCK_RESOLUTION_S)
+
+
+def rate(count: float, seconds: float) -> float:
+    """count / seconds (e.g. tokens/s) over a positive duration, so the figure is always finite; it is positive
+    whenever something was counted."""
+    if count < 0:
+        raise ValueError(f"a negative count ({count}) has no rate: count what was measured")
+    return float(count) / positive_seconds(seconds)
 
 
 def raw_seconds(evaluated: int, generated: int, prompt_tps: float, gen_tps: float) -> float:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from prefcall.bench.stats import rate
 from prefcall.engine.gguf_meta import GGUFInfo, format_params, format_size, read_gguf_info
 from prefcall.modelhub import system
 from prefcall.modelhub.smoke import CaseOutcome, SmokeCase, SmokeSuite, builtin_suite, score
@@ -239,10 +240,11 @@ def measure_throughput(engine: Any) -> tuple[float | None, float | None, str]:
     filler = " ".join(f"item {i} is a {('red', 'green', 'blue', 'small', 'large')[i % 5]} box;" for i in range(45))
     prompt = chat_prompt(engine, None, f"Note {nonce}. {filler}\nNow count from 1 to 100, separated by commas.")
     first = engine.generate(prompt, max_tokens=1)
-    prompt_tps = first.usage.evaluated / first.seconds if first.seconds > 0 and first.usage.evaluated else None
+    # Tokens over a positive duration (at least one clock tick): a figure whenever something was counted.
+    prompt_tps = rate(first.usage.evaluated, first.seconds) if first.usage.evaluated else None
     second = engine.generate(prompt, max_tokens=64)  # the prompt is cached now: this is decoding
     tokens = second.completion_tokens
-    gen_tps = tokens / second.seconds if second.seconds > 0 and tokens >= 8 else None
+    gen_tps = rate(tokens, second.seconds) if tokens else None
     detail = f"{first.usage.evaluated} prompt tokens in {first.seconds:.2f} s; {tokens} tokens in {second.seconds:.2f} s"
     return prompt_tps, gen_tps, detail
 
