@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import math
 from collections.abc import Callable
@@ -12,6 +14,7 @@ from prefcall.engine.base import Scope, ScopedEngine
 from prefcall.engine.fake import FakeEngine
 from prefcall.errors import ValidationError
 from prefcall.schemas.model import Catalogue, Function
+from prefcall.storage import fits
 from prefcall.strategies import nlt
 from prefcall.strategies.nlt import (
     CONTENT_FREE_MESSAGES,
@@ -251,15 +254,33 @@ def test_history_reaches_the_prompt_and_the_lexical_prior() -> None:
     assert engine.prompts[0].index("Conversation so far") < engine.prompts[0].index("Message: yes please")
 
 
-def test_packaged_rules_are_valid_and_chosen_by_model_name(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_packaged_rules_are_valid_and_chosen_by_the_model_files_hash(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path) -> None:
     rules = nlt._packaged_rules()
-    for name, rule in rules.items():
-        parsed = DecisionRule(**rule)
-        assert parsed.model_weight >= 0 and parsed.lexical_weight >= 0 and "dev" in parsed.source, name
-    monkeypatch.setattr(nlt, "_packaged_rules", lambda: {"fake": {"model_weight": 0.5, "lexical_weight": 2.0,
-                                                                  "threshold": 1.0, "source": "dev fit"}})
-    assert nlt.rule_for(FakeEngine()) == DecisionRule(model_weight=0.5, lexical_weight=2.0, threshold=1.0,
-                                                      source="dev fit")
+    assert rules and all(key.startswith("gguf-sha256:") and len(key) == 12 + 64 for key in rules)
+    for key, rule in rules.items():
+        parsed = DecisionRule(**{k: v for k, v in rule.items() if k != "model"})
+        assert parsed.model_weight >= 0 and parsed.lexical_weight >= 0 and "dev" in parsed.source, key
+    model, twin = tmp_path / "m.gguf", tmp_path / "twin.gguf"
+    model.write_bytes(b"GGUF one quantisation")
+    twin.write_bytes(b"GGUF another quantisation")  # the same GGUF general.name, another file
+
+    class FileEngine(FakeEngine):
+        def __init__(self, path) -> None:
+            super().__init__()
+            self.path = path
+
+        @property
+        def info(self):
+            return dataclasses.replace(super().info, model_path=str(self.path))
+
+    fingerprint = fits.file_fingerprint(model)
+    monkeypatch.setattr(nlt, "_packaged_rules", lambda: {fingerprint: {
+        "model": "m.gguf", "model_weight": 0.5, "lexical_weight": 2.0, "threshold": 1.0, "source": "dev fit"}})
+    assert nlt.rule_for(FileEngine(model)) == DecisionRule(model_weight=0.5, lexical_weight=2.0, threshold=1.0,
+                                                           source="dev fit")
+    assert nlt.rule_for(FileEngine(twin)) == DecisionRule()  # same name, not the fitted file: the default
+    assert nlt.rule_for(FakeEngine()) == DecisionRule()
     assert nlt.rule_for(FakeEngine(), calibrated=False).model_weight == 1.0
 
 

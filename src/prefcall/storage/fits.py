@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import threading
+import weakref
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,10 @@ from prefcall.errors import StoreError
 FITS_DIR = "fits"
 FINGERPRINTS = "fingerprints.json"
 _LOCK = threading.Lock()  # one writer of the fingerprint cache per process
+# Fingerprints already computed in this process (hashes, not models): by file path, size and mtime, or by a served
+# engine's URL, model id and template; rules looked up per request (NLT) must not hash a GB file each time.
+_SEEN: dict[str, str] = {}
+_SERVED: dict[str, tuple[weakref.ref[Any], str]] = {}
 
 
 class Fit(BaseModel):
@@ -53,15 +58,19 @@ def file_fingerprint(path: str | Path, cache_dir: Path | None = None) -> str | N
     if not path.is_file():
         return None
     key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    if key in _SEEN:
+        return _SEEN[key]
     cache = cache_dir / FINGERPRINTS if cache_dir is not None else None
     known = _read_json(cache) if cache is not None else {}
     if key in known:
-        return str(known[key])
+        _SEEN[key] = str(known[key])
+        return _SEEN[key]
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 22), b""):
             digest.update(block)
     fingerprint = f"gguf-sha256:{digest.hexdigest()}"
+    _SEEN[key] = fingerprint
     if cache is not None:
         with _LOCK:
             known = _read_json(cache)
@@ -99,8 +108,16 @@ def engine_fingerprint(engine: Any, data_dir: Path | None = None) -> str | None:
     info = engine.info
     if "url" not in info.extra:
         return file_fingerprint(info.model_path, data_dir)
-    return served_fingerprint(info.backend, info.model_name, info.chat_template,
-                              [int(engine.count_tokens(text)) for text in PROBES])
+    # Probed once per engine object (a reconnect probes again: another model may be behind the URL by then); the
+    # weak reference tells a live engine from a new one that got the id of a collected one.
+    key = json.dumps([id(engine), info.extra["url"], info.backend, info.model_name, info.chat_template])
+    known = _SERVED.get(key)
+    if known is not None and known[0]() is engine:
+        return known[1]
+    fingerprint = served_fingerprint(info.backend, info.model_name, info.chat_template,
+                                     [int(engine.count_tokens(text)) for text in PROBES])
+    _SERVED[key] = (weakref.ref(engine), fingerprint)
+    return fingerprint
 
 
 def file_name(fingerprint: str) -> str:

@@ -38,6 +38,7 @@ from prefcall.errors import ValidationError
 from prefcall.retrieval.hybrid import BM25Index
 from prefcall.retrieval.text import split_identifier
 from prefcall.schemas.model import Catalogue, Function
+from prefcall.storage import fits
 from prefcall.strategies.nlt_models import (
     DEFAULT_MODE,
     DecisionRule,
@@ -355,12 +356,14 @@ def _packaged_rules() -> dict[str, Any]:
 
 
 def rule_for(engine: Engine, calibrated: bool = True) -> DecisionRule:
-    """The decision rule fitted for this model (by GGUF name), or the uncalibrated default. Rules are fitted
-    with calibration on; without it, only the default applies."""
+    """The decision rule fitted for this model, by its fingerprint (storage.fits.engine_fingerprint: the model
+    file's hash, never its GGUF name), or the default. Rules are fitted with calibration on; without it, only the
+    default applies."""
     if not calibrated:
         return DecisionRule(source="uncalibrated: raw P(YES) > 0.5")
-    found = _packaged_rules().get(engine.info.model_name)
-    return DecisionRule(**found) if found else DecisionRule()
+    found = _packaged_rules().get(fits.engine_fingerprint(engine) or "")
+    return DecisionRule(**{k: v for k, v in found.items() if k in DecisionRule.model_fields}) if found \
+        else DecisionRule()
 
 
 def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: str | None, history: History,
