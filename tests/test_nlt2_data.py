@@ -3,11 +3,18 @@ multi-tool items, split both ways in the frozen split."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
+from prefcall.errors import ConfigError
+from prefcall.evaluation import splits
+from prefcall.evaluation.runner import select_split
+from prefcall.evaluation.tasks import nlt as nlt_task
 from prefcall.evaluation.tasks import tools
 
 NLT2 = Path(__file__).parent / "data" / "nlt2"
@@ -69,3 +76,32 @@ def test_the_mix_is_as_stated():
         own = [r for r in data if r["domain"] == domain]
         assert all(r["source"] for r in own)
         assert any(not r["expected"] for r in own) and any(len(r["expected"]) >= 2 for r in own)
+
+
+def test_the_frozen_split_covers_it_both_ways(shared_data: Path):
+    entry = splits.packaged().sources["tests/data/nlt2/items.jsonl"]
+    assert entry.sha256 == splits.file_sha256(ITEMS), "rebuild: prefcall split build --out src/prefcall/data/splits.json"
+    part = {k: p for p in ("tune", "report", "retired") for k in getattr(entry, p)}
+    data = rows()
+    assert set(part) == {r["id"] for r in data}
+    seen = Counter((part[r["id"]], bool(r["source"]), min(len(r["expected"]), 2)) for r in data)
+    for side in ("tune", "report"):  # converted and hand-written items, of every kind, on both sides
+        for converted in (True, False):
+            for kind in (0, 1, 2):
+                assert seen[side, converted, kind] >= 5, (side, converted, kind)
+    # A converted item is on the side its shared items are on: a fit on nlt2's tune part reads no reported item.
+    shipped = splits.packaged().sources
+    for r in data:
+        for ref in r["source"]:
+            name, _, key = ref.rpartition(":")
+            other = "tune" if key in shipped[name].tune else "report" if key in shipped[name].report else "retired"
+            assert other == part[r["id"]] or part[r["id"]] == "retired", (r["id"], ref)
+
+
+def test_nlt_task_reads_it_with_the_split():
+    for name, expected in (("tune", "tune"), ("dev", "tune"), ("report", "report")):
+        args = argparse.Namespace(data=str(ITEMS), split=name, limit=None)
+        kept, selection = select_split(nlt_task.TASK, args, nlt_task.TASK.load(args))
+        assert selection.part == expected and len(kept) == selection.sources["tests/data/nlt2/items.jsonl"] > 100
+    with pytest.raises(ConfigError, match="either --data"):  # --split with a file outside the split: still an error
+        nlt_task.TASK.load(argparse.Namespace(data="x.jsonl", split="report"))
