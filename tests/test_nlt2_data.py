@@ -80,7 +80,8 @@ def test_the_mix_is_as_stated():
 
 def test_the_frozen_split_covers_it_both_ways(shared_data: Path):
     entry = splits.packaged().sources["tests/data/nlt2/items.jsonl"]
-    assert entry.sha256 == splits.file_sha256(ITEMS), "rebuild: prefcall split build --out src/prefcall/data/splits.json"
+    assert entry.sha256 == splits.file_sha256(ITEMS), \
+        "rebuild: prefcall split build --out src/prefcall/data/splits.json"
     part = {k: p for p in ("tune", "report", "retired") for k in getattr(entry, p)}
     data = rows()
     assert set(part) == {r["id"] for r in data}

@@ -59,10 +59,12 @@ HAND["ide"] = {
                "(src/, tests/, config/) under git.",
     "tools": [
         ("open_file", "open_file(path, line?) - open a workspace file in the editor, optionally scrolled to a line."),
-        ("search_code", "search_code(query, glob?) - full-text / regex search over the workspace; returns file:line hits."),
+        ("search_code", "search_code(query, glob?) - full-text / regex search over the workspace; "
+                        "returns file:line hits."),
         ("go_to_definition", "go_to_definition(symbol) - jump to where a function, class or variable is defined."),
         ("rename_symbol", "rename_symbol(old, new) - rename a symbol and every reference to it (refactoring)."),
-        ("run_tests", "run_tests(target?) - run the test suite, one file or one test id; returns pass/fail and failure output."),
+        ("run_tests", "run_tests(target?) - run the test suite, one file or one test id; "
+                      "returns pass/fail and failure output."),
         ("format_code", "format_code(path?) - reformat a file or the whole workspace with the configured formatter."),
         ("explain_error", "explain_error(text) - explain an error message or stack trace and suggest a fix."),
         ("git_diff", "git_diff(path?) - show the uncommitted changes, per file."),
@@ -403,7 +405,8 @@ def sgd_items(shared: Path) -> list[dict]:
             continue
         seen_names |= names
         services[service["service_name"]] = [
-            {"name": i["name"], "description": f"{i['description']} ({service['service_name']}: {service['description']})"}
+            {"name": i["name"],
+             "description": f"{i['description']} ({service['service_name']}: {service['description']})"}
             for i in service["intents"]]
     firsts: dict[str, dict[str, list[tuple[str, str, str]]]] = {p: {} for p in SIDES}  # side -> service -> turns
     closings: dict[str, list[tuple[str, str]]] = {p: [] for p in SIDES}
@@ -416,7 +419,8 @@ def sgd_items(shared: Path) -> list[dict]:
         frames = user[0]["frames"]
         intents = [f["state"]["active_intent"] for f in frames if f["state"]["active_intent"] != "NONE"]
         if len(frames) == 1 and len(intents) == 1:
-            firsts[part].setdefault(frames[0]["service"], []).append((d["dialogue_id"], user[0]["utterance"], intents[0]))
+            firsts[part].setdefault(frames[0]["service"], []).append(
+                (d["dialogue_id"], user[0]["utterance"], intents[0]))
         acts = {a["act"] for f in user[-1]["frames"] for a in f["actions"]}
         text = " ".join(user[-1]["utterance"].split())
         if len(user) > 1 and acts <= {"THANK_YOU", "GOODBYE", "NEGATE"} and text.lower() not in closing_seen:
@@ -502,7 +506,8 @@ def nlsi_items(shared: Path) -> list[dict]:
     keys = _splits.unique_ids(str(r["example_id"]) for r in rows)
     data: dict[str, list[tuple[str, list[tuple[str, str]], str]]] = {p: [] for p in SIDES}
     for key, r in zip(keys, rows):
-        called = sorted({NLSI_NAMES.get(c.split("(", 1)[0].strip(), c.split("(", 1)[0].strip()) for c in r["api_calls"]})
+        names = [c.split("(", 1)[0].strip() for c in r["api_calls"]]
+        called = sorted({NLSI_NAMES.get(n, n) for n in names})
         turns = nlsi_turns(r["user_utterance"])
         # Items whose gold calls two APIs get the second from a standing instruction, not from the message: left out.
         if side.get(key) in SIDES and len(called) == 1 and called[0] in tools and turns:
