@@ -24,6 +24,12 @@ per source, are in `RULES` and printed into the file:
   (neither tune nor report).
 - The remaining items are `report` when the source has few unread items (NLSI, BFCL irrelevance), else split
   half and half by a hash of source and key (`sha256(source:key)`, first byte < 128 -> report).
+- The second NLT set (tests/data/nlt2/items.jsonl) is split both ways, so a rule can be fitted on either NLT set
+  and reported on the other: its hand-written items half and half by the hash of their id; an item converted
+  from shared data (its `source` lists the shared items it was made from) takes the part those items have in
+  their own source's split (tune, report; mixed or retired -> retired), so fitting on nlt2's tune part never
+  reads a message another source reports on. Both kinds fall on both sides. The first NLT set's dev/report
+  files stay as they are: all of nlt2 is unseen by rules fitted on tests/data/nlt/dev.jsonl.
 
 Keys are the items' ids as `prefcall eval` gives them (NLSI's example_id, a repeated one as `id#2`; BFCL and
 ACEBench `id`; SGD `dialogue_id`, so all turns of a dialogue fall on one side; NLT `id`; TAPS tags the position).
@@ -189,7 +195,8 @@ def half(source: str, key: str) -> str:
 @dataclass
 class Rule:
     """How one source is split. `read`: index ranges [start, end) already read by a fit or inspected (-> tune);
-    `rest`: what the other items become ("report", "tune" or "half"); `held_out`: report-only domains."""
+    `rest`: what the other items become ("report", "tune", "half", or "inherit": an item with a `source` list of
+    "shared-file:key" takes those items' part, one without hash-halves); `held_out`: report-only domains."""
 
     path: str
     key: str
@@ -235,6 +242,11 @@ RULES: dict[str, Rule] = {r.path: r for r in [
          "out; the rest half and half by hash"),
     Rule("repo:tests/data/nlt/dev.jsonl", "id", [], "tune", [], "prefcall's NLT dev set: the NLT rule's fit"),
     Rule("repo:tests/data/nlt/report.jsonl", "id", [], "report", [], "prefcall's NLT report set"),
+    Rule("repo:tests/data/nlt2/items.jsonl", "id", [], "inherit", [],
+         "prefcall's second NLT set (NLT that travels), split both ways so a rule fitted on either NLT set is "
+         "reported on the other: hand-written items half and half by hash of id; items converted from shared data "
+         "take the part their source items have in this file (mixed or retired -> retired); both kinds on both "
+         "sides. For rules fitted on tests/data/nlt/dev.jsonl all of it is unseen"),
 ]}
 
 
@@ -272,7 +284,22 @@ def _inspected_dialogues(records: list[Any], turns: int = 50) -> int:
     return len(records)
 
 
-def build_source(name: str, rule: Rule, path: Path) -> SourceSplit:
+def _inherited(record: Any, built: dict[str, SourceSplit]) -> str | None:
+    """The part of the shared items a converted item was made from (`source`: ["file:key", ...]); None when it has
+    none (a hand-written item)."""
+    parts = set()
+    for ref in record.get("source") or []:
+        name, _, key = str(ref).rpartition(":")
+        if name not in built:
+            raise ConfigError(f"an item's source {ref!r} names no split source built before it")
+        entry = built[name]
+        parts.add("tune" if key in entry.tune else "report" if key in entry.report else "retired")
+    if not parts:
+        return None
+    return parts.pop() if len(parts) == 1 else "retired"
+
+
+def build_source(name: str, rule: Rule, path: Path, built: dict[str, SourceSplit] | None = None) -> SourceSplit:
     records = _records(path)
     rows = _keys_and_domains(rule, records)
     read = list(rule.read)
@@ -281,9 +308,12 @@ def build_source(name: str, rule: Rule, path: Path) -> SourceSplit:
     is_read = [any(a <= i < b for a, b in read) for i in range(len(rows))]
     out = SourceSplit(path=rule.path, sha256=file_sha256(path), key=rule.key, held_out=list(rule.held_out),
                       rule=rule.why)
-    for (key, domains), was_read in zip(rows, is_read):
+    for (key, domains), was_read, record in zip(rows, is_read, records):
         held = bool(domains & set(rule.held_out))
-        if was_read:
+        inherited = _inherited(record, built or {}) if rule.rest == "inherit" else None
+        if inherited:
+            getattr(out, inherited).append(key)
+        elif was_read:
             (out.retired if held else out.tune).append(key)
         elif held or rule.rest == "report":
             out.report.append(key)
@@ -303,7 +333,7 @@ def build(shared: Path, repo: Path, about: str = "") -> SplitFile:
             raise ConfigError(f"split source {file} does not exist: build the split beside ../shared/data "
                               "(PREFCALL_SHARED_DATA) in a source checkout")
         name = path.split(":", 1)[1]
-        sources[name] = build_source(name, rule, file)
+        sources[name] = build_source(name, rule, file, sources)
     return SplitFile(_about=about or ABOUT, command=BUILD_COMMAND, sources=sources)
 
 

@@ -1,7 +1,9 @@
 """`prefcall eval nlt`: NLT tool selection on prefcall's own NLT set (tests/data/nlt) or any file in its format.
 
 `--split tune|report` (`dev` is tune's older name) picks tests/data/nlt/{dev,report}.jsonl of a source checkout (dev: fitting the score-mode
-rule; report: the reported numbers); `--data FILE` reads any file of `tools`-task records instead. Everything
+rule; report: the reported numbers); `--data FILE` reads any file of `tools`-task records instead, and with
+`--split tune|report|all` the frozen split's part of it when the file is a split source (the second NLT set,
+tests/data/nlt2/items.jsonl: fit on one set, report on the other). Everything
 else (modes, metrics, the fitted rule on dev) is the `tools` task's.
 """
 
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from prefcall.errors import ConfigError
+from prefcall.evaluation.splits import source_of
 from prefcall.evaluation.task import EvalItem
 from prefcall.evaluation.tasks.tools import ToolsTask, load_items
 
@@ -42,8 +45,9 @@ class NltTask(ToolsTask):
 
     def data_files(self, args: argparse.Namespace) -> list[Path]:
         data, split = getattr(args, "data", None), getattr(args, "split", None)
-        if data and split:
-            raise ConfigError("pass either --data FILE or --split tune|report, not both")
+        if data and split and source_of(Path(data)) is None:
+            raise ConfigError("pass either --data FILE or --split tune|report, not both (--split with --data only "
+                              "for a file of the frozen split, such as tests/data/nlt2/items.jsonl)")
         return [Path(data) if data else split_path(split or "report")]
 
     def load(self, args: argparse.Namespace) -> list[EvalItem]:
