@@ -170,3 +170,38 @@ def test_nlt_task_score_mode_reports_interval_and_the_rule_fitted_on_these_items
     assert fit["exact_set_accuracy_in_sample"] >= metrics["exact_set_accuracy"]
     lines = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert all(set(r["prediction"]["evidence"]) == {t["name"] for t in r["input"]["tools"]} for r in lines)
+
+
+def test_a_rule_fitted_by_one_run_decides_another(tmp_path: Path) -> None:
+    """Fit on one set, report on the other: --rule-from reads the fitted_rule a score-mode run wrote."""
+    from prefcall.strategies.nlt_models import DecisionRule
+
+    run = tmp_path / "fit-run"
+    run.mkdir()
+    run.joinpath("metrics.json").write_text(json.dumps({"metrics": {"fitted_rule": {
+        "model_weight": 0.5, "lexical_weight": 2.0, "threshold": 1.25, "source": "x"}}}))
+    rule = tools.rule_option(argparse.Namespace(rule=None, rule_from=str(run)))
+    assert (rule.model_weight, rule.lexical_weight, rule.threshold) == (0.5, 2.0, 1.25) and str(run) in rule.source
+    assert tools.rule_option(argparse.Namespace(rule="1,0.25,-0.5", rule_from=None)) == DecisionRule(
+        model_weight=1.0, lexical_weight=0.25, threshold=-0.5, source="--rule 1,0.25,-0.5")
+    assert tools.rule_option(argparse.Namespace(rule=None, rule_from=None)) is None
+    for bad in (argparse.Namespace(rule="1,2", rule_from=None), argparse.Namespace(rule="1,2,3", rule_from=str(run)),
+                argparse.Namespace(rule=None, rule_from=str(tmp_path / "nowhere"))):
+        with pytest.raises(ConfigError):
+            tools.rule_option(bad)
+
+
+def test_the_rule_given_decides_the_selection(tmp_path: Path) -> None:
+    data = tmp_path / "tools.json"
+    data.write_text(json.dumps([{"id": "1", "text": "do a please", "tools": TOOLS, "expected": ["a"]}]))
+    item = tools.load_items(data)[0]
+    engine = FakeEngine()
+    everything = tools.predict(item, engine, "score", rule=DecisionRuleFor(-100.0))
+    nothing = tools.predict(item, engine, "score", rule=DecisionRuleFor(100.0))
+    assert set(everything["selected"]) == {t["name"] for t in TOOLS} and nothing["selected"] == []
+
+
+def DecisionRuleFor(threshold: float):  # noqa: N802 - a rule that decides by its threshold alone
+    from prefcall.strategies.nlt_models import DecisionRule
+
+    return DecisionRule(model_weight=0.0, lexical_weight=0.0, threshold=threshold, source="test")

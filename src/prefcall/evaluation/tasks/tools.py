@@ -24,7 +24,7 @@ from prefcall.evaluation.metrics.f1 import prf
 from prefcall.evaluation.metrics.intervals import Metric, mean, micro, proportion
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
 from prefcall.strategies.nlt import fit_rule, select_tools
-from prefcall.strategies.nlt_models import DEFAULT_MODE, MODES, NltResult
+from prefcall.strategies.nlt_models import DEFAULT_MODE, MODES, DecisionRule, NltResult
 
 NLT_MODES = MODES
 
@@ -107,11 +107,11 @@ def selection_prediction(result: NltResult) -> dict[str, Any]:
 
 
 def predict(item: EvalItem, engine: Any, mode: str = DEFAULT_MODE, *, threshold: float | None = None,
-            calibrate: bool = True) -> dict[str, Any]:
+            calibrate: bool = True, rule: DecisionRule | None = None) -> dict[str, Any]:
     history = [(str(r), str(t)) for r, t in item.input.get("history") or []]
     result = select_tools(
         engine, item.input["text"], item.input["tools"], mode=mode,  # type: ignore[arg-type]
-        context=item.input.get("context"), history=history, threshold=threshold, calibrate=calibrate,
+        context=item.input.get("context"), history=history, threshold=threshold, calibrate=calibrate, rule=rule,
     )
     return selection_prediction(result)
 
@@ -216,6 +216,35 @@ def add_nlt_options(parser: argparse.ArgumentParser | Any) -> None:
                         help="score mode: select when the decision probability > this (default: the model's fitted rule)")
     parser.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=True,
                         help="score mode: subtract the content-free baseline (default on; --no-calibrate: raw P(YES) > 0.5)")
+    parser.add_argument("--rule", metavar="A,W,T",
+                        help="score mode: decide with this rule instead of the model's shipped one: select when "
+                        "A * model log-odds + W * BM25 > T")
+    parser.add_argument("--rule-from", metavar="RUN_DIR",
+                        help="score mode: decide with the rule another run fitted (its metrics.json fitted_rule), "
+                        "e.g. fit on one NLT set's tune part and report on the other set")
+
+
+def rule_option(args: argparse.Namespace) -> DecisionRule | None:
+    """The rule --rule or --rule-from names (None: the model's shipped rule)."""
+    text, run = getattr(args, "rule", None), getattr(args, "rule_from", None)
+    if text and run:
+        raise ConfigError("pass --rule or --rule-from, not both")
+    if text:
+        try:
+            a, w, t = (float(v) for v in text.split(","))
+        except ValueError as exc:
+            raise ConfigError(f"--rule {text!r}: give three numbers A,W,T (e.g. 0.5,0.25,0.7)") from exc
+        return DecisionRule(model_weight=a, lexical_weight=w, threshold=t, source=f"--rule {text}")
+    if run:
+        path = Path(run) / "metrics.json"
+        try:
+            fitted = json.loads(path.read_text(encoding="utf-8"))["metrics"]["fitted_rule"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"--rule-from {run}: no fitted_rule in {path} (run a score-mode `prefcall eval nlt "
+                              "--split tune --out DIR` first)") from exc
+        return DecisionRule(model_weight=float(fitted["model_weight"]), lexical_weight=float(fitted["lexical_weight"]),
+                            threshold=float(fitted["threshold"]), source=f"fitted by the run in {run}")
+    return None
 
 
 def nlt_mode(args: argparse.Namespace, default: str = DEFAULT_MODE) -> str:
@@ -241,7 +270,7 @@ class ToolsTask(BaseTask):
     def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
         args = ctx.args
         return predict(item, ctx.engine, nlt_mode(args), threshold=getattr(args, "threshold", None),
-                       calibrate=bool(getattr(args, "calibrate", True)))
+                       calibrate=bool(getattr(args, "calibrate", True)), rule=rule_option(args))
 
     def score(self, item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
         return score(item, prediction)
