@@ -67,7 +67,8 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", choices=("tune", "report", "all", "dev"),
                         help="part of the frozen split (prefcall/data/splits.json) to evaluate when the data file is "
                              "a split source: report (default), tune, or all; other files are evaluated whole "
-                             "(nlt: tune/dev and report pick tests/data/nlt's files)")
+                             "(nlt without --data: tune/dev and report pick tests/data/nlt's files; with --data "
+                             "tests/data/nlt2/items.jsonl, that set's part)")
     parser.add_argument("--limit", type=int, help="evaluate only the first N items (after --split)")
     parser.add_argument("--out", help="output folder: results.jsonl (resumable), report.md, metrics.json, *.png")
     parser.add_argument("--predictions", help="score stored predictions (JSON lines with id) instead of running a model")

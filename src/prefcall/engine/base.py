@@ -333,3 +333,16 @@ def tokens_before(tokens: list[TokenLogprob], cut: int) -> list[TokenLogprob]:
         kept.append(token)
         length += len(token.token)
     return kept
+
+
+def fold_system(prompt: Prompt, merge_system: bool) -> list[dict[str, str]]:
+    """The prompt's messages as a chat template sees them: contents stripped, and where the template rejects a
+    system role (`merge_system`), the system text folded into the first user turn (or made one)."""
+    messages = [{"role": m.role, "content": m.content.strip()} for m in prompt.messages]
+    if merge_system and messages and messages[0]["role"] == "system":
+        system = messages.pop(0)["content"]
+        if messages and messages[0]["role"] == "user":
+            messages[0] = {"role": "user", "content": f"{system}\n\n{messages[0]['content']}"}
+        else:
+            messages.insert(0, {"role": "user", "content": system})
+    return messages

@@ -42,6 +42,7 @@ from prefcall.engine.base import (
     Scope,
     TokenLogprob,
     check_cancel,
+    fold_system,
     heal_boundary,
     reusable,
     tokens_before,
@@ -225,14 +226,7 @@ class LlamaEngine:
 
     # -- prompts: template pieces vs untrusted text ------------------------------------
     def _messages(self, prompt: Prompt) -> list[dict[str, str]]:
-        messages = [{"role": m.role, "content": m.content.strip()} for m in prompt.messages]
-        if self._merge_system and messages and messages[0]["role"] == "system":
-            system = messages.pop(0)["content"]
-            if messages and messages[0]["role"] == "user":
-                messages[0] = {"role": "user", "content": f"{system}\n\n{messages[0]['content']}"}
-            else:
-                messages.insert(0, {"role": "user", "content": system})
-        return messages
+        return fold_system(prompt, self._merge_system)
 
     def _render(self, messages: list[dict[str, str]], placeholders: dict[int, str]) -> str:
         shown = [{**m, "content": placeholders.get(i, m["content"])} for i, m in enumerate(messages)]

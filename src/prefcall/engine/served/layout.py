@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefcall.engine.base import Prompt
+from prefcall.engine.base import Prompt, fold_system
 from prefcall.errors import ConfigError, MissingCapabilityError
 
 _CHATML = (
@@ -107,16 +107,9 @@ class ChatLayout:
     def messages(self, prompt: Prompt) -> tuple[list[dict[str, str]], int]:
         """The messages as the template sees them (contents stripped, a rejected system role folded into the first
         user turn) and how many of them are shared."""
-        messages = [{"role": m.role, "content": m.content.strip()} for m in prompt.messages]
-        shared = prompt.shared
-        if self.merge_system and messages and messages[0]["role"] == "system":
-            system = messages.pop(0)["content"]
-            if messages and messages[0]["role"] == "user":
-                messages[0] = {"role": "user", "content": f"{system}\n\n{messages[0]['content']}"}
-            else:
-                messages.insert(0, {"role": "user", "content": system})
-            shared = 0  # the system text now shares a turn with the user's
-        return messages, shared
+        folded = self.merge_system and bool(prompt.messages) and prompt.messages[0].role == "system"
+        # Folded, the system text shares a turn with the user's: nothing before the user's words is shared.
+        return fold_system(prompt, self.merge_system), 0 if folded else prompt.shared
 
     def _split(self, roles: tuple[str, ...]) -> tuple[str, ...] | None:
         """The template's text around each placeholder (len(roles) + 1 strings), or None if contents are rewritten."""
