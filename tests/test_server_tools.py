@@ -479,3 +479,27 @@ def test_injected_stores_are_used(tmp_path: Path) -> None:
     with_session(server, body)
     assert DemoStore(db).count("travel") == 1
     assert not (tmp_path / "prefcall.db").exists()  # nothing fell back to the settings' database
+
+
+def test_parse_request_asks_about_a_value_the_schema_does_not_allow_and_names_the_problem(tmp_path: Path) -> None:
+    table = [{"name": "BookTable", "description": "Book a table at a restaurant.", "inputSchema": {
+        "type": "object", "properties": {
+            "restaurant": {"type": "string", "description": "the restaurant's name"},
+            "party_size": {"type": "integer", "minimum": 1, "maximum": 20, "description": "how many people"}},
+        "required": ["restaurant", "party_size"]}}]
+    engine = travel_engine()
+    engine.scorer = _prefers("BookTable", restaurant="Nopa", party_size=45)
+
+    async def body(session: Session):
+        await session.ok("import_catalogue", {"name": "tables", "tools": table, "replace": True})
+        await session.ok("create_profile", {"user_id": "bob"})
+        result = await session.ok("parse_request", {"user_id": "bob", "dialogue": "Book a table at Nopa for 45 people",
+                                                    "catalogue": "tables", "config": "full"})
+        assert result["decision"] == "ask", json.dumps(result)
+        assert result["calls"] == [{"name": "BookTable", "arguments": {"restaurant": "Nopa"}}]  # 45 is never called
+        [missing] = result["missing"]
+        assert (missing["argument"], missing["reason"]) == ("party_size", "invalid")
+        assert missing["problem"] == "45 is more than party size allows (at most 20)"
+        assert result["question"].startswith("45 is more than party size allows (at most 20).")
+
+    with_session(make_server(tmp_path, engine=engine), body)

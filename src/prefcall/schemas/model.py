@@ -58,6 +58,7 @@ class MissingArgument(BaseModel):
     description: str = ""  # the parameter's description from the catalogue
     reason: Literal["absent", "not_stated", "invalid"] = "absent"  # not given / given but said nowhere / not allowed
     question: str | None = None  # a question to the user about this argument, when one was phrased for it
+    problem: str | None = None  # reason "invalid": what the given value breaks, in the user's terms
 
 
 class Turn(BaseModel):
