@@ -53,13 +53,18 @@ def _date(text: str, words: str, today: dt.date) -> tuple[str | None, str | None
         return (today + dt.timedelta(days=ahead)).isoformat(), None
     if not re.search(r"\d|jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec", words):
         return None, f"'{text}' is not a date"
+    parsed, problem = _parse(text, words, today, "a date")
+    return (parsed.date().isoformat(), None) if parsed else (None, problem)
+
+
+def _parse(text: str, words: str, today: dt.date, what: str) -> tuple[dt.datetime | None, str | None]:
+    """dateutil's reading of the words, the missing parts from today; or why it has none."""
     try:
-        parsed = date_parser.parse(words, default=dt.datetime(today.year, today.month, today.day))
+        return date_parser.parse(words, default=dt.datetime(today.year, today.month, today.day)), None
     except (ValueError, OverflowError) as exc:
         if "out of range" in str(exc) or "must be in" in str(exc):
             return None, f"{text} is not a date that exists"
-        return None, f"'{text}' is not a date"
-    return parsed.date().isoformat(), None
+        return None, f"'{text}' is not {what}"
 
 
 def _time(words: str) -> str | None:
@@ -97,10 +102,5 @@ def _date_time(text: str, words: str, today: dt.date) -> tuple[str | None, str |
             return f"{day}T{clock}", None
         if problem:
             return None, problem
-    try:
-        parsed = date_parser.parse(words, default=dt.datetime(today.year, today.month, today.day))
-    except (ValueError, OverflowError) as exc:
-        if "out of range" in str(exc) or "must be in" in str(exc):
-            return None, f"{text} is not a date that exists"
-        return None, f"'{text}' is not a date and time"
-    return parsed.replace(tzinfo=None).isoformat(), None
+    parsed, problem = _parse(text, words, today, "a date and time")
+    return (parsed.replace(tzinfo=None).isoformat(), None) if parsed else (None, problem)
