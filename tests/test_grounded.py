@@ -11,7 +11,8 @@ import pytest
 from prefcall.engine.fake import FakeEmbedder, FakeEngine, fake_tokenize
 from prefcall.schemas.model import Call, Catalogue, Function, Turn
 from prefcall.strategies import grounded, relevance
-from prefcall.strategies.grounding.values import Source, argument_candidates, argument_kind
+from prefcall.strategies.grounding import fill
+from prefcall.strategies.grounding.values import Source, argument_candidates, argument_kind, ungrounded_leaf
 from prefcall.strategies.pipeline import Pipeline
 from prefcall.strategies.pipeline_models import get_config
 from prefcall.strategies.preferences import Draft, Preference, Provenance, apply_preferences
@@ -365,3 +366,64 @@ def test_two_unconditional_instructions_for_one_argument_give_one_call_per_value
     stated.set("city", ["Fremont"], Provenance(argument="city", value="Fremont", origin="user"))
     applied = apply_preferences([stated], [oakland, berkeley], CATALOGUE)
     assert [c.arguments for d in applied.drafts for c in d.calls()] == [{"city": "Fremont"}]
+
+
+DISTANCE = Function(name="euclidean_distance", description="Distance between two points.", parameters={
+    "type": "object", "properties": {
+        "pointA": {"type": "array", "items": {"type": "integer"}, "description": "Coordinates of point A."},
+        "pointB": {"type": "array", "items": {"type": "integer"}, "description": "Coordinates of point B."},
+        "rounding": {"type": "integer", "description": "Decimals to round to."}},
+    "required": ["pointA", "pointB"]})
+
+
+def parse_distance(engine: FakeEngine, request: str):
+    return Pipeline(engine, FakeEmbedder()).parse(f"User: {request}", [], Catalogue(name="geometry", functions=[DISTANCE]),
+                                                  get_config("full"))
+
+
+def test_a_free_argument_is_written_under_its_grammar_and_kept_only_when_every_part_is_in_the_request():
+    engine = FakeEngine(scorer=scorer("euclidean_distance"))
+    engine.reply("[3, 4]", when='{"pointA":').reply("[5, 6]", when='{"pointB":')
+    result = parse_distance(engine, "How far is A(3,4) from B(1,2)?")
+    assert result.calls[0].arguments == {"pointA": [3, 4]}  # [5, 6] is written nowhere in the request
+    assert result.decision == "ask" and [m.argument for m in result.missing] == ["pointB"]
+    assert "unset euclidean_distance.pointB: the model's value was not kept (5 is in no source)" in result.notes
+    grammars = [c["json_schema"] for c in engine.calls if c["kind"] == "generate"]
+    assert grammars == [{"anyOf": [{"type": "array", "items": {"type": "integer"}, "maxItems": 8},
+                                   {"type": "null"}]}] * 2  # one decode per free argument, null allowed
+
+    engine = FakeEngine(scorer=scorer("euclidean_distance"))
+    engine.reply("[3, 4]", when='{"pointA":').reply("[1, 2]", when='{"pointB":')
+    result = parse_distance(engine, "How far is A(3,4) from B(1,2)?")
+    assert result.decision == "call" and result.calls[0].arguments == {"pointA": [3, 4], "pointB": [1, 2]}
+
+
+def test_a_free_argument_the_model_leaves_null_or_cuts_is_asked_for(monkeypatch):
+    monkeypatch.setattr(fill, "FREE_MAX_TOKENS", 3)
+    engine = FakeEngine(scorer=scorer("euclidean_distance"))
+    engine.reply("null", when='{"pointA":').reply("[1, 1, 1, 1]", when='{"pointB":')  # 4 tokens: cut
+    result = parse_distance(engine, "How far apart are my two points 1 and 1?")
+    assert result.decision == "ask" and [m.argument for m in result.missing] == ["pointA", "pointB"]
+
+
+def test_a_written_value_is_grounded_leaf_by_leaf():
+    sources = [Source("user", "John scored {'math':90, 'science':75}; the points are 46.603354,1.8883340 and two")]
+    free_dict = {"type": "object"}
+    assert ungrounded_leaf({"math": 90, "science": 75}, free_dict, sources) is None
+    assert ungrounded_leaf({"math": 90, "art": 75}, free_dict, sources) == "'art'"  # a free-form key is data
+    assert ungrounded_leaf({"math": 91}, free_dict, sources) == "91"
+    assert ungrounded_leaf([46.603354, 1.888334, 2], {"type": "array"}, sources) is None
+    assert ungrounded_leaf([1200000], {"type": "array"}, [Source("user", "revenue of $1,200,000")]) is None
+    assert ungrounded_leaf([], {"type": "array"}, sources) == "[]"
+    typed = {"type": "object", "properties": {"subject": {"type": "string"},
+                                              "level": {"enum": ["low", "high"]}}}
+    assert ungrounded_leaf({"subject": "math", "level": "high"}, typed, sources) is None  # schema's own words
+    assert ungrounded_leaf({"subject": "history"}, typed, sources) == "'history'"
+
+
+def test_the_tagger_never_writes_a_free_value():
+    engine = FakeEngine(scorer=scorer("euclidean_distance"))
+    grounder = grounded.Grounder(engine, FakeEmbedder(), grounded.load_weights())
+    grounded.tag_structured(grounder, "For distances I always round to 2 decimals.",
+                            Catalogue(name="geometry", functions=[DISTANCE]))
+    assert not [c for c in engine.calls if c["kind"] == "generate"]

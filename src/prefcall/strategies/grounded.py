@@ -6,9 +6,10 @@ The `grounded` pipeline configuration (the server's default) composes small step
 2. stage 1 scores every function name against a content-free calibration (`fnctod.select_by_score`) and may
    return none: that is a refusal, not a guess;
 3. each selected function's arguments are filled by `grounding.fill` from candidate spans of the user's turns
-   and earlier calls (numbers, booleans and enum values normalised from the schema); a value is never written
-   by the model, so it cannot be invented, and never comes from a demonstration (demonstrations only inform
-   the value memory that ranks spans);
+   and earlier calls (numbers, booleans and enum values normalised from the schema); such a value is never
+   written by the model, so it cannot be invented, and never comes from a demonstration (demonstrations only
+   inform the value memory that ranks spans); arrays, objects and syntax strings are written by the model under
+   their grammar and kept only when every part of them occurs in those sources;
 4. each applicable standing instruction is tagged by the same filler run on the instruction alone
    (`tag_structured`: intent from the instruction's domain words, slots = the spans chosen, chains from the
    functions its consequence names); a validated tag becomes a `Preference` that rules apply to the calls
@@ -126,10 +127,11 @@ class Grounder:
     exclude: frozenset[str] = frozenset()
     record: Recorder | None = None  # receives every scored candidate (`prefcall fit`); None in serving
 
-    def fill(self, function: Function, sources: list[Source], context: str) -> FillResult:
+    def fill(self, function: Function, sources: list[Source], context: str, *, write_free: bool = True) -> FillResult:
         features = FeatureContext(function, self.embedder, self.memory, self.exclude,
                                   sources_text="\n".join(s.text for s in sources))
-        return fill_arguments(self.engine, function, sources, context, features, self.weights, record=self.record)
+        return fill_arguments(self.engine, function, sources, context, features, self.weights, record=self.record,
+                              write_free=write_free)
 
 
 def draft_from_fill(result: FillResult, origin: str = "user") -> Draft:
@@ -175,7 +177,7 @@ def tag_structured(grounder: Grounder, instruction: str, catalogue: Catalogue,
     main = catalogue.function(found[0])
     assert main is not None
     filled = grounder.fill(main, [Source("instruction", instruction, instruction)],
-                           transcript([Turn(role="user", content=instruction)]))
+                           transcript([Turn(role="user", content=instruction)]), write_free=False)
     choices = list(filled.choices)
     condition, consequence = split_condition(instruction)
     if not choices and filled.runner_up is not None and filled.runner_up.probability >= INSTRUCTION_FLOOR:

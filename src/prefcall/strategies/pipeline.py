@@ -196,13 +196,15 @@ class Pipeline:
         started = time.perf_counter()
         sources = grounded.user_sources(turns)
         context = grounded.transcript([t for t in turns if t.role == "user"])
-        drafts, confidences = [], []
+        drafts, confidences, unwritten = [], [], []
         for name in result.functions:
             function = catalogue.function(name)
             if function is None:
                 continue
             filled = grounder.fill(function, sources, context)
             self._count(meter, filled)
+            unwritten += [f"unset {name}.{argument}: the model's value was not kept ({why})"
+                          for argument, why in filled.ungrounded.items()]
             confidences.append(1.0 - filled.least_confidence)
             drafts.append(grounded.draft_from_fill(filled))
         meter.time("fill", started)
@@ -231,7 +233,7 @@ class Pipeline:
         started = time.perf_counter()
         checked = post_check(grounded.calls_of(applied.drafts), catalogue)
         result.calls, result.missing, result.question = checked.calls, checked.missing, checked.question
-        result.notes = [f"{n.action} {n.call}: {n.reason}" for n in checked.notes]
+        result.notes = [f"{n.action} {n.call}: {n.reason}" for n in checked.notes] + unwritten
         result.decision = checked.decision
         if config.allow_refuse and config.refuse_unfilled and result.decision == "ask" and unsupported:
             # Nothing the user wrote fills any required argument and nothing names the function: the request is

@@ -13,6 +13,11 @@ For one function and the text the caller sent (user turns, applicable instructio
    argument is kept only when the text coordinates it with the first ("Italian or Mexican") and it passes too or
    the model prefers it to null.
 Values are grounded by construction: the model chooses among candidates read from the request, never writes one.
+
+Free arguments (arrays, objects, syntax strings: `values.argument_kind`) have no candidates to choose from: the
+model writes them under the argument's grammar (or null), on the same prompt, and a value is kept only when every
+part of it occurs in a source (`values.ungrounded_leaf`: "A(3,4)" may become [3, 4], never [5, 6]). An argument
+the model leaves null, cuts at its token limit or writes from nowhere stays unset, so a required one is asked for.
 """
 
 from __future__ import annotations
@@ -28,14 +33,23 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from prefcall.engine.base import ChatMessage, Engine, Prompt, PromptUsage
+from prefcall.errors import GrammarError
 from prefcall.schemas.model import Function, Turn
-from prefcall.schemas.render import render_function_spec
+from prefcall.schemas.render import grammar_schema, render_function_spec
 
 from prefcall.strategies.grounding.evidence import FeatureContext, Weights, argument_words, features
-from prefcall.strategies.grounding.values import ArgumentCandidates, Candidate, Source, argument_candidates
+from prefcall.strategies.grounding.values import (
+    ArgumentCandidates,
+    Candidate,
+    Source,
+    argument_candidates,
+    argument_kind,
+    ungrounded_leaf,
+)
 
 TOP_K = 3
 NULL = "null"
+FREE_MAX_TOKENS = 96  # a free value longer than this is cut, and a cut value is never used
 SYSTEM = (
     "You fill in the arguments of the API function {name} from a user's request. Each argument is either words "
     "copied exactly from the request or its standing instructions, or null when they do not give it.\n\n{spec}"
@@ -80,7 +94,8 @@ class FillResult(BaseModel):
     prompt_tokens: int = 0
     evaluated: int = 0
     reused: int = 0
-    decoded: int = 0  # candidate tokens after the first (CandidateScores.decoded)
+    decoded: int = 0  # candidate tokens after the first (CandidateScores.decoded) + free values' generated tokens
+    ungrounded: dict[str, str] = Field(default_factory=dict)  # free argument -> why its generated value was not kept
 
     @property
     def arguments(self) -> dict[str, list[Any]]:
@@ -153,12 +168,55 @@ class _Scorer:
         logprobs = np.asarray(scores.logprobs, dtype=np.float64)
         return logprobs - np.logaddexp.reduce(logprobs)  # renormalised over the candidates and null
 
+    def write(self, argument: str, schema: dict[str, Any], sources: Sequence[Source]) -> Choice | None:
+        """A free argument's value as the model writes it under the argument's grammar (or null); kept only
+        when grounded in the sources (see the module docstring)."""
+        if self.engine is None:
+            return None
+        # No space after the colon: the model writes `": [` as one token, and a prompt that ends in the space
+        # it would have written leaves it off its usual path (Qwen2.5-Coder-1.5B wrote [-1, 2] for "A(3,4)"
+        # after `{"pointA": ` and [3,4] after `{"pointA":`).
+        prompt = Prompt((ChatMessage("system", self.system), ChatMessage("user", self.context)),
+                        prefix="{" + json.dumps(argument) + ":", shared=1)
+        grammar = {"anyOf": [grammar_schema(schema), {"type": "null"}]}
+        try:
+            generation = self.engine.generate(prompt, max_tokens=FREE_MAX_TOKENS, json_schema=grammar)
+        except GrammarError as exc:
+            self.result.ungrounded[argument] = str(exc)
+            return None
+        usage: PromptUsage = generation.usage
+        self.result.model_calls += 1
+        self.result.prompt_tokens += usage.prompt_tokens
+        self.result.evaluated += usage.evaluated
+        self.result.reused += usage.reused
+        self.result.decoded += generation.completion_tokens
+        if generation.finish_reason == "length":
+            self.result.ungrounded[argument] = f"cut at {FREE_MAX_TOKENS} tokens"
+            return None
+        try:
+            value = json.loads(generation.text)
+        except json.JSONDecodeError:
+            self.result.ungrounded[argument] = "not JSON"
+            return None
+        if value is None:
+            return None
+        problem = ungrounded_leaf(value, schema, sources)
+        if problem is not None:
+            self.result.ungrounded[argument] = f"{problem} is in no source"
+            return None
+        probability = math.exp(generation.mean_logprob)
+        return Choice(argument=argument, values=[value], texts=[generation.text.strip()],
+                      sources=["model:written, every part found in the request"], probability=probability,
+                      model_probability=probability)
+
 
 def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[Source], context: str,
                    features_ctx: FeatureContext, weights: GroundingWeights, *,
-                   skip: Sequence[str] = (), record: Recorder | None = None) -> FillResult:
+                   skip: Sequence[str] = (), record: Recorder | None = None,
+                   write_free: bool = True) -> FillResult:
     """Choose each argument's value among grounded candidates (see the module docstring). `record` receives
-    every scored candidate (RankRow), for fitting the combination."""
+    every scored candidate (RankRow), for fitting the combination; `write_free=False` leaves free arguments unset
+    (a tag is made of spans, so the tagger has no use for a written value)."""
     result = FillResult(function=function.name)
     scorer = _Scorer(engine if weights.use_model else None, function, context, result)
     pending: list[tuple[float, str, list[tuple[float, Candidate, float | None]], ArgumentCandidates]] = []
@@ -194,6 +252,10 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
             if c.source is not None:
                 taken.append((c.source, c.start, c.end))
         result.choices.append(_choice(name, [c for _, c in picks], probability, model_p))
+    for name, schema in function.properties.items():
+        if write_free and name not in skip and argument_kind(schema) == "free" \
+                and (choice := scorer.write(name, schema, sources)):
+            result.choices.append(choice)
     chosen_names = {c.argument for c in result.choices}
     left = [(ranked[0], name) for _, name, ranked, _ in pending if name not in chosen_names]
     if left:

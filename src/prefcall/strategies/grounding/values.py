@@ -239,6 +239,58 @@ def argument_candidates(name: str, schema: dict[str, Any], sources: Sequence[Sou
     return out
 
 
+_TOKEN_RE = re.compile(r"[^\W_]+")
+_NUMERAL_RE = re.compile(r"[-+]?\d+(?:\.\d+)?")
+_GROUPED_RE = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")  # 1,200,000 (but "3,4" is two numbers)
+
+
+def ungrounded_leaf(value: Any, schema: dict[str, Any], sources: Sequence[Source]) -> str | None:
+    """The first part of a generated value that no source wrote (None when every part is grounded).
+
+    For free arguments (arrays, objects, syntax strings) the model writes the value; this keeps the rule that a
+    value comes from the request: every string leaf's words, every number and every key of a free-form object
+    must occur in a source (enum values, booleans and a schema's own property names are the schema's). An empty
+    value ("", [], {}) gives nothing and counts as ungrounded."""
+    words_seen = {t.lower() for s in sources for t in _TOKEN_RE.findall(s.text)}
+    numbers_seen = [float(m) for s in sources for m in _NUMERAL_RE.findall(s.text)]
+    numbers_seen += [float(m.replace(",", "")) for s in sources for m in _GROUPED_RE.findall(s.text)]
+    numbers_seen += [float(n) for s in sources for w, _, _ in words(s.text) if (n := parse_number(w)) is not None]
+
+    def number_ok(x: float) -> bool:
+        return any(abs(x - n) <= 1e-9 * max(1.0, abs(n)) for n in numbers_seen)
+
+    def text_ok(text: str) -> bool:
+        tokens = [t.lower() for t in _TOKEN_RE.findall(text)]
+        return bool(tokens) and all(t in words_seen or (_NUMERAL_RE.fullmatch(t) and number_ok(float(t)))
+                                    for t in tokens)
+
+    def check(node: Any, spec: Any) -> str | None:
+        spec = spec if isinstance(spec, dict) else {}
+        if spec.get("enum") or isinstance(node, bool) or node is None:
+            return None
+        if isinstance(node, (int, float)):
+            return None if number_ok(float(node)) else repr(node)
+        if isinstance(node, str):
+            return None if text_ok(node) else repr(node)
+        if isinstance(node, dict):
+            if not node:
+                return "{}"
+            properties = spec.get("properties") or {}
+            for key, item in node.items():
+                if key not in properties and not text_ok(key):
+                    return repr(key)
+                if (problem := check(item, properties.get(key) or spec.get("additionalProperties"))):
+                    return problem
+            return None
+        if isinstance(node, list):
+            if not node:
+                return "[]"
+            return next((p for item in node if (p := check(item, spec.get("items")))), None)
+        return repr(node)
+
+    return check(value, schema)
+
+
 def call_sources(calls: Iterable[Any]) -> list[Source]:
     """Earlier calls' argument values as sources (`name=value`, so the parameter name is a cue)."""
     out = []
