@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from prefcall.engine.base import Scope, ScopedEngine
-from prefcall.engine.fake import FakeEngine
+from prefcall.engine.fake import FakeEmbedder, FakeEngine
 from prefcall.errors import ValidationError
 from prefcall.schemas.model import Catalogue, Function
 from prefcall.storage import fits
@@ -287,16 +287,31 @@ def test_packaged_rules_are_valid_and_chosen_by_the_model_files_hash(monkeypatch
 def test_fit_rule_finds_the_separating_weights_and_threshold() -> None:
     # The model's log-odds are noise; the lexical score separates gold from the rest (and "no tool" items).
     examples = [
-        ({"a": (2.0, 3.0), "b": (-1.0, 0.0)}, {"a"}),
-        ({"a": (-2.0, 0.0), "b": (1.5, 2.5)}, {"b"}),
-        ({"a": (2.5, 0.0), "b": (0.5, 0.5)}, set()),
-        ({"a": (-1.0, 4.0), "b": (2.0, 2.0)}, {"a", "b"}),
+        ({"a": (2.0, 3.0, None), "b": (-1.0, 0.0, None)}, {"a"}),
+        ({"a": (-2.0, 0.0, None), "b": (1.5, 2.5, None)}, {"b"}),
+        ({"a": (2.5, 0.0, None), "b": (0.5, 0.5, None)}, set()),
+        ({"a": (-1.0, 4.0, None), "b": (2.0, 2.0, None)}, {"a", "b"}),
     ]
     rule, accuracy = fit_rule(examples, source="dev")
-    assert accuracy == 1.0 and rule.model_weight == 0.0 and rule.lexical_weight > 0
+    assert accuracy == 1.0 and rule.model_weight == 0.0 and rule.lexical_weight > 0 and rule.embedding_weight == 0
     assert 0.5 * rule.lexical_weight < rule.threshold < 2.0 * rule.lexical_weight
     with pytest.raises(ValidationError):
         fit_rule([])
+
+
+def test_fit_rule_weighs_the_embedders_cosine_when_it_separates_and_the_model_only_when_asked() -> None:
+    # Lexical overlap is noise here; the cosine separates; the model was never asked (None): weight 0.
+    examples = [
+        ({"a": (None, 1.0, 0.62), "b": (None, 2.0, 0.18)}, {"a"}),
+        ({"a": (None, 2.0, 0.21), "b": (None, 0.0, 0.55)}, {"b"}),
+        ({"a": (None, 3.0, 0.25), "b": (None, 3.0, 0.12)}, set()),
+        ({"a": (None, 0.0, 0.48), "b": (None, 1.0, 0.51)}, {"a", "b"}),
+    ]
+    rule, accuracy = fit_rule(examples, source="dev")
+    assert accuracy == 1.0 and rule.model_weight == 0.0 and rule.embedding_weight > 0
+    assert rule.evidence == ["embedding"] or rule.evidence == ["lexical", "embedding"]
+    assert all((rule.score(None, ev[n][1], ev[n][2]) > rule.threshold) == (n in gold)
+               for ev, gold in examples for n in ev)
 
 
 # -- structured baseline ------------------------------------------------------------------------
@@ -337,3 +352,27 @@ def test_repair_that_still_fails_stays_a_parse_error() -> None:
     engine = FakeEngine().reply("blah").reply("blah again")
     result = select_tools(engine, "Is it raining?", TOOLS, mode="generate")
     assert result.status == "parse_error" and result.repaired and result.selected == []
+
+
+def test_a_rule_without_model_weight_never_calls_the_model_and_says_what_decided() -> None:
+    engine = FakeEngine()
+    rule = DecisionRule(model_weight=0.0, lexical_weight=0.25, embedding_weight=8.0, threshold=2.0, source="t")
+    tools = [{"name": "track_order", "description": "Track the shipping status of an order."},
+             {"name": "start_return", "description": "Return an item for a refund."}]
+    result = select_tools(engine, "where is my order", tools, rule=rule, embedder=FakeEmbedder())
+    assert engine.calls == [] and result.usage.calls == 0 and result.content_free is None
+    assert result.evidence == ["lexical", "embedding"]
+    assert all(d.cosine is not None and d.model_logodds is None for d in result.decisions)
+    forced = select_tools(engine, "where is my order", tools, rule=rule, embedder=FakeEmbedder(), all_evidence=True)
+    assert engine.calls and all(d.model_logodds is not None for d in forced.decisions)
+    assert forced.selected == result.selected  # the evidence recorded, the decision the rule's
+    with pytest.raises(ValidationError, match="embedder"):
+        select_tools(engine, "where is my order", tools, rule=rule)
+
+
+def test_an_embedding_rule_for_any_model_is_found_by_the_embedders_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    embedder = FakeEmbedder()
+    monkeypatch.setattr(nlt, "_packaged_rules", lambda: {f"*|{embedder.name}": {
+        "model_weight": 0.0, "lexical_weight": 0.25, "embedding_weight": 8.0, "threshold": 2.0, "source": "any"}})
+    assert nlt.rule_for(FakeEngine(), embedder=embedder).embedding_weight == 8.0
+    assert nlt.rule_for(FakeEngine()) == DecisionRule()  # without the embedder the rule cannot apply

@@ -115,13 +115,16 @@ class ToolDecisionOut(BaseModel):
     name: str
     selected: bool
     probability: float | None = Field(default=None, description="score mode only: the decision probability "
-                                                                "(calibrated YES/NO log-odds plus lexical prior, "
-                                                                "squashed); the tool is selected when it passes the "
-                                                                "model's threshold")
-    score: float | None = Field(default=None, description="score mode: the rule's log-odds (model + lexical)")
+                                                                "(the rule's weighted evidence, squashed); the tool "
+                                                                "is selected when it passes the rule's threshold")
+    score: float | None = Field(default=None, description="score mode: the rule's log-odds (model + lexical + "
+                                                          "embedding, each by its weight)")
     model_logodds: float | None = Field(default=None, description="score mode: log P(YES)/P(NO), minus the "
-                                                                  "content-free baseline when calibrated")
+                                                                  "content-free baseline when calibrated; absent "
+                                                                  "when the rule gives the model no weight")
     lexical: float | None = Field(default=None, description="score mode: BM25 of the message against the tool")
+    cosine: float | None = Field(default=None, description="score mode: the embedder's cosine of the message and "
+                                                           "the tool's name and description")
 
 
 class NltSelection(BaseModel):
@@ -136,6 +139,9 @@ class NltSelection(BaseModel):
     threshold: float | None = Field(default=None, description="score mode: the probability a tool must exceed")
     rule: dict[str, Any] | None = Field(default=None, description="score mode: the decision rule's weights, "
                                                                   "threshold and where they come from")
+    evidence: list[str] = Field(default_factory=list, description="score mode: what decided (model, lexical, "
+                                                                   "embedding); without model the model was not "
+                                                                   "called")
     trace: Trace = Field(default_factory=Trace)
 
 

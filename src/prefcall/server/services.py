@@ -132,7 +132,8 @@ def nlt_out(result: NltResult) -> m.NltSelection:
         mode=result.mode,
         status=result.status,
         decisions=[m.ToolDecisionOut(name=d.name, selected=d.selected, probability=d.probability, score=d.score,
-                                     model_logodds=d.model_logodds, lexical=d.lexical) for d in result.decisions],
+                                     model_logodds=d.model_logodds, lexical=d.lexical, cosine=d.cosine)
+                   for d in result.decisions],
         selected=list(result.selected),
         reasoning=result.reasoning,
         missing=list(result.missing),
@@ -140,6 +141,7 @@ def nlt_out(result: NltResult) -> m.NltSelection:
         raw_text=result.raw_text,
         threshold=result.threshold,
         rule=result.rule.model_dump() if result.rule is not None else None,
+        evidence=list(result.evidence),
         trace=usage_trace(result.usage, result.seconds),
     )
 
@@ -366,12 +368,12 @@ class Services:
     async def select_tools(self, message: str, tools: Sequence[Function] | Catalogue, *, mode: str,
                            context: str | None, threshold: float | None, calibrate: bool,
                            progress: ProgressFn | None = None, caller: Caller = LOCAL_CALLER) -> m.NltSelection:
-        engine, _ = await self.ready(progress)
+        engine, embedder = await self.ready(progress)
         shared = isinstance(tools, Catalogue) and self.is_builtin(tools)  # a host's own tool list is its text
         scoped = ScopedEngine(engine, caller.scope(shared))
         result = await self.model.call(
             lambda: select_tools(scoped, message, tools, mode=mode, context=context, threshold=threshold,  # type: ignore[arg-type]
-                                 calibrate=calibrate)
+                                 calibrate=calibrate, embedder=embedder)
         )
         out = nlt_out(result)
         return out.model_copy(update={"trace": private_trace(out.trace)}) if caller.private else out

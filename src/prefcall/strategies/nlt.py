@@ -33,7 +33,9 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from prefcall.engine.base import Engine, Prompt
+import numpy as np
+
+from prefcall.engine.base import Embedder, Engine, Prompt
 from prefcall.errors import ValidationError
 from prefcall.retrieval.hybrid import BM25Index
 from prefcall.retrieval.text import split_identifier
@@ -50,6 +52,7 @@ from prefcall.strategies.nlt_models import (
     ToolSpec,
     as_tool_specs,
 )
+from prefcall.strategies.relevance import function_text
 
 
 # Content-free requests for calibration: empty, a placeholder and a greeting (none of them needs a tool).
@@ -286,6 +289,44 @@ def lexical_scores(specs: Sequence[ToolSpec], message: str, history: History = (
     return {s.name: float(v) for s, v in zip(specs, scores)}
 
 
+class ToolVectors:
+    """Embeddings of tool texts per embedder name and text (floats only, least recently used dropped past
+    `size`): a catalogue's tools are embedded once, only the request is embedded per call."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._vectors: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+
+    def get(self, embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+        keys = [(embedder.name, hashlib.sha256(t.encode("utf-8")).hexdigest()) for t in texts]
+        missing = [t for k, t in zip(keys, texts) if k not in self._vectors]
+        if missing:
+            for text, vector in zip(missing, np.asarray(embedder.embed(missing), dtype=np.float32)):
+                self._vectors[(embedder.name, hashlib.sha256(text.encode("utf-8")).hexdigest())] = vector
+        for key in keys:
+            self._vectors.move_to_end(key)
+        rows = np.stack([self._vectors[k] for k in keys])
+        while len(self._vectors) > self.size:
+            self._vectors.popitem(last=False)
+        return rows
+
+
+TOOL_VECTORS = ToolVectors()
+
+
+def embedding_scores(embedder: Embedder, specs: Sequence[ToolSpec], message: str,
+                     history: History = ()) -> dict[str, float]:
+    """The embedder's cosine of the request with each tool's "humanised name: description" (the text the
+    relevance rule embeds). Earlier turns count at half weight, as in `lexical_scores`."""
+    tools = TOOL_VECTORS.get(embedder, [function_text(s.name, s.description) for s in specs])
+    requests = [message] + ([" ".join(text for _, text in history[-2:])] if history else [])
+    vectors = np.asarray(embedder.embed(requests), dtype=np.float32)
+    scores = tools @ vectors[0]
+    if history:
+        scores = scores + 0.5 * (tools @ vectors[1])
+    return {s.name: float(v) for s, v in zip(specs, scores)}
+
+
 class ContentFreeCache:
     """Content-free log-odds per tool, per engine (weakly: an entry goes with its engine), catalogue, context
     and prompt version; least recently used catalogues are dropped past `size` per engine."""
@@ -355,36 +396,51 @@ def _packaged_rules() -> dict[str, Any]:
     return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
 
 
-def rule_for(engine: Engine, calibrated: bool = True) -> DecisionRule:
-    """The decision rule fitted for this model, by its fingerprint (storage.fits.engine_fingerprint: the model
-    file's hash, never its GGUF name), or the default. Rules are fitted with calibration on; without it, only the
-    default applies."""
+def rule_for(engine: Engine, calibrated: bool = True, embedder: Embedder | None = None) -> DecisionRule:
+    """The decision rule fitted for this model and embedder, by the model's fingerprint (storage.fits: the model
+    file's hash, never its GGUF name) and the embedder's name: `<fingerprint>|<embedder>`, else the model's rule
+    without the embedder (`<fingerprint>`), else a rule fitted for any model with this embedder (`*|<embedder>`:
+    its model weight is 0), else the default. Rules are fitted with calibration on; without it, only the default
+    applies."""
     if not calibrated:
         return DecisionRule(source="uncalibrated: raw P(YES) > 0.5")
-    found = _packaged_rules().get(fits.engine_fingerprint(engine) or "")
+    rules = _packaged_rules()
+    fingerprint = fits.engine_fingerprint(engine) or ""
+    keys = ([f"{fingerprint}|{embedder.name}"] if embedder is not None and fingerprint else []) + \
+        ([fingerprint] if fingerprint else []) + ([f"*|{embedder.name}"] if embedder is not None else [])
+    found = next((rules[k] for k in keys if k in rules), None)
     return DecisionRule(**{k: v for k, v in found.items() if k in DecisionRule.model_fields}) if found \
         else DecisionRule()
 
 
 def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: str | None, history: History,
                 threshold: float | None, calibrate: bool, rule: DecisionRule | None,
-                cache: ContentFreeCache | None) -> NltResult:
+                cache: ContentFreeCache | None, embedder: Embedder | None, all_evidence: bool) -> NltResult:
     usage = NltUsage()
-    raw = tool_yes_logodds(engine, specs, message, context, usage, history)
-    baseline, cached = (content_free_logodds(engine, specs, context, usage, cache) if calibrate
-                        else ({s.name: 0.0 for s in specs}, None))
-    lexical = lexical_scores(specs, message, history)
-    chosen = (rule or rule_for(engine, calibrate)).model_copy()
+    chosen = (rule or rule_for(engine, calibrate, embedder)).model_copy()
+    if chosen.embedding_weight and embedder is None:
+        raise ValidationError("this NLT rule weighs the embedder's similarity, but no embedder was given: pass one or "
+                              "a rule without embedding_weight")
     if threshold is not None:
         chosen.threshold = logit(threshold)
         chosen.source += f"; threshold {threshold} given by the caller"
+    # No work whose answer is thrown away: a rule that gives the model no weight never asks it (`all_evidence`
+    # asks anyway, to record every kind of evidence for fitting a rule).
+    asked = bool(chosen.model_weight) or all_evidence
+    raw = tool_yes_logodds(engine, specs, message, context, usage, history) if asked else None
+    baseline, cached = (content_free_logodds(engine, specs, context, usage, cache) if asked and calibrate
+                        else ({s.name: 0.0 for s in specs}, None))
+    lexical = lexical_scores(specs, message, history)
+    cosines = embedding_scores(embedder, specs, message, history) if embedder is not None else None
     decisions = []
     for spec in specs:
-        model = raw[spec.name] - baseline[spec.name]
-        score = chosen.score(model, lexical[spec.name])
+        model = raw[spec.name] - baseline[spec.name] if raw is not None else None
+        cosine = cosines[spec.name] if cosines is not None else None
+        score = chosen.score(model, lexical[spec.name], cosine)
         decisions.append(ToolDecision(name=spec.name, selected=score > chosen.threshold, probability=sigmoid(score),
-                                      score=score, model_logodds=model, raw_logodds=raw[spec.name],
-                                      lexical=lexical[spec.name]))
+                                      score=score, model_logodds=model,
+                                      raw_logodds=raw[spec.name] if raw is not None else None,
+                                      lexical=lexical[spec.name], cosine=cosine))
     return NltResult(
         mode="score",
         status="ok",
@@ -392,7 +448,8 @@ def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: st
         selected=[d.name for d in decisions if d.selected],
         threshold=sigmoid(chosen.threshold),
         rule=chosen,
-        content_free=baseline if calibrate else None,
+        evidence=chosen.evidence,
+        content_free=baseline if asked and calibrate else None,
         calibration_cached=cached,
         usage=usage,
     )
@@ -435,13 +492,17 @@ def select_tools(
     calibrate: bool = True,
     rule: DecisionRule | None = None,
     cache: ContentFreeCache | None = None,
+    embedder: Embedder | None = None,
+    all_evidence: bool = False,
 ) -> NltResult:
     """Decide YES/NO for every tool. A parse failure or missing tools show in `status`/`missing`.
 
     `context` describes the setting (a system description, or the earlier conversation as text); `history` is
     earlier turns as (role, text). Score mode (the default) selects a tool when sigmoid(score) > threshold,
     strictly; `threshold=None` uses the rule fitted for the model (`rule_for`), a number overrides only the
-    threshold; `calibrate=False` skips the content-free baseline (and the fitted rule)."""
+    threshold; `calibrate=False` skips the content-free baseline (and the fitted rule). With an `embedder`, the
+    cosine of the request and each tool's text is evidence too (the rule fitted for this model and embedder
+    weighs it); a rule with model weight 0 decides without calling the model unless `all_evidence`."""
     specs = as_tool_specs(tools)
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise ValidationError(f"threshold {threshold} is outside [0, 1]: pass a probability")
@@ -450,7 +511,8 @@ def select_tools(
     if mode == "generate":
         result = _generate_mode(engine, specs, message, context, history)
     elif mode == "score":
-        result = _score_mode(engine, specs, message, context, history, threshold, calibrate, rule, cache)
+        result = _score_mode(engine, specs, message, context, history, threshold, calibrate, rule, cache, embedder,
+                             all_evidence)
     elif mode == "structured":
         result = _structured_mode(engine, specs, message, context, history)
     else:
@@ -460,44 +522,58 @@ def select_tools(
 
 
 # -- fitting a rule (on dev items only) ------------------------------------------------------
-Evidence = dict[str, tuple[float, float]]  # tool -> (model_logodds, lexical)
+# tool -> (model_logodds, lexical, cosine); the model's or the embedder's part is None when it was not computed.
+Evidence = dict[str, tuple[float | None, float, float | None]]
 
 MODEL_WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0)
 LEXICAL_WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
+EMBEDDING_WEIGHTS = (0.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 
 
 def fit_rule(examples: Sequence[tuple[Evidence, set[str]]], *, source: str = "fitted",
              model_weights: Sequence[float] = MODEL_WEIGHTS,
-             lexical_weights: Sequence[float] = LEXICAL_WEIGHTS) -> tuple[DecisionRule, float]:
+             lexical_weights: Sequence[float] = LEXICAL_WEIGHTS,
+             embedding_weights: Sequence[float] = EMBEDDING_WEIGHTS) -> tuple[DecisionRule, float]:
     """The weights and threshold with the best exact-set accuracy on `examples` (tool evidence, gold set).
 
-    Thresholds are searched among midpoints between the observed scores; for each weight pair the threshold is
-    the middle of the widest best-scoring run, and ties between weight pairs go to fewer wrong decisions, then to
-    the simpler rule (smaller weights). Returns the rule and its exact-set accuracy on the examples."""
+    A kind of evidence missing from any example (the model not asked, no embedder) gets weight 0 only.
+    Thresholds are searched among midpoints between the observed scores; for each weight triple the threshold is
+    the middle of the widest best-scoring run, and ties between triples go to fewer wrong decisions, then to the
+    rule that does not call the model, then to the simpler rule (smaller weights). Returns the rule and its
+    exact-set accuracy on the examples."""
     if not examples:
         raise ValidationError("no examples to fit an NLT rule on: evaluate the dev split in score mode first")
-    best: tuple[tuple[float, float, float, float], DecisionRule] | None = None
-    for a in model_weights:
+    has_model = all(m is not None for ev, _ in examples for m, _, _ in ev.values())
+    has_cosine = all(c is not None for ev, _ in examples for _, _, c in ev.values())
+    names = [sorted(ev) for ev, _ in examples]
+    golds = [gold for _, gold in examples]
+    columns = [np.array([[ev[n][0] or 0.0, ev[n][1], ev[n][2] or 0.0] for n in ns]).reshape(len(ns), 3)
+               for (ev, _), ns in zip(examples, names)]
+    best: tuple[tuple[float, ...], DecisionRule] | None = None
+    for a in model_weights if has_model else (0.0,):
         for w in lexical_weights:
-            if a == 0.0 and w == 0.0:
-                continue
-            scored = [({n: a * m + w * lex for n, (m, lex) in ev.items()}, gold) for ev, gold in examples]
-            values = sorted({v for sc, _ in scored for v in sc.values()})
-            cuts = [values[0] - 1.0] + [(x + y) / 2 for x, y in zip(values, values[1:])] + [values[-1] + 1.0]
-            results = []
-            for t in cuts:
-                exact = wrong = 0
-                for sc, gold in scored:
-                    chosen = {n for n, v in sc.items() if v > t}
-                    exact += chosen == gold
-                    wrong += len(chosen ^ gold)
-                results.append((exact, -wrong))
-            top = max(results)
-            run = _widest_run([r == top for r in results])
-            t = cuts[run[0] + (run[1] - run[0]) // 2]
-            key = (top[0], top[1], -(a + w), 0.0)
-            if best is None or key > best[0]:
-                best = (key, DecisionRule(model_weight=a, lexical_weight=w, threshold=round(t, 4), source=source))
+            for e in embedding_weights if has_cosine else (0.0,):
+                if a == 0.0 and w == 0.0 and e == 0.0:
+                    continue
+                weights = np.array([a, w, e])
+                scored = [c @ weights for c in columns]
+                values = np.unique(np.concatenate(scored)) if scored else np.zeros(0)
+                cuts = np.concatenate([[values[0] - 1.0], (values[1:] + values[:-1]) / 2, [values[-1] + 1.0]])
+                exact = np.zeros(len(cuts))
+                wrong = np.zeros(len(cuts))
+                for sc, ns, gold in zip(scored, names, golds):
+                    chosen = sc[None, :] > cuts[:, None]  # cuts x tools
+                    truth = np.array([n in gold for n in ns])[None, :]
+                    mismatch = (chosen != truth).sum(axis=1)
+                    exact += mismatch == 0
+                    wrong += mismatch
+                top = max(zip(exact, -wrong))
+                run = _widest_run([(x, -y) == top for x, y in zip(exact, wrong)])
+                t = float(cuts[run[0] + (run[1] - run[0]) // 2])
+                key = (float(top[0]), float(top[1]), float(a == 0.0), -(a + w + e))
+                if best is None or key > best[0]:
+                    best = (key, DecisionRule(model_weight=a, lexical_weight=w, embedding_weight=e,
+                                              threshold=round(t, 4), source=source))
     assert best is not None
     return best[1], best[0][0] / len(examples)
 

@@ -30,23 +30,33 @@ class ToolDecision(BaseModel):
     name: str
     selected: bool
     probability: float | None = None  # score mode: sigmoid(score), compared with the result's threshold
-    score: float | None = None  # score mode: model_weight * model_logodds + lexical_weight * lexical
+    score: float | None = None  # score mode: the rule's weighted sum of the evidence below
     model_logodds: float | None = None  # log P(YES)/P(NO), minus the content-free baseline when calibrated
     raw_logodds: float | None = None  # log P(YES)/P(NO) as the model gave it
     lexical: float | None = None  # BM25 of the request against the tool's name and description
+    cosine: float | None = None  # the embedder's cosine of the request and "humanised name: description"
 
 
 class DecisionRule(BaseModel):
-    """How score mode turns per-tool evidence into a decision: select when
-    `model_weight * model_logodds + lexical_weight * lexical > threshold` (log-odds units)."""
+    """How score mode turns per-tool evidence into a decision: select when `model_weight * model_logodds +
+    lexical_weight * lexical + embedding_weight * cosine > threshold` (log-odds units). A rule whose model weight
+    is 0 never calls the model (nor its content-free baseline)."""
 
     model_weight: float = 1.0
     lexical_weight: float = 0.0
+    embedding_weight: float = 0.0
     threshold: float = 0.0
     source: str = "default (no rule fitted for this model): calibrated P(YES) > 0.5"
 
-    def score(self, model_logodds: float, lexical: float) -> float:
-        return self.model_weight * model_logodds + self.lexical_weight * lexical
+    def score(self, model_logodds: float | None, lexical: float, cosine: float | None = None) -> float:
+        return (self.model_weight * (model_logodds or 0.0) + self.lexical_weight * lexical
+                + self.embedding_weight * (cosine or 0.0))
+
+    @property
+    def evidence(self) -> list[str]:
+        """The evidence this rule decides by: model, lexical, embedding (those with a weight)."""
+        weights = {"model": self.model_weight, "lexical": self.lexical_weight, "embedding": self.embedding_weight}
+        return [name for name, weight in weights.items() if weight]
 
 
 class NltUsage(BaseModel):
@@ -82,6 +92,7 @@ class NltResult(BaseModel):
     repaired: bool = False  # generate mode: the first answer had no tool line; a forced-name retry was parsed
     threshold: float | None = None  # score mode: the probability a tool's sigmoid(score) must exceed
     rule: DecisionRule | None = None  # score mode: the weights and threshold used (and where they come from)
+    evidence: list[str] = Field(default_factory=list)  # score mode: what decided (model, lexical, embedding)
     content_free: dict[str, float] | None = None  # score mode, calibrated: mean content-free log-odds per tool
     calibration_cached: bool | None = None  # score mode: the content-free baseline came from the cache
     usage: NltUsage = Field(default_factory=NltUsage)

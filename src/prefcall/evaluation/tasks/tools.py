@@ -97,7 +97,9 @@ def selection_prediction(result: NltResult) -> dict[str, Any]:
         "missing": result.missing,
         "unknown": result.unknown,
         "probabilities": {d.name: d.probability for d in result.decisions if d.probability is not None},
-        "evidence": {d.name: [d.model_logodds, d.lexical] for d in result.decisions if d.model_logodds is not None},
+        "evidence": {d.name: [d.model_logodds, d.lexical, d.cosine] for d in result.decisions
+                     if d.lexical is not None},
+        "decided_by": result.evidence,
         "rule": result.rule.model_dump() if result.rule else None,
         "calibration_cached": result.calibration_cached,
         "raw": result.raw_text,
@@ -107,11 +109,13 @@ def selection_prediction(result: NltResult) -> dict[str, Any]:
 
 
 def predict(item: EvalItem, engine: Any, mode: str = DEFAULT_MODE, *, threshold: float | None = None,
-            calibrate: bool = True, rule: DecisionRule | None = None) -> dict[str, Any]:
+            calibrate: bool = True, rule: DecisionRule | None = None, embedder: Any = None,
+            all_evidence: bool = False) -> dict[str, Any]:
     history = [(str(r), str(t)) for r, t in item.input.get("history") or []]
     result = select_tools(
         engine, item.input["text"], item.input["tools"], mode=mode,  # type: ignore[arg-type]
         context=item.input.get("context"), history=history, threshold=threshold, calibrate=calibrate, rule=rule,
+        embedder=embedder, all_evidence=all_evidence,
     )
     return selection_prediction(result)
 
@@ -171,9 +175,19 @@ def fitted_rule(scored: list[ScoredItem]) -> dict[str, Any] | None:
         evidence = item.prediction.get("evidence") if item.status == "ok" else None
         if not evidence:
             return None
-        examples.append(({n: (float(v[0]), float(v[1])) for n, v in evidence.items()}, set(item.gold or [])))
-    rule, accuracy = fit_rule(examples, source=f"fitted on these {len(examples)} items (in-sample: fit on dev only)")
-    return {**rule.model_dump(), "exact_set_accuracy_in_sample": accuracy}
+        examples.append(({n: (_number(v[0]), float(v[1]), _number(v[2] if len(v) > 2 else None))
+                          for n, v in evidence.items()}, set(item.gold or [])))
+    source = f"fitted on these {len(examples)} items (in-sample: fit on a tune split only)"
+    rule, accuracy = fit_rule(examples, source=source)
+    out = {**rule.model_dump(), "exact_set_accuracy_in_sample": accuracy}
+    if rule.model_weight:  # the best rule that never calls the model, beside it (any model can use it)
+        alone, alone_accuracy = fit_rule(examples, source=source + ", model weight 0", model_weights=(0.0,))
+        out["without_model"] = {**alone.model_dump(), "exact_set_accuracy_in_sample": alone_accuracy}
+    return out
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def aggregate(scored: list[ScoredItem], *, per_tool: bool = True) -> dict[str, Any]:
@@ -216,9 +230,14 @@ def add_nlt_options(parser: argparse.ArgumentParser | Any) -> None:
                         help="score mode: select when the decision probability > this (default: the model's fitted rule)")
     parser.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=True,
                         help="score mode: subtract the content-free baseline (default on; --no-calibrate: raw P(YES) > 0.5)")
+    parser.add_argument("--all-evidence", action="store_true",
+                        help="score mode: ask the model too when the rule gives it no weight, so that the run's "
+                        "fitted_rule may weigh model, lexical and embedding evidence (for fitting on a tune split)")
+    parser.add_argument("--no-embedder", action="store_true",
+                        help="score mode: decide without the embedder's cosine (the rule fitted without it)")
     parser.add_argument("--rule", metavar="A,W,T",
                         help="score mode: decide with this rule instead of the model's shipped one: select when "
-                        "A * model log-odds + W * BM25 > T")
+                        "A * model log-odds + W * BM25 (+ E * cosine with A,W,E,T) > T")
     parser.add_argument("--rule-from", metavar="RUN_DIR",
                         help="score mode: decide with the rule another run fitted (its metrics.json fitted_rule), "
                         "e.g. fit on one NLT set's tune part and report on the other set")
@@ -231,10 +250,14 @@ def rule_option(args: argparse.Namespace) -> DecisionRule | None:
         raise ConfigError("pass --rule or --rule-from, not both")
     if text:
         try:
-            a, w, t = (float(v) for v in text.split(","))
+            numbers = [float(v) for v in text.split(",")]
         except ValueError as exc:
-            raise ConfigError(f"--rule {text!r}: give three numbers A,W,T (e.g. 0.5,0.25,0.7)") from exc
-        return DecisionRule(model_weight=a, lexical_weight=w, threshold=t, source=f"--rule {text}")
+            raise ConfigError(f"--rule {text!r}: give numbers A,W,T or A,W,E,T (e.g. 0.5,0.25,0.7)") from exc
+        if len(numbers) not in (3, 4):
+            raise ConfigError(f"--rule {text!r}: give three numbers A,W,T or four A,W,E,T")
+        a, w, e, t = numbers if len(numbers) == 4 else (numbers[0], numbers[1], 0.0, numbers[2])
+        return DecisionRule(model_weight=a, lexical_weight=w, embedding_weight=e, threshold=t,
+                            source=f"--rule {text}")
     if run:
         path = Path(run) / "metrics.json"
         try:
@@ -243,6 +266,7 @@ def rule_option(args: argparse.Namespace) -> DecisionRule | None:
             raise ConfigError(f"--rule-from {run}: no fitted_rule in {path} (run a score-mode `prefcall eval nlt "
                               "--split tune --out DIR` first)") from exc
         return DecisionRule(model_weight=float(fitted["model_weight"]), lexical_weight=float(fitted["lexical_weight"]),
+                            embedding_weight=float(fitted.get("embedding_weight", 0.0)),
                             threshold=float(fitted["threshold"]), source=f"fitted by the run in {run}")
     return None
 
@@ -269,8 +293,11 @@ class ToolsTask(BaseTask):
 
     def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
         args = ctx.args
-        return predict(item, ctx.engine, nlt_mode(args), threshold=getattr(args, "threshold", None),
-                       calibrate=bool(getattr(args, "calibrate", True)), rule=rule_option(args))
+        mode = nlt_mode(args)
+        embedder = ctx.embedder if mode == "score" and not getattr(args, "no_embedder", False) else None
+        return predict(item, ctx.engine, mode, threshold=getattr(args, "threshold", None),
+                       calibrate=bool(getattr(args, "calibrate", True)), rule=rule_option(args), embedder=embedder,
+                       all_evidence=bool(getattr(args, "all_evidence", False)))
 
     def score(self, item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
         return score(item, prediction)
