@@ -200,8 +200,11 @@ def test_model_sections_run_end_to_end_against_a_fake() -> None:
     assert report["sections"]["prefix"]["figures"]["config"] == "full"
     assert prefix["warm"]["reused"] > 0 and prefix["warm"]["evaluated"] < prefix["warm"]["prompt_tokens"]
     nlt = report["sections"]["nlt"]["figures"]["modes"]
-    assert set(nlt) == {"generate", "score", "structured"}
+    assert set(nlt) == {"generate", "score", "score_model_forced", "structured"}
     assert nlt["score"]["tokens_out"]["p50"] == 0  # scoring generates nothing
+    # The fake has no fitted rule: the default weighs the model, so the shipped and the forced runs both ask it.
+    assert all(r["model_calls"] > 0 for r in nlt["score"]["runs"] + nlt["score_model_forced"]["runs"])
+    assert report["sections"]["nlt"]["figures"]["score_over_model_forced"] is not None
     fnctod = report["sections"]["fnctod"]["figures"]["cold"]
     assert fnctod["one_stage"]["model_calls"] == 1 and fnctod["two_stage"]["model_calls"] >= 1
     taps = report["sections"]["taps"]["figures"]

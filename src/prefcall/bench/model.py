@@ -226,25 +226,30 @@ def section_prefix(ctx: BenchContext) -> dict[str, Any]:
 
 
 # -- NLT modes -------------------------------------------------------------------------------------
-NLT_MODES = ("generate", "score", "structured")
+NLT_MODES = ("generate", "score", "score_model_forced", "structured")
 
 
 def section_nlt(ctx: BenchContext) -> dict[str, Any]:
-    """The three modes interleaved on the same messages; a warm-up round first (reported as cold)."""
+    """The modes interleaved on the same messages; a warm-up round first (reported as cold). `score` is what
+    select_tools_nlt ships (the rule fitted for the model and embedder: a rule that gives the model no weight does
+    not call it); `score_model_forced` decides by the same rule but also asks the model, as a rule with model
+    weight would."""
     from prefcall.strategies.nlt import select_tools
 
-    engine, catalogue = ctx.engine(), ctx.catalogue()
+    engine, catalogue, embedder = ctx.engine(), ctx.catalogue(), ctx.embedder()
     per_mode: dict[str, list[dict[str, Any]]] = {m: [] for m in NLT_MODES}
     cold: dict[str, dict[str, Any]] = {}
     for round_no in range(max(1, ctx.reps) + 1):
         item = ctx.item(round_no)
         for mode in NLT_MODES:
             started = time.perf_counter()
-            r = select_tools(engine, item.utterance, catalogue, mode=mode)
+            scored = mode.startswith("score")
+            r = select_tools(engine, item.utterance, catalogue, mode="score" if scored else mode,  # type: ignore[arg-type]
+                             embedder=embedder if scored else None, all_evidence=mode == "score_model_forced")
             run = {"seconds": round(time.perf_counter() - started, 4), "prompt_tokens": r.usage.prompt_tokens,
                    "evaluated": r.usage.evaluated, "completion_tokens": r.usage.completion_tokens,
                    "model_calls": r.usage.calls, "status": r.status, "selected": r.selected,
-                   "gold": item.function}
+                   "gold": item.function, "evidence": r.evidence}
             if round_no:
                 per_mode[mode].append(run)
             else:
@@ -262,9 +267,15 @@ def section_nlt(ctx: BenchContext) -> dict[str, Any]:
     p50 = {m: figures["modes"][m]["seconds"].get("p50") for m in NLT_MODES}
     figures["generate_over_score"] = ratio(p50["generate"], p50["score"])
     figures["structured_over_score"] = ratio(p50["structured"], p50["score"])
+    figures["score_over_model_forced"] = ratio(p50["score"], p50["score_model_forced"])
+    figures["evidence"] = per_mode["score"][0].get("evidence") if per_mode["score"] else None
     targets = [target("nlt: generation / scoring latency", figures["generate_over_score"], 3.0,
                       higher_is_better=True, unit="x")]
-    headline = [(f"{m} s p50", p50[m]) for m in NLT_MODES] + [("generate/score x", figures["generate_over_score"])]
+    if figures["evidence"] is not None and "model" not in figures["evidence"]:
+        targets.append(target("nlt: shipped rule / model-forced latency (no model call)",
+                              figures["score_over_model_forced"], 0.5, unit="x"))
+    headline = [(f"{m} s p50", p50[m]) for m in NLT_MODES] + [("generate/score x", figures["generate_over_score"]),
+                                                               ("score/model-forced x", figures["score_over_model_forced"])]
     return {"figures": figures, "targets": targets, "headline": headline}
 
 
