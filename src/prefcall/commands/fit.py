@@ -32,6 +32,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--structure-out", metavar="PATH",
                         help="with --structure: also write a grounding.json with the new structure weights "
                         "(maintainers: src/prefcall/data/grounding.json)")
+    parser.add_argument("--nlt", action="store_true",
+                        help="fit select_tools_nlt's decision rule instead, on the tune parts of both NLT sets "
+                        "(a source checkout's tests/data/nlt and tests/data/nlt2), with and without the model")
+    parser.add_argument("--nlt-out", metavar="PATH",
+                        help="with --nlt: also write the rules into this nlt_rules.json (maintainers: "
+                        "src/prefcall/data/nlt_rules.json)")
     parser.set_defaults(handler=run_fit)
 
 
@@ -44,6 +50,8 @@ def run_fit(args: argparse.Namespace) -> int:
     from prefcall.strategies.pipeline import Pipeline
 
     settings = settings_from_args(args)
+    if args.nlt:
+        return _fit_nlt(args, settings)
     sources = [s.strip() for s in args.sources.split(",") if s.strip()]
     items = fit.tune_items(sources, args.subset)
     engine = load_engine(settings)
@@ -110,4 +118,37 @@ def _write_structure(args: argparse.Namespace, result: object, out: Path, comman
             encoding="utf-8")
     print(json.dumps({**result.model_dump(exclude={"weights"}), "items": counts, "run": str(out),
                       "written": args.structure_out if args.structure_out and result.fitted else None}, indent=1))
+    return 0
+
+
+def _fit_nlt(args: argparse.Namespace, settings: object) -> int:
+    from importlib import resources
+
+    from prefcall.engine import load_embedder, load_engine
+    from prefcall.evaluation import fit_nlt
+    from prefcall.evaluation.runner import Progress, git_commit
+    from prefcall.storage import fits
+
+    items = fit_nlt.nlt_tune_items()
+    engine, embedder = load_engine(settings), load_embedder(settings)
+    progress = Progress(len(items), sys.stderr, label="fit --nlt")
+    examples = fit_nlt.collect(engine, embedder, items, lambda _: progress.advance())
+    progress.close()
+    fitted = fit_nlt.fit(examples)
+    fingerprint = fits.engine_fingerprint(engine, settings.data_dir)  # type: ignore[attr-defined]
+    counts: dict[str, int] = {}
+    for relative, _ in items:
+        counts[relative] = counts.get(relative, 0) + 1
+    note = {"command": "prefcall fit " + " ".join(sys.argv[2:]), "commit": git_commit(),
+            "data": "tune parts of tests/data/nlt and tests/data/nlt2 (prefcall/data/splits.json)", "items": counts}
+    if args.nlt_out:
+        base = json.loads((resources.files("prefcall") / "data" / "nlt_rules.json").read_text(encoding="utf-8"))
+        Path(args.nlt_out).write_text(json.dumps(fit_nlt.rules_file(base, fitted, fingerprint, engine.info.model_name,
+                                                                    embedder.name, note), indent=2,
+                                                 ensure_ascii=False) + "\n", encoding="utf-8")
+    print(json.dumps({"model": engine.info.model_name, "fingerprint": fingerprint, "embedder": embedder.name,
+                      "items": counts, "shipped_for_this_model": fit_nlt.chosen(fitted).model_dump(),
+                      **{k: {**rule.model_dump(), "exact_set_in_sample": round(accuracy, 4)}
+                         for k, (rule, accuracy) in fitted.items()},
+                      "written": args.nlt_out}, indent=1))
     return 0
