@@ -6,6 +6,7 @@ import dataclasses
 
 import json
 import math
+import re
 from collections.abc import Callable
 
 import pytest
@@ -257,10 +258,12 @@ def test_history_reaches_the_prompt_and_the_lexical_prior() -> None:
 def test_packaged_rules_are_valid_and_chosen_by_the_model_files_hash(monkeypatch: pytest.MonkeyPatch,
                                                                       tmp_path) -> None:
     rules = nlt._packaged_rules()
-    assert rules and all(key.startswith("gguf-sha256:") and len(key) == 12 + 64 for key in rules)
+    assert rules and all(re.fullmatch(r"(gguf-sha256:[0-9a-f]{64}|\*)(\|[\w.-]+)?", key) for key in rules)
+    assert all(rule["model_weight"] == 0.0 for key, rule in rules.items() if key.startswith("*|"))
     for key, rule in rules.items():
-        parsed = DecisionRule(**{k: v for k, v in rule.items() if k != "model"})
-        assert parsed.model_weight >= 0 and parsed.lexical_weight >= 0 and "dev" in parsed.source, key
+        parsed = DecisionRule(**{k: v for k, v in rule.items() if k in DecisionRule.model_fields})
+        assert parsed.model_weight >= 0 and parsed.lexical_weight >= 0, key
+        assert "dev" in parsed.source or "tune parts" in parsed.source, key  # fitted on tuning items only
     model, twin = tmp_path / "m.gguf", tmp_path / "twin.gguf"
     model.write_bytes(b"GGUF one quantisation")
     twin.write_bytes(b"GGUF another quantisation")  # the same GGUF general.name, another file
