@@ -34,13 +34,17 @@ def test_structured_mode_always_parses_and_generate_mode_reports_its_state_truth
 @pytest.mark.model
 def test_score_mode_reuses_the_prompt_prefix(real_engine) -> None:
     cache = ContentFreeCache()
-    result = select_tools(real_engine, "What is the weather in Paris tomorrow?", TOOLS, mode="score", cache=cache)
+    # The embedded model's fitted rule gives its YES/NO no weight, so it is not asked unless forced to.
+    unasked = select_tools(real_engine, "What is the weather in Paris tomorrow?", TOOLS, mode="score", cache=cache)
+    assert unasked.usage.calls == 0 and "model" not in unasked.evidence and unasked.content_free is None
+    result = select_tools(real_engine, "What is the weather in Paris tomorrow?", TOOLS, mode="score", cache=cache,
+                          all_evidence=True)
     assert result.status == "ok" and len(result.decisions) == 2
     assert all(0.0 <= d.probability <= 1.0 for d in result.decisions)
     # 2 tools, plus 2 tools for each of the 3 content-free requests; most tokens come from the KV cache.
     assert result.usage.calls == 2 + 2 * 3 and result.calibration_cached is False
     assert result.usage.reused > result.usage.evaluated
-    again = select_tools(real_engine, "Email Bob", TOOLS, mode="score", cache=cache)
+    again = select_tools(real_engine, "Email Bob", TOOLS, mode="score", cache=cache, all_evidence=True)
     assert again.usage.calls == 2 and again.calibration_cached is True
 
 
