@@ -338,3 +338,17 @@ def test_eval_report_tabulates_runs_with_intervals_commit_and_command(tmp_path: 
     assert any(line.startswith("| nlsi, type simple |") and "exact_match 1.000" in line for line in table)
     assert main(["eval", "report", str(tmp_path / "missing")]) == 2
     assert "no metrics.json" in capsys.readouterr().err
+
+
+def test_eval_report_shows_every_tasks_headline_metrics():
+    """Each task's headline names metrics its aggregate really writes (a wrong name shows as '-')."""
+    from prefcall.evaluation import table
+    from prefcall.evaluation.tasks import tools
+
+    scored = [ScoredItem(id="1", input={}, gold=["a"], prediction={"selected": ["a"], "status": "ok"}, status="ok",
+                         scores={"exact_set": 1.0, "tp": 1.0, "fp": 0.0, "fn": 0.0}),
+              ScoredItem(id="2", input={}, gold=[], prediction={"selected": [], "status": "ok"}, status="ok",
+                         scores={"exact_set": 1.0, "tp": 0.0, "fp": 0.0, "fn": 0.0})]
+    metrics = tools.aggregate(scored)
+    for task in ("nlt", "tools"):
+        assert all(key in metrics for key in table.HEADLINE[task]), task

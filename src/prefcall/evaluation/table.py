@@ -19,8 +19,8 @@ HEADLINE: dict[str, tuple[str, ...]] = {
     "nlsi": ("exact_match", "slot_f1"),
     "dst": ("joint_goal_accuracy", "slot_f1", "intent_accuracy"),
     "tags": ("span_f1", "validity_rate"),
-    "nlt": ("exact_set",),
-    "tools": ("exact_set",),
+    "nlt": ("exact_set_accuracy", "no_tool_accuracy"),
+    "tools": ("exact_set_accuracy", "no_tool_accuracy"),
     "bfcl": ("selection_accuracy", "no_call_rate", "ast_match", "false_refusal_rate"),
     "acebench": ("decision_accuracy", "call_exact"),
 }
