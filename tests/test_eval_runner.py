@@ -352,3 +352,8 @@ def test_eval_report_shows_every_tasks_headline_metrics():
     metrics = tools.aggregate(scored)
     for task in ("nlt", "tools"):
         assert all(key in metrics for key in table.HEADLINE[task]), task
+    from prefcall.evaluation.tasks import bfcl
+
+    relevant = ScoredItem(id="3", input={}, gold={}, prediction={"status": "ok", "decision": "call"}, status="ok",
+                          scores={"ast_match": 1.0, "selection": 1.0, "no_call": 0.0})
+    assert all(key in bfcl.aggregate([relevant]) for key in table.HEADLINE["bfcl"])

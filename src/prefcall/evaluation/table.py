@@ -21,7 +21,7 @@ HEADLINE: dict[str, tuple[str, ...]] = {
     "tags": ("span_f1", "validity_rate"),
     "nlt": ("exact_set_accuracy", "no_tool_accuracy"),
     "tools": ("exact_set_accuracy", "no_tool_accuracy"),
-    "bfcl": ("selection_accuracy", "no_call_rate", "ast_match", "false_refusal_rate"),
+    "bfcl": ("selection_accuracy", "no_call_rate", "ast_accuracy", "false_refusal_rate"),
     "acebench": ("decision_accuracy", "call_exact"),
 }
 
