@@ -11,6 +11,7 @@ import pytest
 
 from prefcall.config import Settings
 from prefcall.engine.base import ChatMessage, Engine, Prompt, Scope
+from prefcall.engine.fake import CancelAfter
 from prefcall.errors import CancelledError, ContextOverflowError, GrammarError, InvalidModelError
 
 pytestmark = pytest.mark.model
@@ -54,20 +55,6 @@ SCHEMAS = {
 
 def chat(engine: Engine, text: str, prefix: str = "") -> Prompt:
     return Prompt.chat("You are a helpful assistant.", text, prefix=prefix)
-
-
-class CancelAfter:
-    """A cancel flag that turns set at its (checks + 1)-th look: cancellation lands mid-generation by counting the
-    engine's own checks (between tokens, stream events), never by racing a timer against a machine's speed."""
-
-    def __init__(self, checks: int) -> None:
-        self.left = checks
-        self.looked = 0
-
-    def is_set(self) -> bool:
-        self.looked += 1
-        self.left -= 1
-        return self.left < 0
 
 
 def test_reports_model_and_cpu_backend(real_engine):

@@ -22,6 +22,7 @@ import pytest
 
 from prefcall.config import Settings
 from prefcall.engine.base import Prompt, Scope
+from prefcall.engine.fake import CancelAfter
 from prefcall.errors import CancelledError, ContextOverflowError
 
 pytestmark = pytest.mark.model
@@ -89,20 +90,6 @@ def server_engine(llama_server):
     engine = load_engine(Settings(engine=f"llama-server:{llama_server}", engine_timeout_s=120))
     yield engine
     engine.close()
-
-
-class CancelAfter:
-    """A cancel flag that turns set at its (checks + 1)-th look: cancellation lands mid-generation by counting the
-    engine's own checks (between tokens, stream events), never by racing a timer against a machine's speed."""
-
-    def __init__(self, checks: int) -> None:
-        self.left = checks
-        self.looked = 0
-
-    def is_set(self) -> bool:
-        self.looked += 1
-        self.left -= 1
-        return self.left < 0
 
 
 def test_reports_itself_and_keeps_untrusted_text_as_text(server_engine, llama_server):

@@ -34,6 +34,7 @@ import pytest
 
 from prefcall.config import Settings
 from prefcall.engine.base import Engine, Prompt
+from prefcall.engine.fake import CancelAfter
 from prefcall.errors import CancelledError, ContextOverflowError, EngineError
 
 pytestmark = pytest.mark.model
@@ -186,20 +187,6 @@ def served_engine(lcp_server, real_engine, tmp_path_factory):
 @pytest.fixture(params=["in-process", "served"])
 def engine(request) -> Engine:
     return request.getfixturevalue("real_engine" if request.param == "in-process" else "served_engine")
-
-
-class CancelAfter:
-    """A cancel flag that turns set at its (checks + 1)-th look: cancellation lands mid-generation by counting the
-    engine's own checks (between tokens, stream events), never by racing a timer against a machine's speed."""
-
-    def __init__(self, checks: int) -> None:
-        self.left = checks
-        self.looked = 0
-
-    def is_set(self) -> bool:
-        self.looked += 1
-        self.left -= 1
-        return self.left < 0
 
 
 # -- the engine contract, on both engines -------------------------------------------------------------------------

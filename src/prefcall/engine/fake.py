@@ -304,3 +304,17 @@ class FakeEmbedder:
                 out[row, bucket] += 1.0
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.where(norms == 0, 1.0, norms)
+
+
+class CancelAfter:
+    """A cancel flag that turns set at its (checks + 1)-th look: cancellation lands mid-generation by counting the
+    engine's own checks (between tokens, stream events), never by racing a timer against a machine's speed."""
+
+    def __init__(self, checks: int) -> None:
+        self.left = checks
+        self.looked = 0
+
+    def is_set(self) -> bool:
+        self.looked += 1
+        self.left -= 1
+        return self.left < 0
