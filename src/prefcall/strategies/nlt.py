@@ -431,7 +431,8 @@ def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: st
     baseline, cached = (content_free_logodds(engine, specs, context, usage, cache) if asked and calibrate
                         else ({s.name: 0.0 for s in specs}, None))
     lexical = lexical_scores(specs, message, history)
-    cosines = embedding_scores(embedder, specs, message, history) if embedder is not None else None
+    cosines = embedding_scores(embedder, specs, message, history) \
+        if embedder is not None and (chosen.embedding_weight or all_evidence) else None
     decisions = []
     for spec in specs:
         model = raw[spec.name] - baseline[spec.name] if raw is not None else None

@@ -159,14 +159,17 @@ class _Scorer:
         candidates = [json.dumps(v, ensure_ascii=False) for v in values] + [NULL]
         # A value's closing quote is scored as any token it starts (`",`): see Engine.score_candidates.
         scores = self.engine.score_candidates(prompt, candidates, heal_end=True)
-        usage: PromptUsage = scores.usage
+        self._count(scores.usage, scores.decoded)
+        logprobs = np.asarray(scores.logprobs, dtype=np.float64)
+        return logprobs - np.logaddexp.reduce(logprobs)  # renormalised over the candidates and null
+
+    def _count(self, usage: PromptUsage, decoded: int) -> None:
+        """One model call's tokens, added to the fill's (decoded: scored candidates' or generated tokens)."""
         self.result.model_calls += 1
         self.result.prompt_tokens += usage.prompt_tokens
         self.result.evaluated += usage.evaluated
         self.result.reused += usage.reused
-        self.result.decoded += scores.decoded
-        logprobs = np.asarray(scores.logprobs, dtype=np.float64)
-        return logprobs - np.logaddexp.reduce(logprobs)  # renormalised over the candidates and null
+        self.result.decoded += decoded
 
     def write(self, argument: str, schema: dict[str, Any], sources: Sequence[Source]) -> Choice | None:
         """A free argument's value as the model writes it under the argument's grammar (or null); kept only
@@ -184,12 +187,7 @@ class _Scorer:
         except GrammarError as exc:
             self.result.ungrounded[argument] = str(exc)
             return None
-        usage: PromptUsage = generation.usage
-        self.result.model_calls += 1
-        self.result.prompt_tokens += usage.prompt_tokens
-        self.result.evaluated += usage.evaluated
-        self.result.reused += usage.reused
-        self.result.decoded += generation.completion_tokens
+        self._count(generation.usage, generation.completion_tokens)
         if generation.finish_reason == "length":
             self.result.ungrounded[argument] = f"cut at {FREE_MAX_TOKENS} tokens"
             return None
