@@ -93,3 +93,10 @@ def test_a_value_outside_an_enum_is_asked_about_with_the_options():
                         CATALOGUE)
     assert result.decision == "ask"
     assert result.missing[0].problem == "'Cargo' is not one of the seating class options (Economy, Business)"
+
+
+def test_numbers_written_as_words_are_numbers_and_other_words_are_asked_about():
+    result = post_check([Call(name="BookTable", arguments={"restaurant": "Nopa", "party_size": "five"})], LIMITS, TODAY)
+    assert result.decision == "call" and result.calls[0].arguments == {"restaurant": "Nopa", "party_size": 5}
+    result = post_check([Call(name="BookTable", arguments={"restaurant": "Nopa", "party_size": "many"})], LIMITS, TODAY)
+    assert result.decision == "ask" and result.missing[0].problem == "'many' is not a whole number"

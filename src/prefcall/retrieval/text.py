@@ -21,6 +21,14 @@ STOP_WORDS = frozenset(
 )
 
 # Verbs that prefix API names (GetRestaurants, FindBus, ReserveHotel, lookupUser): they say nothing about the domain.
+# Numbers written as words ("a three bedroom flat", "for five"): what a number's words mean.
+NUMBER_WORDS = {
+    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+    "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15, "sixteen": 16,
+    "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50,
+    "hundred": 100, "single": 1, "couple": 2, "pair": 2,
+}  # fmt: skip
+
 NAME_VERBS = frozenset(
     "get find search lookup look reserve book buy make add check play rent schedule transfer request".split()
 )

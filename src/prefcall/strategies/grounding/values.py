@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from prefcall.retrieval.text import STOP_WORDS
+from prefcall.retrieval.text import NUMBER_WORDS, STOP_WORDS
 
 SourceKind = Literal["user", "instruction", "call", "profile"]
 ArgumentKind = Literal["span", "enum", "boolean", "number", "free"]
@@ -32,12 +32,6 @@ EDGE_WORDS = frozenset(STOP_WORDS | set(
     """want wants wanted need needs like likes would please i'm im i'd id i'll ill let let's lets can't cannot
     dont don't doesn't isn't aren't won't wont also really some any anything something one ones thing things
     get got find look looking search searching prefer preferred usually always often""".split()))
-NUMBER_WORDS = {
-    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
-    "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15, "sixteen": 16,
-    "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50,
-    "hundred": 100, "single": 1, "couple": 2, "pair": 2,
-}  # fmt: skip
 _NUMBER_RE = re.compile(r"^[-+]?(\d{1,3}(,\d{3})+|\d+)(\.\d+)?$")
 _FREE_HINTS = re.compile(
     r"\b(python|syntax|expression|formula|equation|code|snippet|json|regex|regular expression|sql|query string|"
