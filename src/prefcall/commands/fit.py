@@ -5,9 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prefcall.commands.options import add_model_options, settings_from_args
+
+if TYPE_CHECKING:
+    from prefcall.config import Settings
+    from prefcall.evaluation.fit import StructureFit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -76,9 +82,7 @@ def run_fit(args: argparse.Namespace) -> int:
 
         rows = fit.collect(pipeline, items, lambda _: progress.advance(), done, write)
     progress.close()
-    counts: dict[str, int] = {}
-    for item in items:
-        counts[item.source] = counts.get(item.source, 0) + 1
+    counts = dict(Counter(item.source for item in items))
     command = "prefcall fit " + " ".join(sys.argv[2:])
     min_right = args.min_right if args.min_right is not None else fit.MIN_RIGHT
     if args.structure:
@@ -103,13 +107,12 @@ def run_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_structure(args: argparse.Namespace, result: object, out: Path, command: str, commit: str,
+def _write_structure(args: argparse.Namespace, result: StructureFit, out: Path, command: str, commit: str,
                      counts: dict[str, int]) -> int:
     from importlib import resources
 
     from prefcall.evaluation import fit
 
-    assert isinstance(result, fit.StructureFit)
     (out / "structure.json").write_text(result.model_dump_json(indent=1) + "\n", encoding="utf-8")
     if args.structure_out and result.fitted:
         base = json.loads((resources.files("prefcall") / "data" / "grounding.json").read_text(encoding="utf-8"))
@@ -121,7 +124,7 @@ def _write_structure(args: argparse.Namespace, result: object, out: Path, comman
     return 0
 
 
-def _fit_nlt(args: argparse.Namespace, settings: object) -> int:
+def _fit_nlt(args: argparse.Namespace, settings: Settings) -> int:
     from importlib import resources
 
     from prefcall.engine import load_embedder, load_engine
@@ -135,10 +138,8 @@ def _fit_nlt(args: argparse.Namespace, settings: object) -> int:
     examples = fit_nlt.collect(engine, embedder, items, lambda _: progress.advance())
     progress.close()
     fitted = fit_nlt.fit(examples)
-    fingerprint = fits.engine_fingerprint(engine, settings.data_dir)  # type: ignore[attr-defined]
-    counts: dict[str, int] = {}
-    for relative, _ in items:
-        counts[relative] = counts.get(relative, 0) + 1
+    fingerprint = fits.engine_fingerprint(engine, settings.data_dir)
+    counts = dict(Counter(relative for relative, _ in items))
     note = {"command": "prefcall fit " + " ".join(sys.argv[2:]), "commit": git_commit(),
             "data": "tune parts of tests/data/nlt and tests/data/nlt2 (prefcall/data/splits.json)", "items": counts}
     if args.nlt_out:
