@@ -427,3 +427,25 @@ def test_the_tagger_never_writes_a_free_value():
     grounded.tag_structured(grounder, "For distances I always round to 2 decimals.",
                             Catalogue(name="geometry", functions=[DISTANCE]))
     assert not [c for c in engine.calls if c["kind"] == "generate"]
+
+
+def test_common_noun_phrases_with_their_article_or_possessive_are_candidates():
+    # Class b: "the airport", "my office" are values as written; an article alone, or one before a function word
+    # or across a sentence end, is not a span.
+    from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, features
+
+    schema = {"type": "string", "description": "where to go"}
+    text = "i need a ride from my office to the airport. The Westside branch is closed, take the"
+    pool = argument_candidates("destination", schema, [Source("user", text, "turn 0")])
+    texts = [c.text for c in pool.candidates]
+    for value in ("my office", "office", "the airport", "airport", "The Westside branch", "Westside branch"):
+        assert value in texts
+    assert not {"the", "my", "the airport. The", "take the"} & set(texts)
+    assert not any(t.lower().startswith(("a ", "to ")) for t in texts)  # only definite articles and possessives
+    function = Function(name="BookRide", description="Book a ride.", parameters={
+        "type": "object", "properties": {"destination": schema}})
+    rows = dict(zip(texts, features(FeatureContext(function, None), "destination", schema, pool.candidates)))
+    opens, common = FEATURES.index("determiner"), FEATURES.index("determiner_common")
+    assert (rows["the airport"][opens], rows["the airport"][common]) == (1.0, 1.0)
+    assert (rows["The Westside branch"][opens], rows["The Westside branch"][common]) == (1.0, 0.0)
+    assert (rows["airport"][opens], rows["airport"][common]) == (0.0, 0.0)

@@ -14,7 +14,9 @@ by `prefcall fit --structure` on the tuning split) turns it into a log-odds. The
   cuts a capitalised name, whether a joining word ("and", "of", "&") follows;
 - domain: the span is only words of the function's name (it names the request's domain, not a value), or it is
   an enum value of another argument of the same function;
-- source: user turn, standing instruction, earlier call, profile.
+- source: user turn, standing instruction, earlier call, profile;
+- determiner: the span opens with an article or a possessive ("the airport", "my office", "the Westside branch"),
+  and whether the word after it is lowercase (a common noun phrase, whose article is part of how it is named).
 Everything comes from the schema, the text and the demonstrations: no data set's vocabulary.
 """
 
@@ -33,12 +35,12 @@ from prefcall.engine.base import Embedder
 from prefcall.retrieval.text import split_identifier, tokenize
 from prefcall.schemas.model import Function
 
-from prefcall.strategies.grounding.values import Candidate, words
+from prefcall.strategies.grounding.values import DETERMINERS, Candidate, words
 
 FEATURES = (
     "cue", "memory", "memory_sq", "memory_exact", "has_memory", "description", "context", "format", "format_mismatch",
     "n_words", "one_word", "capitals", "open_left", "close_right", "cuts_name", "joins_right", "domain_words",
-    "other_enum", "sentence_initial", "from_user", "from_instruction", "from_call",
+    "other_enum", "sentence_initial", "from_user", "from_instruction", "from_call", "determiner", "determiner_common",
 )  # fmt: skip
 
 CONNECTIVES = frozenset(
@@ -256,9 +258,15 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
             "sentence_initial": _sentence_initial(c),
             "from_user": float(kind == "user"), "from_instruction": float(kind in ("instruction", "profile")),
             "from_call": float(kind == "call"),
+            **_determiner(tokens),
         }
         rows.append([row[f] for f in FEATURES])
     return np.asarray(rows, dtype=np.float32)
+
+
+def _determiner(tokens: list[str]) -> dict[str, float]:
+    opens = len(tokens) > 1 and tokens[0].lower() in DETERMINERS
+    return {"determiner": float(opens), "determiner_common": float(opens and tokens[1][:1].islower())}
 
 
 def _sentence_initial(candidate: Candidate) -> float:

@@ -7,7 +7,9 @@ grounded or free is decided from its schema alone (`argument_kind`): arrays, obj
 description asks for a syntax (code, an expression, JSON, a URL pattern ...) are free; everything else is grounded.
 
 Spans are word n-grams (at most MAX_SPAN_WORDS words) that neither start nor end with a function word, trimmed
-of surrounding punctuation; quoted strings are kept whole. Nothing here knows a data set: the only vocabulary is
+of surrounding punctuation; quoted strings are kept whole. A definite article or a possessive may open a span
+when a content word follows it ("the airport", "my office", "the branch near school"): such common noun phrases
+are values as they are written, and the structure weights learn when the article belongs to the value. Nothing here knows a data set: the only vocabulary is
 English function words and number words.
 """
 
@@ -32,6 +34,8 @@ EDGE_WORDS = frozenset(STOP_WORDS | set(
     """want wants wanted need needs like likes would please i'm im i'd id i'll ill let let's lets can't cannot
     dont don't doesn't isn't aren't won't wont also really some any anything something one ones thing things
     get got find look looking search searching prefer preferred usually always often""".split()))
+# Words that may open a span before a content word: "the airport", "my office" (never a span on their own).
+DETERMINERS = frozenset("the my our your his her their this that".split())
 _NUMBER_RE = re.compile(r"^[-+]?(\d{1,3}(,\d{3})+|\d+)(\.\d+)?$")
 _FREE_HINTS = re.compile(
     r"\b(python|syntax|expression|formula|equation|code|snippet|json|regex|regular expression|sql|query string|"
@@ -121,7 +125,7 @@ def spans(source: Source, max_words: int = MAX_SPAN_WORDS) -> list[Candidate]:
             start = match.start(1) + match.group(1).index(inner)
             seen.setdefault(inner, Candidate(inner, inner, source, start, start + len(inner)))
     for i, (first, start, _) in enumerate(tokens):
-        if _edge_word(first):
+        if _edge_word(first) and not _opens_noun_phrase(text, tokens, i):
             continue
         for j in range(i, min(len(tokens), i + max_words)):
             last, _, end = tokens[j]
@@ -133,6 +137,12 @@ def spans(source: Source, max_words: int = MAX_SPAN_WORDS) -> list[Candidate]:
             if value and '"' not in value and re.search(r"[A-Za-z0-9]", value):
                 seen.setdefault(value, Candidate(value, value, source, start, start + len(value)))
     return list(seen.values())
+
+
+def _opens_noun_phrase(text: str, tokens: list[tuple[str, int, int]], i: int) -> bool:
+    """A determiner ("the", "my") directly followed, in the same sentence, by a word that may open a value."""
+    return (tokens[i][0].lower() in DETERMINERS and i + 1 < len(tokens) and not _edge_word(tokens[i + 1][0])
+            and not _breaks(text, tokens[i], tokens[i + 1][1]))
 
 
 _ABBREVIATION_RE = re.compile(r"^([A-Z][a-z]{0,2}|[A-Za-z](\.[A-Za-z])+)$")  # Dr. St. Mr. M.D. U.S.
