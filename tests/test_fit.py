@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -96,9 +97,21 @@ def test_collect_records_every_span_candidates_features_and_which_ones_were_scor
     spans = [r for r in rows if r.kind in ("span", "number")]
     assert spans and all(r.features is not None and len(r.features) == len(FEATURES) for r in spans)
     assert any(not r.ranked for r in spans)  # candidates structure kept out of the scored top are rows too
-    for group in {r.group for r in spans}:
-        assert sum(r.ranked for r in spans if r.group == group) <= TOP_K
+    for group in {r.group for r in spans}:  # the best TOP_K, and spans coordinated with them
+        assert sum(r.ranked for r in spans if r.group == group) <= 2 * TOP_K
     assert all(r.features is None and r.ranked for r in rows if r.kind in ("enum", "boolean"))
+
+
+def test_half_the_tuning_items_are_parsed_without_any_value_memory():
+    # A new user's catalogue has no demonstrations: the weights must see that case, not only values seen before.
+    items = fit.tune_items(["corpus"], subset=40)
+    picked = [i.id for i in items if fit.without_memory(i.id)]
+    assert 10 <= len(picked) <= 30 and picked == [i.id for i in items if fit.without_memory(i.id)]
+    pipeline = Pipeline(FakeEngine(), FakeEmbedder(), fit.value_memories(["corpus"]))
+    rows = fit.collect(pipeline, [i for i in items if i.id in picked][:2] + [i for i in items if i.id not in picked][:2])
+    has_memory = FEATURES.index("has_memory")
+    with_memory = {r.item for r in rows if r.features is not None and r.features[has_memory] > 0}
+    assert with_memory and not with_memory & set(picked)
 
 
 def structure_rows(n_groups: int, seed: int = 2) -> list[fit.LabelledRow]:
@@ -174,6 +187,13 @@ def test_a_stored_fit_is_used_for_that_model_file_only(tmp_path: Path):
     assert pipeline.fit() is not None and pipeline.fit().grounding == {"span": [1.0, 2.0, -3.0]}
     pipeline._grounder(fit.tune_items(["corpus"], subset=1)[0].catalogue, frozenset())  # noqa: SLF001
     assert pipeline._weights.span == (1.0, 2.0, -3.0)  # noqa: SLF001
+    # A stage-1 rule stored for the model is used with an embedder (it weighs the cosine), never without one.
+    from prefcall.strategies.fnctod import HAND_RULE
+
+    fits.save(found.model_copy(update={"selection": [0.5, 1.0, 6.0, 1.0, 0.5, 1.0]}), data / "fits")
+    assert Pipeline(FileEngine(), FakeEmbedder(), data_dir=data).selection_rule().weights == [0.5, 1.0, 6.0, 1.0, 0.5,
+                                                                                            1.0]
+    assert Pipeline(FileEngine(), data_dir=data).selection_rule() == HAND_RULE
 
 
 def test_a_damaged_or_foreign_fit_file_is_a_one_line_error(tmp_path: Path):
@@ -225,3 +245,35 @@ def test_a_served_model_is_known_by_its_id_template_and_tokenizer(tmp_path: Path
     assert pipeline.fit() is not None and pipeline.fit().grounding == {"span": [0.9, 0.8, -1.0]}
     assert Pipeline(ServedStub(scale=2), data_dir=tmp_path).fit() is None
     assert fits.engine_fingerprint(FakeEngine()) is None  # no file, no URL: nothing to know it by
+
+
+def test_fit_selection_stores_the_stage_one_rule_beside_the_grounding_fit(tmp_path: Path, monkeypatch, capsys):
+    import prefcall.engine as engines
+    from prefcall.cli import main
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF fake weights")
+
+    class FileEngine(FakeEngine):
+        @property
+        def info(self):
+            return dataclasses.replace(super().info, model_path=str(model))
+
+    def scorer(prompt: str, candidate: str) -> float:  # a model that reads the request: the named function wins
+        request = prompt.rsplit("Dialogue:", 1)[-1].lower()
+        words = [w.lower() for w in re.findall(r"[A-Z][a-z]+", candidate.strip())[1:]]
+        return 2.0 if any(w.rstrip("s") in request for w in words) else 0.0
+
+    monkeypatch.setattr(engines, "load_engine", lambda settings: FileEngine(scorer=scorer))
+    monkeypatch.setattr(engines, "load_embedder", lambda settings: FakeEmbedder())
+    monkeypatch.setenv("PREFCALL_DATA_DIR", str(tmp_path / "data"))
+    fingerprint = fits.file_fingerprint(model, tmp_path / "data")
+    fits.save(fits.Fit(fingerprint=fingerprint, model_name="m", grounding={"span": [1.0, 2.0, -3.0]}),
+              tmp_path / "data" / "fits")
+    assert main(["fit", "--selection", "--sources", "corpus", "--subset", "60"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["items"] == {"corpus": 60} and report["rows"] == 60 and len(report["weights"]) == 6
+    stored = fits.load(fingerprint, tmp_path / "data")
+    assert stored.grounding == {"span": [1.0, 2.0, -3.0]}  # the grounding fit stays
+    assert report["fitted"] == (stored.selection is not None)
+    assert report["accuracy_fitted"]["all"] >= report["accuracy_hand"]["all"] or not report["fitted"]

@@ -193,3 +193,55 @@ def test_calibration_file_round_trips_and_follows_the_model_file(tmp_path):
     again.write([0.0])
     again.path.write_text("{not json", encoding="utf-8")
     assert again.read() is None  # unreadable: recompute, never fail the request
+
+
+def test_a_fitted_rule_ranks_the_functions_and_never_decides_that_none_fits():
+    from prefcall.engine.fake import FakeEmbedder
+    from prefcall.strategies.fnctod import HAND_RULE, NONE_CANDIDATE, DomainEvidence, SelectionRule
+
+    # Class f: a name word of another function ("bus" in the request about food) makes the hand-set rule's prior
+    # pick it; a rule that weighs the cosine to the descriptions picks the function the request is about.
+    engine = FakeEngine(scorer=lambda prompt, candidate: 0.0)
+    evidence = DomainEvidence(prior=[2.0, -1.0, -1.0, -1.0], cosines=[0.1, 0.6, 0.2, 0.1],
+                              parts=[(1.0, 0.0, 0.0), (0.0, 0.5, 0.0), (0.0, 0.0, 0.0), (0.0, 0.0, 0.0)])
+    hand = score_functions(engine, CATALOGUE, THAI, calibration=None, evidence=evidence, rule=HAND_RULE)
+    assert hand.best() == "GetBuses" and hand.fitted is None
+    rule = SelectionRule(weights=[1.0, 0.2, 10.0, 0.5, 1.0, 1.0])
+    fitted = score_functions(engine, CATALOGUE, THAI, calibration=None, evidence=evidence, rule=rule)
+    assert fitted.best() == "GetRestaurants" and fitted.table()["GetRestaurants"]["fitted"] == 6.3
+    assert fitted.features[1] == [0.0, -1.0, 0.6, 0.0, 0.5, 0.0]
+    # Whether no function fits stays the hand-set rule's call (the None prior is calibrated against it).
+    none = DomainEvidence(prior=[-1.0] * 4 + [5.0], cosines=[0.1, 0.6, 0.2, 0.1, 0.0], parts=[(0.0, 0.0, 0.0)] * 5)
+    refused = score_functions(engine, CATALOGUE, THAI, calibration=None, evidence=none, rule=rule, allow_none=True)
+    assert refused.best() == NONE_CANDIDATE
+    kept = DomainEvidence(prior=[-1.0] * 4 + [-5.0], cosines=[0.1, 0.6, 0.2, 0.1, 0.0], parts=[(0.0, 0.0, 0.0)] * 5)
+    chosen = score_functions(engine, CATALOGUE, THAI, calibration=None, evidence=kept, rule=rule, allow_none=True)
+    assert chosen.best() == "GetRestaurants" and math.isfinite(chosen.fitted[-1])
+    with pytest.raises(Exception):
+        SelectionRule(weights=[1.0, 1.0])
+    assert Pipeline(engine, FakeEmbedder()).selection_rule() == HAND_RULE  # no fit for this model
+
+
+def test_the_conditional_logit_learns_which_evidence_names_the_function():
+    import numpy as np
+
+    from prefcall.evaluation.fit_selection import SelectionRow, accuracy, conditional_logit, fit
+    from prefcall.strategies.fnctod import HAND_RULE, SelectionRule
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(120):  # the cosine marks the gold function; the prior often points at another one
+        gold = int(rng.integers(4))
+        features = rng.normal(0, 0.5, size=(4, 6))
+        features[:, 2] = rng.uniform(0.1, 0.3, 4)
+        features[gold, 2] += 0.3
+        features[:, 1] = -1.0
+        features[(gold + 1) % 4 if i % 3 else gold, 1] = 2.0
+        rows.append(SelectionRow(item=str(i), source="a" if i % 2 else "b", names=list("wxyz"),
+                                 features=features.tolist(), gold=gold))
+    weights = conditional_logit(rows)
+    assert weights[2] > 5 and accuracy(rows, SelectionRule(weights=weights)) > accuracy(rows, HAND_RULE) + 0.3
+    result = fit(rows)
+    assert result.fitted and result.accuracy_fitted["all"] >= result.accuracy_hand["all"]
+    assert set(result.transfer) == {"a->b", "b->a"}
+    assert not fit(rows[:20]).fitted  # too few items: the hand-set rule stays

@@ -38,6 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--structure-out", metavar="PATH",
                         help="with --structure: also write a grounding.json with the new structure weights "
                         "(maintainers: src/prefcall/data/grounding.json)")
+    parser.add_argument("--selection", action="store_true",
+                        help="fit stage 1's rule instead (which function a request is for: the model's calibrated "
+                        "score, the request's cosine to each function, the catalogue words it contains); only stage "
+                        "1 runs. Stored with the model's fit")
     parser.add_argument("--nlt", action="store_true",
                         help="fit select_tools_nlt's decision rule instead, on the tune parts of both NLT sets "
                         "(a source checkout's tests/data/nlt and tests/data/nlt2), with and without the model")
@@ -60,6 +64,8 @@ def run_fit(args: argparse.Namespace) -> int:
         return _fit_nlt(args, settings)
     sources = [s.strip() for s in args.sources.split(",") if s.strip()]
     items = fit.tune_items(sources, args.subset)
+    if args.selection:
+        return _fit_selection(args, settings, items)
     engine = load_engine(settings)
     info = engine.info
     fingerprint = fits.engine_fingerprint(engine, settings.data_dir)
@@ -91,8 +97,11 @@ def run_fit(args: argparse.Namespace) -> int:
     report = fit.FitReport(model_name=info.model_name, fingerprint=fingerprint, items=counts,
                            kinds=fit.fit(rows, shipped, min_right))
     stored = None
+    earlier = fits.load(fingerprint, settings.data_dir)  # a stage-1 rule fitted before stays
     result = fits.Fit(fingerprint=fingerprint or "", model_name=info.model_name, grounding=report.grounding(),
-                      source=fit.source_note(report, command, git_commit()))
+                      selection=earlier.selection if earlier is not None else None,
+                      source={**(earlier.source if earlier is not None and earlier.selection else {}),
+                              **fit.source_note(report, command, git_commit())})
     (out / "fit.json").write_text(result.model_dump_json(indent=1, exclude={"origin"}) + "\n", encoding="utf-8")
     if not args.dry_run and fingerprint and report.grounding():
         stored = fits.save(result, settings.data_dir / fits.FITS_DIR)
@@ -121,6 +130,40 @@ def _write_structure(args: argparse.Namespace, result: StructureFit, out: Path, 
             encoding="utf-8")
     print(json.dumps({**result.model_dump(exclude={"weights"}), "items": counts, "run": str(out),
                       "written": args.structure_out if args.structure_out and result.fitted else None}, indent=1))
+    return 0
+
+
+def _fit_selection(args: argparse.Namespace, settings: Settings, items: list) -> int:
+    """`prefcall fit --selection`: stage 1's rule (evaluation.fit_selection), stored beside the model's grounding
+    fit (the same file; the other rules in it stay)."""
+    import datetime as dt
+
+    from prefcall.engine import load_embedder, load_engine
+    from prefcall.evaluation import fit_selection
+    from prefcall.evaluation.runner import Progress, git_commit
+    from prefcall.storage import fits
+    from prefcall.strategies.pipeline import Pipeline
+
+    engine = load_engine(settings)
+    fingerprint = fits.engine_fingerprint(engine, settings.data_dir)
+    pipeline = Pipeline(engine, load_embedder(settings), data_dir=settings.data_dir)
+    progress = Progress(len(items), sys.stderr, label="fit --selection")
+    rows = fit_selection.collect(pipeline, items, lambda _: progress.advance())
+    progress.close()
+    result = fit_selection.fit(rows)
+    counts = dict(Counter(item.source for item in items))
+    note = {"command": "prefcall fit " + " ".join(sys.argv[2:]), "commit": git_commit(),
+            "date": dt.date.today().isoformat(), "data": "tune split of prefcall/data/splits.json", "items": counts,
+            **result.model_dump(exclude={"weights"})}
+    stored = None
+    if not args.dry_run and fingerprint and result.fitted:
+        earlier = fits.load(fingerprint, settings.data_dir)
+        base = earlier or fits.Fit(fingerprint=fingerprint, model_name=engine.info.model_name)
+        updated = base.model_copy(update={"selection": result.weights,
+                                          "source": {**base.source, "selection": note}})
+        stored = fits.save(updated, settings.data_dir / fits.FITS_DIR)
+    print(json.dumps({"model": engine.info.model_name, "fingerprint": fingerprint, "weights": result.weights,
+                      **note, "stored_in": str(stored) if stored else None}, indent=1))
     return 0
 
 

@@ -7,7 +7,10 @@ evidence and the model's log-odds against null into a probability, sigmoid(a * e
 1. Tuning items: the tune part of the frozen split (prefcall.evaluation.splits) of the shared NLSI dev file and of
    the bundled generated corpus (prefcall.evaluation.corpus); `--subset N` takes every k-th item so that N remain.
 2. Rows: each item runs through the shipped pipeline (`full` config, the gold applicable instructions, value
-   memories from the other tuning items); the filler hands every scored candidate to a recorder
+   memories from the other tuning items); a fixed half of the items (`without_memory`, by a hash of the item id)
+   is parsed with no value memory at all, as a catalogue nobody demonstrated is (the generated corpus repeats its
+   values across items, so with memory always present the weights learn that a value is one seen before and
+   lowercase values unseen before fall under the prune); the filler hands every scored candidate to a recorder
    (`RankRow`); a candidate is right when the item's gold calls give that value to that argument of that
    function (values and names normalised as the NLSI scorer normalises them).
 3. Slopes (a, b): logistic regression (Newton's method, a small ridge) on the candidates the model scored.
@@ -24,6 +27,7 @@ The result is stored per model fingerprint (storage.fits): the pipeline then use
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -48,6 +52,7 @@ KINDS = ("span", "number", "enum", "boolean")
 MIN_RIGHT = 300
 BIAS_GRID = [round(-8.0 + 0.25 * i, 2) for i in range(49)]  # -8 .. 4
 SOURCES = ("nlsi", "corpus")
+MEMORY_DROPOUT = 0.5  # share of tuning items parsed without value memory (see `without_memory`)
 
 
 @dataclass
@@ -184,11 +189,17 @@ def label(item: TuneItem, rows: Iterable[RankRow], aliases: dict[str, str]) -> l
     return out
 
 
+def without_memory(item_id: str, share: float = MEMORY_DROPOUT) -> bool:
+    """Is this tuning item parsed with no value memory? Fixed by a hash of its id (the same items every run)."""
+    return hashlib.sha256(item_id.encode("utf-8")).digest()[0] < share * 256
+
+
 def collect(pipeline: Any, items: Sequence[TuneItem], progress: Callable[[str], None] | None = None,
             done: dict[str, list[LabelledRow]] | None = None,
             sink: Callable[[str, list[LabelledRow]], None] | None = None) -> list[LabelledRow]:
     """Run each item through the `full` pipeline with a recorder on the filler; rows of items in `done` are
-    reused (a resumed fit), new ones are handed to `sink` as each item finishes."""
+    reused (a resumed fit), new ones are handed to `sink` as each item finishes. An item that `without_memory`
+    picks leaves out every demonstration, so it sees no value memory."""
     from prefcall.strategies.pipeline_models import get_config
 
     config = get_config("full")
@@ -201,9 +212,12 @@ def collect(pipeline: Any, items: Sequence[TuneItem], progress: Callable[[str], 
         else:
             recorded: list[RankRow] = []
             pipeline.record = recorded.append
+            exclude = {item.id}
+            if without_memory(item.id) and pipeline.demos is not None:
+                exclude |= {d.id for d in pipeline.demos.all(item.catalogue.name)}
             try:
                 pipeline.parse(item.dialogue, item.instructions, item.catalogue, config, applicable=item.applicable,
-                               exclude_demo_ids={item.id})
+                               exclude_demo_ids=exclude)
             finally:
                 pipeline.record = None
             rows = label(item, recorded, aliases)

@@ -39,11 +39,14 @@ _SERVED: dict[str, tuple[weakref.ref[Any], str]] = {}
 
 class Fit(BaseModel):
     """One model's fitted rules. `grounding`: the filler's combination per argument kind, [a, b, c] as in
-    strategies.grounding.fill.GroundingWeights; kinds not listed keep the shipped defaults."""
+    strategies.grounding.fill.GroundingWeights; kinds not listed keep the shipped defaults. `selection`: stage 1's
+    weights over its evidence (strategies.fnctod.SelectionRule)."""
 
     fingerprint: str
     model_name: str = ""
     grounding: dict[str, list[float]] = Field(default_factory=dict)
+    # stage 1's rule: weights over strategies.fnctod.SELECTION_FEATURES (`prefcall fit --selection`); None: hand-set
+    selection: list[float] | None = None
     source: dict[str, Any] = Field(default_factory=dict)  # command, data, commit, date, counts, tune F1
     origin: str = ""  # where it was read from (set on load): "user" or "package"
 

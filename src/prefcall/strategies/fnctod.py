@@ -279,14 +279,47 @@ NONE_CANDIDATE = "None"  # scored only when the caller allows "no function fits"
 DOMAIN_PRIOR_MASS = 0.9  # share of prior probability on the functions the dialogue's domain detection names
 
 
+# Stage 1's evidence per candidate function (`FunctionScores.features`): the calibrated model score, the domain
+# prior, the request's cosine to "name: description", and the lexical evidence split by where the words come from
+# (selection.DomainModel.parts). A fitted SelectionRule weighs them (`prefcall fit --selection`, stored per model
+# fingerprint); without one, the hand-set rule adds the model score and the prior, as the scored stage 1 always did.
+SELECTION_FEATURES = ("model", "prior", "similarity", "name_words", "description_words", "parameters")
+
+
+class SelectionRule(BaseModel):
+    """Weights over SELECTION_FEATURES; a function's score is their dot product with its features."""
+
+    weights: list[float] = Field(min_length=len(SELECTION_FEATURES), max_length=len(SELECTION_FEATURES))
+
+    def score(self, features: Sequence[float]) -> float:
+        return float(sum(w * x for w, x in zip(self.weights, features)))
+
+
+HAND_RULE = SelectionRule(weights=[1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+
+
+class DomainEvidence(BaseModel):
+    """What the user's words say about each candidate, before the model: the log prior (selection's domain
+    detection), the cosine to each function's text and the lexical evidence parts."""
+
+    prior: list[float]
+    cosines: list[float] | None = None
+    parts: list[tuple[float, float, float]] = Field(default_factory=list)
+
+
 class FunctionScores(BaseModel):
-    """Per-function scores of one dialogue: raw log P(name), minus the content-free prior, plus the domain prior."""
+    """Per-function scores of one dialogue: raw log P(name), minus the content-free prior, plus the domain prior
+    (`combined`, the hand-set rule). With a fitted rule, `fitted` holds its score of each function: whether no
+    function fits is still decided by `combined` (the None candidate's prior is calibrated against it), and which
+    function, by `fitted`."""
 
     names: list[str]
     raw: list[float]
     calibration: list[float]
     prior: list[float]  # log prior (all 0.0 without a domain prior)
     combined: list[float]
+    features: list[list[float]] = Field(default_factory=list)  # per name, SELECTION_FEATURES
+    fitted: list[float] | None = None
     prompt_tokens: int = 0
     evaluated: int = 0
     reused: int = 0
@@ -295,14 +328,19 @@ class FunctionScores(BaseModel):
 
     def ranked(self) -> list[str]:
         order = sorted(range(len(self.names)), key=lambda i: -self.combined[i])
-        return [self.names[i] for i in order]
+        if self.fitted is None or self.names[order[0]] == NONE_CANDIDATE:
+            return [self.names[i] for i in order]
+        return [self.names[i] for i in sorted(range(len(self.names)), key=lambda i: -self.fitted[i])]
 
     def best(self) -> str:
         return self.ranked()[0]
 
     def table(self) -> dict[str, dict[str, float]]:
-        return {n: {"raw": round(r, 3), "calibration": round(c, 3), "prior": round(p, 3), "combined": round(s, 3)}
-                for n, r, c, p, s in zip(self.names, self.raw, self.calibration, self.prior, self.combined)}
+        table = {n: {"raw": round(r, 3), "calibration": round(c, 3), "prior": round(p, 3), "combined": round(s, 3)}
+                 for n, r, c, p, s in zip(self.names, self.raw, self.calibration, self.prior, self.combined)}
+        for n, f in zip(self.names, self.fitted or []):
+            table[n]["fitted"] = round(f, 3)
+        return table
 
 
 def scoring_prompt(engine: Engine, catalogue: Catalogue, dialogue: str) -> Prompt:
@@ -363,9 +401,16 @@ class CalibrationFile:
 
 def domain_log_prior(catalogue: Catalogue, dialogue: str, embedder: Any = None, *,
                      allow_none: bool = False) -> list[float]:
+    """log prior per candidate (see `domain_evidence`)."""
+    return domain_evidence(catalogue, dialogue, embedder, allow_none=allow_none).prior
+
+
+def domain_evidence(catalogue: Catalogue, dialogue: str, embedder: Any = None, *,
+                    allow_none: bool = False) -> DomainEvidence:
     """log prior per candidate from instruction selection's dialogue-domain detection (lexical evidence from the
     catalogue's own vocabulary, plus dialogue/function-description cosine when an embedder is given).
-    Detected functions share DOMAIN_PRIOR_MASS, the rest share the remainder; nothing detected: flat (all 0)."""
+    Detected functions share DOMAIN_PRIOR_MASS, the rest share the remainder; nothing detected: flat (all 0).
+    Also the cosines and the lexical parts per candidate (zeros for the None candidate), the fitted rule's features."""
     model = DomainModel.build(catalogue)
     text = user_words(dialogue)
     cosines = None
@@ -385,7 +430,12 @@ def domain_log_prior(catalogue: Catalogue, dialogue: str, embedder: Any = None, 
     if allow_none and NONE_CANDIDATE in names and cosines is not None and len(cosines):
         named = bool(model.named(tokenize(text, drop_stop_words=False)))
         prior[names.index(NONE_CANDIDATE)] = none_log_odds(float(np.max(cosines)), named)
-    return prior
+    parts = model.parts(tokenize(text, drop_stop_words=False)) if text else {}
+    index = {n: i for i, n in enumerate(model.names)}
+    return DomainEvidence(
+        prior=prior,
+        cosines=[float(cosines[index[n]]) if n in index else 0.0 for n in names] if cosines is not None else None,
+        parts=[parts.get(n, (0.0, 0.0, 0.0)) for n in names])
 
 
 # "No function fits" evidence: how close the request comes to the nearest function text (embedding cosine),
@@ -411,15 +461,30 @@ def user_words(transcript: str) -> str:
 
 def score_functions(engine: Engine, catalogue: Catalogue, dialogue: str, *, calibration: Sequence[float] | None,
                     prior: Sequence[float] | None = None, prior_weight: float = 1.0,
-                    allow_none: bool = False) -> FunctionScores:
-    """log P(" name" | listing, dialogue) for every function in one prompt evaluation, calibrated and combined."""
+                    allow_none: bool = False, evidence: DomainEvidence | None = None,
+                    rule: SelectionRule | None = None) -> FunctionScores:
+    """log P(" name" | listing, dialogue) for every function in one prompt evaluation, calibrated and combined.
+    `evidence` (domain_evidence) supplies the prior and the features; `rule`, a fitted rule, ranks the functions."""
     names = candidate_names(catalogue, allow_none)
     scores = engine.score_candidates(scoring_prompt(engine, catalogue, dialogue), [f" {n}" for n in names])
     calibration = smoothed(calibration) if calibration is not None else [0.0] * len(names)
+    if evidence is not None:
+        prior = evidence.prior
     prior = list(prior) if prior is not None else [0.0] * len(names)
     combined = [r - c + prior_weight * p for r, c, p in zip(scores.logprobs, calibration, prior)]
+    cosines = evidence.cosines if evidence is not None and evidence.cosines is not None else [0.0] * len(names)
+    parts = evidence.parts if evidence is not None and evidence.parts else [(0.0, 0.0, 0.0)] * len(names)
+    features = [[r - c, p, cos, *part] for r, c, p, cos, part in zip(scores.logprobs, calibration, prior, cosines,
+                                                                          parts)]
+    fitted = None
+    if rule is not None and rule != HAND_RULE:
+        fitted = [rule.score(f) for f in features]
+        if allow_none and NONE_CANDIDATE in names and catalogue.function(NONE_CANDIDATE) is None:
+            others = [f for n, f in zip(names, fitted) if n != NONE_CANDIDATE]
+            fitted[names.index(NONE_CANDIDATE)] = min(others, default=0.0) - 1.0  # decided by `combined` only
     return FunctionScores(names=names, raw=list(scores.logprobs), calibration=calibration, prior=prior,
-                          combined=combined, prompt_tokens=scores.usage.prompt_tokens,
+                          combined=combined, features=features, fitted=fitted,
+                          prompt_tokens=scores.usage.prompt_tokens,
                           evaluated=scores.usage.evaluated, reused=scores.usage.reused, decoded=scores.decoded,
                           seconds=scores.seconds)
 
@@ -471,13 +536,14 @@ def _tokens(text: str) -> list[str]:
 def select_by_score(engine: Engine, catalogue: Catalogue, ctx: CallingContext, *, calibration: Sequence[float] | None,
                     embedder: Any = None, use_prior: bool = False, prior_weight: float = 1.0,
                     chain_instructions: Sequence[str] = (), max_calls: int = MAX_CALLS,
-                    allow_none: bool = False) -> StageOutput:
-    """Stage 1, scored: the best function (calibrated, optionally with the domain prior) plus the functions the
-    standing instructions chain to. `value` is the list of names, `raw` the per-function score table (JSON)."""
+                    allow_none: bool = False, rule: SelectionRule | None = None) -> StageOutput:
+    """Stage 1, scored: the best function (calibrated, optionally with the domain prior, or ranked by a fitted
+    `rule`) plus the functions the standing instructions chain to. `value` is the list of names, `raw` the
+    per-function score table (JSON)."""
     started = time.perf_counter()
-    prior = domain_log_prior(catalogue, ctx.dialogue, embedder, allow_none=allow_none) if use_prior else None
-    scores = score_functions(engine, catalogue, ctx.dialogue, calibration=calibration, prior=prior,
-                             prior_weight=prior_weight, allow_none=allow_none)
+    evidence = domain_evidence(catalogue, ctx.dialogue, embedder, allow_none=allow_none) if use_prior else None
+    scores = score_functions(engine, catalogue, ctx.dialogue, calibration=calibration, evidence=evidence,
+                             prior_weight=prior_weight, allow_none=allow_none, rule=rule if use_prior else None)
     best = scores.best()
     functions = [] if best == NONE_CANDIDATE and catalogue.function(best) is None else [best]
     functions = chained_functions(catalogue, chain_instructions, functions)[:max_calls] if functions else []

@@ -110,6 +110,7 @@ class Pipeline:
         self.demos = demos
         self._memories = grounded.MemoryCache()
         self._weights: grounded.GroundingWeights | None = None
+        self._rule: fnctod.SelectionRule | None = None
         self.record: grounded.Recorder | None = None  # `prefcall fit` collects the filler's scored candidates
         self.scope = LOCAL
 
@@ -169,6 +170,13 @@ class Pipeline:
         self._finish(result, calling, catalogue, config, meter)
         meter.time("total", started)
         return result
+
+    def stage_one(self, dialogue: list[Turn] | str, catalogue: Catalogue, config: PipelineConfig) -> fnctod.StageOutput:
+        """Stage 1 alone, as `parse` runs it with `config` (no instructions, so no chained functions): which function
+        the request is for, with the per-function score table (`usage`: FunctionScores when scored)."""
+        turns = grounded.split_turns(dialogue)
+        ctx = fnctod.CallingContext(dialogue=render_dialogue(turns), instructions=[])
+        return self._select_functions(catalogue, ctx, config, ParseResult(config=config.name), _Meter(Trace()))
 
     # -- grounded ----------------------------------------------------------------------
     def _parse_grounded(self, dialogue: list[Turn] | str, instructions: list[TaggedInstruction], catalogue: Catalogue,
@@ -355,7 +363,18 @@ class Pipeline:
         return fnctod.select_by_score(
             self.engine, catalogue, ctx, calibration=calibration, embedder=self.embedder,
             use_prior=config.function_selection == "hybrid", prior_weight=config.prior_weight,
-            chain_instructions=result.instructions_used, max_calls=config.max_calls, allow_none=config.allow_refuse)
+            chain_instructions=result.instructions_used, max_calls=config.max_calls, allow_none=config.allow_refuse,
+            rule=self.selection_rule())
+
+    def selection_rule(self) -> fnctod.SelectionRule:
+        """Stage 1's rule: the model's fitted one (`prefcall fit --selection`), else the hand-set one. It weighs
+        the embedder's cosine, so a fit is used only with an embedder."""
+        if self._rule is None:
+            fit = self.fit()
+            weights = fit.selection if fit is not None else None
+            self._rule = fnctod.SelectionRule(weights=weights) if weights and self.embedder is not None \
+                else fnctod.HAND_RULE
+        return self._rule
 
     def _calibration_for(self, catalogue: Catalogue, allow_none: bool, meter: _Meter) -> list[float]:
         """Content-free scores per catalogue, computed on first use and cached (they depend only on the listing)."""

@@ -151,6 +151,20 @@ class DomainModel:
                 scores[n] = score
         return scores
 
+    def parts(self, tokens: Sequence[str]) -> dict[str, tuple[float, float, float]]:
+        """Per function, the lexical evidence split by where the words come from: (name words, description words,
+        parameter phrases and enum values), each word weighted by how few functions share it."""
+        present = set(tokens)
+        text = " " + " ".join(tokens) + " "
+        out = {}
+        for n in self.names:
+            name = sum(self.weight[w] for w in self.name_words[n] if w in present)
+            description = sum(self.weight[w] for w in self.description_words[n] - self.name_words[n] if w in present)
+            parameters = sum(self.weight[p] for p in self.param_phrases[n] if p and f" {' '.join(p)} " in text)
+            parameters += sum(self.weight[v] for v in self.enum_values[n] if v and f" {' '.join(v)} " in text)
+            out[n] = (name, description, parameters)
+        return out
+
     def evidence(self, tokens: Sequence[str]) -> dict[str, float]:
         """How strongly a text names each function's domain: name words count most, then parameters and values."""
         present = set(tokens)

@@ -299,13 +299,21 @@ def _rank(pool: ArgumentCandidates, ctx: FeatureContext, weights: GroundingWeigh
     if pool.kind in ("span", "number"):
         matrix = features(ctx, pool.name, pool.schema, pool.candidates)
         logits = weights.structure.logits(matrix)
-        order = np.argsort(-logits)[:TOP_K]
+        ranking = [int(i) for i in np.argsort(-logits)]
+        order = ranking[:TOP_K]
+        if pool.kind == "span":
+            # A span coordinated with one of the best ("Italian or Mexican") is scored with them: it may be a
+            # second value of the argument even where structure ranks it lower (a sentence's first word).
+            order += [i for i in ranking[TOP_K:] if any(_coordinated(pool.candidates[j], pool.candidates[i])
+                                                        for j in order)][:TOP_K]
         top = [pool.candidates[i] for i in order]
         structure = [float(logits[i]) for i in order]
         pruned = structure[0] < weights.prune
         if rows is not None:  # the candidates never scored, with their features (the structure fit's rows)
-            for i in np.argsort(-logits)[1 if pruned else TOP_K:]:
-                rows(pool.candidates[i].value, float(logits[i]), None, matrix[i], ranked=False)
+            kept = set(order[:1] if pruned else order)
+            for i in ranking:
+                if i not in kept:
+                    rows(pool.candidates[i].value, float(logits[i]), None, matrix[i], ranked=False)
         if pruned:
             if rows is not None:
                 rows(top[0].value, structure[0], None, matrix[order[0]])
