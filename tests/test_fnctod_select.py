@@ -245,3 +245,9 @@ def test_the_conditional_logit_learns_which_evidence_names_the_function():
     assert result.fitted and result.accuracy_fitted["all"] >= result.accuracy_hand["all"]
     assert set(result.transfer) == {"a->b", "b->a"}
     assert not fit(rows[:20]).fitted  # too few items: the hand-set rule stays
+    # A rule that does not travel from one source to the other is not kept: on source "b" the prior is right.
+    for r in rows:
+        if r.source == "b":
+            r.features = [[f[0], 2.0 if i == r.gold else -1.0, 0.2, *f[3:]] for i, f in enumerate(r.features)]
+    local = fit(rows)
+    assert not local.fitted and "would not travel" in local.why and local.weights == HAND_RULE.weights

@@ -12,8 +12,9 @@ Steps:
    only stage 1 runs (one scoring prompt per item after the catalogue's calibration), with no "None" candidate.
 2. Rows: per item, every function's features and the gold first function (names normalised as the scorer does).
 3. Fit: a conditional logit (softmax over the item's functions, Newton's method, a small ridge). The rule is kept
-   only when its top-1 accuracy on the rows is at least the hand-set rule's; the report gives both, per source,
-   and the accuracy of a rule fitted on one source alone on the other (how far it travels).
+   only when its top-1 accuracy on the rows is at least the hand-set rule's, and when a rule fitted on one source
+   alone is at least as accurate as the hand-set rule on each other source (it travels to data it was not fitted
+   on); the report gives the accuracies per source and those transfers.
 """
 
 from __future__ import annotations
@@ -144,6 +145,12 @@ def fit(rows: Sequence[SelectionRow]) -> SelectionFit:
     if fitted["all"] < hand["all"] or any(math.isnan(v) for v in rule.weights):
         return SelectionFit(rows=len(rows), fitted=False, why=f"top-1 {fitted['all']} under the hand-set rule's "
                             f"{hand['all']}: the hand-set rule stays", weights=HAND_RULE.weights,
+                            accuracy_hand=hand, accuracy_fitted=fitted, transfer=transfer)
+    worse = [k for k, v in transfer.items() if v < hand[k.split("->")[1]]]
+    if worse:
+        return SelectionFit(rows=len(rows), fitted=False, why=f"fitted on one source alone, the rule is worse than "
+                            f"the hand-set one on the other ({', '.join(worse)}): it would not travel to a catalogue "
+                            "nobody tuned on, so the hand-set rule stays", weights=HAND_RULE.weights,
                             accuracy_hand=hand, accuracy_fitted=fitted, transfer=transfer)
     return SelectionFit(rows=len(rows), fitted=True, weights=rule.weights, accuracy_hand=hand,
                         accuracy_fitted=fitted, transfer=transfer)
