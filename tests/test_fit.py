@@ -276,4 +276,7 @@ def test_fit_selection_stores_the_stage_one_rule_beside_the_grounding_fit(tmp_pa
     stored = fits.load(fingerprint, tmp_path / "data")
     assert stored.grounding == {"span": [1.0, 2.0, -3.0]}  # the grounding fit stays
     assert report["fitted"] == (stored.selection is not None)
+    from prefcall.commands.engine import fit_status  # what `prefcall info` shows
+
+    assert fit_status(FileEngine(), tmp_path / "data")["selection"]["fitted"] == report["fitted"]
     assert report["accuracy_fitted"]["all"] >= report["accuracy_hand"]["all"] or not report["fitted"]

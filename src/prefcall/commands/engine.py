@@ -56,8 +56,12 @@ def fit_status(engine, data_dir) -> dict:
     if found is None:
         return {"fitted": False, "fingerprint": fingerprint,
                 "note": "no fit for this model: the shipped rule applies; run `prefcall fit` to fit it"}
+    selection = found.source.get("selection", {}) if found.selection else {}
     return {"fitted": True, "fingerprint": fingerprint, "origin": found.origin, "kinds": sorted(found.grounding),
-            "command": found.source.get("command", "")}
+            "command": found.source.get("command", ""),
+            "selection": {"fitted": True, "command": selection.get("command", ""),
+                          "tune_top1": selection.get("accuracy_fitted", {}).get("all")} if found.selection
+            else {"fitted": False, "note": "stage 1 uses the hand-set rule; `prefcall fit --selection` fits it"}}
 
 
 def info_report(info, reference: str | None = None) -> dict:
