@@ -194,6 +194,12 @@ def test_a_stored_fit_is_used_for_that_model_file_only(tmp_path: Path):
     assert Pipeline(FileEngine(), FakeEmbedder(), data_dir=data).selection_rule().weights == [0.5, 1.0, 6.0, 1.0, 0.5,
                                                                                             1.0]
     assert Pipeline(FileEngine(), data_dir=data).selection_rule() == HAND_RULE
+    # Every request's view shares the rules the parent read once (no fit file read per request).
+    from prefcall.engine.base import LOCAL
+
+    parent = Pipeline(FileEngine(), FakeEmbedder(), data_dir=data)
+    view = parent.scoped(LOCAL)
+    assert view.selection_rule() is parent.selection_rule() and view.grounding_weights() is parent.grounding_weights()
 
 
 def test_a_damaged_or_foreign_fit_file_is_a_one_line_error(tmp_path: Path):

@@ -119,7 +119,10 @@ class Pipeline:
         demonstrations are those of `scope.user` (the local user's on stdio) and the shared seeded ones; the tag
         cache is keyed by the user and the calibration cache by who may read the catalogue (`scope.shared`), so
         one user's requests never answer from, or show the state of, a cache another user's text filled.
-        Caches, indexes and weights are the parent's (keyed, not copied)."""
+        Caches, indexes and weights are the parent's (keyed, not copied): the fitted rules are read here, once, on
+        the parent, not by every request's view."""
+        self.grounding_weights()
+        self.selection_rule()
         view = copy.copy(self)
         view.engine = ScopedEngine(self.engine, scope)
         view.scope = scope
@@ -275,15 +278,20 @@ class Pipeline:
         model file's hash; a served model's id, template and tokenizer: storage.fits); None if never fitted."""
         return fits.load(fits.engine_fingerprint(self.engine, self._data_dir()), self._data_dir())
 
-    def _grounder(self, catalogue: Catalogue, exclude: frozenset[str]) -> grounded.Grounder:
+    def grounding_weights(self) -> grounded.GroundingWeights:
+        """The filler's weights: the shipped structure with the model's fitted combination, else the default."""
         if self._weights is None:
             fit = self.fit()
             self._weights = grounded.load_weights(self.engine.info.model_name,
                                                   fitted=fit.grounding if fit is not None else None)
+        return self._weights
+
+    def _grounder(self, catalogue: Catalogue, exclude: frozenset[str]) -> grounded.Grounder:
+        weights = self.grounding_weights()
         owner = self.scope.user
         memory = (self._memories.get(f"{catalogue.name}@{owner}", self.demos.all(catalogue.name, owner=owner))
                   if self.demos is not None else None)
-        return grounded.Grounder(self.engine, self.embedder, self._weights, memory, exclude, self.record)
+        return grounded.Grounder(self.engine, self.embedder, weights, memory, exclude, self.record)
 
     @staticmethod
     def _count(meter: _Meter, filled: grounded.FillResult) -> None:
