@@ -145,11 +145,16 @@ class DomainModel:
         present = set(tokens)
         scores = {}
         for n in self.names:
-            score = 3.0 * sum(self.weight[w] for w in self.name_words[n] if w in present)
-            score += sum(self.weight[w] for w in self.description_words[n] - self.name_words[n] if w in present)
+            name, description = self._words_of(n, present)
+            score = 3.0 * name + description
             if score >= 1.0:
                 scores[n] = score
         return scores
+
+    def _words_of(self, n: str, present: set[str]) -> tuple[float, float]:
+        """(name words, description words that are not name words) of function n present, each weighted."""
+        return (sum(self.weight[w] for w in self.name_words[n] if w in present),
+                sum(self.weight[w] for w in self.description_words[n] - self.name_words[n] if w in present))
 
     def parts(self, tokens: Sequence[str]) -> dict[str, tuple[float, float, float]]:
         """Per function, the lexical evidence split by where the words come from: (name words, description words,
@@ -158,8 +163,7 @@ class DomainModel:
         text = " " + " ".join(tokens) + " "
         out = {}
         for n in self.names:
-            name = sum(self.weight[w] for w in self.name_words[n] if w in present)
-            description = sum(self.weight[w] for w in self.description_words[n] - self.name_words[n] if w in present)
+            name, description = self._words_of(n, present)
             parameters = sum(self.weight[p] for p in self.param_phrases[n] if p and f" {' '.join(p)} " in text)
             parameters += sum(self.weight[v] for v in self.enum_values[n] if v and f" {' '.join(v)} " in text)
             out[n] = (name, description, parameters)

@@ -9,8 +9,8 @@ description asks for a syntax (code, an expression, JSON, a URL pattern ...) are
 Spans are word n-grams (at most MAX_SPAN_WORDS words) that neither start nor end with a function word, trimmed
 of surrounding punctuation; quoted strings are kept whole. A definite article or a possessive may open a span
 when a content word follows it ("the airport", "my office", "the branch near school"): such common noun phrases
-are values as they are written, and the structure weights learn when the article belongs to the value. Nothing here knows a data set: the only vocabulary is
-English function words and number words.
+are values as they are written, and the structure weights learn when the article belongs to the value. Nothing
+here knows a data set: the only vocabulary is English function words and number words.
 """
 
 from __future__ import annotations
