@@ -218,8 +218,12 @@ def select_split(task: Task, args: argparse.Namespace, items: list[EvalItem]) ->
     part = getattr(args, "split", None)
     part = {"dev": "tune"}.get(part, part)  # the NLT task's older name of its tuning file
     limit = getattr(args, "limit", None)
-    kept, selection = splits.select(items, task.data_files(args), part, task.split_key,
-                                    limit=None if limit is None else max(0, int(limit)))
+    own = getattr(task, "selection", None)  # a task that reads several sources picks its part itself
+    if callable(own):
+        kept, selection = own(items, None if limit is None else max(0, int(limit)))
+    else:
+        kept, selection = splits.select(items, task.data_files(args), part, task.split_key,
+                                        limit=None if limit is None else max(0, int(limit)))
     ids = [i.id for i in kept]
     if len(set(ids)) != len(ids):
         repeated = next(i for i in ids if ids.count(i) > 1)

@@ -57,6 +57,12 @@ def _dst() -> Task:  # SGD dialogue state tracking as function calling (FnCTOD)
     return TASK
 
 
+def _relevance() -> Task:  # abstention across sources: no-call, false refusals, selection
+    from prefcall.evaluation.tasks.relevance import TASK
+
+    return TASK
+
+
 TASKS: dict[str, Callable[[], Task]] = {
     "nlsi": _nlsi,
     "tags": _tags,
@@ -65,6 +71,7 @@ TASKS: dict[str, Callable[[], Task]] = {
     "bfcl": _bfcl,
     "acebench": _acebench,
     "dst": _dst,
+    "relevance": _relevance,
 }
 
 

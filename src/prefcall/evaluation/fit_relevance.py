@@ -1,0 +1,294 @@
+"""`prefcall fit --relevance`: the embedder's threshold under which a request is about no function of its catalogue.
+
+The grounded pipeline refuses a request (strategies.relevance) when its cosine with every function of the catalogue
+("humanised name: description") is under a threshold fitted per embedder. The decision uses relevance evidence
+only, never what the filler could fill, and it is checked for every answer, a call as much as an ask.
+
+Steps:
+1. Requests, each with the catalogue it was sent with, from the tune part of the frozen split (splits.json) of
+   several sources and authors (`SOURCES`): requests no function fits (BFCL irrelevance; the NLT sets' messages
+   that need no tool) and requests a function fits (BFCL simple and multiple, ACEBench special_incomplete, NLSI
+   dev, the first user turn with an intent of SGD dialogues, the bundled corpus, the NLT sets' other messages).
+   A source with no tune part (BFCL live_relevance, ACEBench special_irrelevant) is read only by reports.
+2. Each request's largest cosine over its catalogue's functions, with the shipped embedder (no language model).
+3. Rule: the largest threshold (two decimals, rounded down) that keeps at least KEEP of the relevant requests
+   pooled and at least KEEP_PER_SOURCE of each relevant source (a source worded far from its catalogue, such as
+   SGD's first turns, must not pay for the others). The report gives, per source, the share kept or refused.
+
+`requests(part)` also gives the report part, for `prefcall eval relevance`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from prefcall.errors import ConfigError
+from prefcall.evaluation import corpus, splits
+from prefcall.evaluation.data import import_catalogue_file, read_json, shared_data_dir
+from prefcall.schemas.importers import import_catalogue
+from prefcall.evaluation.metrics.calls import calls_from_any
+from prefcall.schemas.model import Catalogue, Function, Turn
+
+KEEP = 0.98
+KEEP_PER_SOURCE = 0.95
+REPO_DATA = Path(__file__).resolve().parents[3] / "tests" / "data"  # a source checkout's NLT sets
+
+
+class Request(BaseModel):
+    """One request as a user sent it: the dialogue, the catalogue it was sent with, the user's words (what the
+    relevance rule reads), whether a function fits and, if so, which (`gold`, names as the catalogue spells them;
+    one of them is a right selection)."""
+
+    source: str
+    id: str
+    dialogue: list[Turn] | str
+    text: str
+    catalogue: Catalogue
+    relevant: bool
+    gold: list[str] = Field(default_factory=list)
+
+
+def _records(path: Path) -> list[Any]:
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return read_json(path)
+
+
+def _part_keys(path: Path, part: str) -> set[str] | None:
+    found = splits.source_of(path)
+    return None if found is None else found[1].part(part)
+
+
+def _bfcl(path: Path, keys: set[str]) -> list[Request]:
+    from prefcall.evaluation.tasks import bfcl
+
+    out = []
+    for item in bfcl.load_items(path):
+        if item.id not in keys:
+            continue
+        turns = [Turn(role=t["role"], content=t["content"]) for t in item.input["turns"]]
+        out.append(Request(source=f"bfcl/{path.stem.removeprefix('BFCL_v4_')}", id=item.id, dialogue=turns,
+                           text="\n".join(t.content for t in turns if t.role == "user"),
+                           catalogue=bfcl.catalogue_of(item.input["functions"]),
+                           relevant=item.meta["category"] != "irrelevance",
+                           gold=[str(n) for n in item.gold.get("functions", [])]))
+    return out
+
+
+def _acebench(path: Path, keys: set[str]) -> list[Request]:
+    from prefcall.evaluation.tasks import acebench
+
+    out = []
+    for item in acebench.load_items(path):
+        if item.id not in keys or item.error or item.skip:
+            continue
+        turns = acebench.parse_dialogue(item.input["question"])
+        names = list((item.gold or {}).get("missing", {}))  # special_incomplete: {function: [missing]}
+        out.append(Request(source=f"acebench/{path.stem.removeprefix('data_')}", id=item.id, dialogue=turns,
+                           text="\n".join(t.content for t in turns if t.role == "user"),
+                           catalogue=acebench.catalogue_of(item.input["functions"]),
+                           relevant=item.meta.get("expected") != "refuse", gold=names))
+    return out
+
+
+def _gold_names(calls: Sequence[Any]) -> list[str]:
+    return list(dict.fromkeys(c.name for c in calls_from_any([str(c) for c in calls])))
+
+
+def _nlsi(path: Path, keys: set[str]) -> list[Request]:
+    from prefcall.schemas.registry import builtin_catalogue
+
+    catalogue = builtin_catalogue("nlsi")
+    return _utterances("nlsi", path, keys, catalogue)
+
+
+def _corpus(path: Path, keys: set[str]) -> list[Request]:
+    return _utterances("corpus", path, keys, import_catalogue(corpus.CORPUS_DIR / "catalogue.json", name="corpus"))
+
+
+def _utterances(source: str, path: Path, keys: set[str], catalogue: Catalogue) -> list[Request]:
+    """NLSI-format rows (the shared dev file, the bundled corpus): the transcript and its gold calls."""
+    from prefcall.strategies.fnctod import user_words
+
+    rows = _records(path)
+    ids = splits.unique_ids(str(r["example_id"]) for r in rows)
+    return [Request(source=source, id=key, dialogue=r["user_utterance"], text=user_words(r["user_utterance"]),
+                    catalogue=catalogue, relevant=True, gold=_gold_names(r["api_calls"]))
+            for key, r in zip(ids, rows) if key in keys]
+
+
+def _sgd(path: Path, keys: set[str]) -> list[Request]:
+    """The first user turn of each dialogue whose state has an intent (what the user first asks for), with the
+    dialogue so far."""
+    from prefcall.evaluation.tasks.dst import function_names, sgd_services
+
+    schema = path.parent / "dev_schema.json"
+    catalogue = import_catalogue_file(schema, "sgd")
+    names = function_names(sgd_services(read_json(schema), schema))
+    out = []
+    for dialogue in _records(path):
+        if dialogue["dialogue_id"] not in keys:
+            continue
+        turns: list[Turn] = []
+        for turn in dialogue["turns"]:
+            turns.append(Turn(role="user" if turn["speaker"] == "USER" else "assistant", content=turn["utterance"]))
+            intents = [names.get(f"{f['service']}|{f['state']['active_intent']}", f["state"]["active_intent"])
+                       for f in turn.get("frames", []) if (f.get("state") or {}).get("active_intent", "NONE") != "NONE"]
+            if turn["speaker"] == "USER" and intents:
+                out.append(Request(source="sgd", id=dialogue["dialogue_id"], dialogue=list(turns),
+                                   text="\n".join(t.content for t in turns if t.role == "user"),
+                                   catalogue=catalogue, relevant=True, gold=intents))
+                break
+    return out
+
+
+def _nlt(path: Path, keys: set[str]) -> list[Request]:
+    out = []
+    for row in _records(path):
+        if str(row["id"]) not in keys:
+            continue
+        turns = [Turn(role="user" if m.get("role") == "user" else "assistant", content=m["content"])
+                 for m in row["messages"]]
+        catalogue = Catalogue(name=f"nlt-{row.get('domain', 'tools')}", functions=[
+            Function(name=str(t["name"]), description=str(t.get("description") or "")) for t in row["tools"]])
+        out.append(Request(source=f"nlt/{path.parent.name}", id=str(row["id"]), dialogue=turns,
+                           text="\n".join(t.content for t in turns if t.role == "user"), catalogue=catalogue,
+                           relevant=bool(row["expected"]), gold=[str(n) for n in row["expected"]]))
+    return out
+
+
+Loader = Callable[[Path, set[str]], list[Request]]
+SOURCES: list[tuple[str, Loader]] = [
+    ("shared:bfcl/BFCL_v4_irrelevance.json", _bfcl),
+    ("shared:bfcl/BFCL_v4_simple_python.json", _bfcl),
+    ("shared:bfcl/BFCL_v4_multiple.json", _bfcl),
+    ("shared:bfcl/BFCL_v4_live_relevance.json", _bfcl),
+    ("shared:acebench/data_special_incomplete.json", _acebench),
+    ("shared:acebench/data_special_irrelevant.json", _acebench),
+    ("shared:nlsi/dev.json", _nlsi),
+    ("shared:sgd/dev_dialogues_001.json", _sgd),
+    ("bundled:corpus/items.json", _corpus),
+    ("repo:nlt/dev.jsonl", _nlt),
+    ("repo:nlt/report.jsonl", _nlt),
+    ("repo:nlt2/items.jsonl", _nlt),
+]
+
+
+def _path(where: str) -> Path:
+    kind, name = where.split(":", 1)
+    if kind == "shared":
+        return shared_data_dir() / name
+    if kind == "bundled":
+        return corpus.CORPUS_DIR / Path(name).name
+    return REPO_DATA / name
+
+
+def requests(part: str = "tune", *, require: bool = True) -> list[Request]:
+    """Every request of `part` ("tune" or "report") over SOURCES, in file order. A missing shared file is an error
+    when `require` (a fit must read the same items every time); a source checkout's NLT sets are skipped when the
+    package runs from an install without them."""
+    out: list[Request] = []
+    for where, loader in SOURCES:
+        path = _path(where)
+        if not path.is_file():
+            if where.startswith("repo:"):
+                continue
+            if require:
+                raise ConfigError(f"{path} is missing: run beside ../shared/data (PREFCALL_SHARED_DATA)")
+            continue
+        keys = _part_keys(path, part)
+        if keys is None:
+            raise ConfigError(f"{path} is not a source of the split file: rebuild it with `prefcall split build`")
+        if keys:
+            out += loader(path, keys)
+    return out
+
+
+def best_cosines(embedder: Any, items: Sequence[Request],
+                 progress: Callable[[str], None] | None = None) -> list[float]:
+    """Each request's largest cosine over its functions (strategies.relevance.similarities)."""
+    from prefcall.strategies.relevance import similarities
+
+    out = []
+    for item in items:
+        scores = similarities(embedder, item.text, item.catalogue.functions)
+        out.append(max(scores.values()) if scores else 0.0)
+        if progress is not None:
+            progress(item.id)
+    return out
+
+
+class SourceShare(BaseModel):
+    n: int
+    relevant: bool
+    kept: float  # share at or above the threshold (answered); for irrelevant sources 1 - kept is refused
+
+
+class RelevanceFit(BaseModel):
+    embedder: str
+    threshold: float
+    auc: float
+    n_relevant: int
+    n_irrelevant: int
+    kept_relevant: float
+    refused_irrelevant: float
+    sources: dict[str, SourceShare] = Field(default_factory=dict)
+
+
+def auc(positive: Sequence[float], negative: Sequence[float]) -> float:
+    """P(a relevant request's cosine > an irrelevant one's), ties half."""
+    if not positive or not negative:
+        return float("nan")
+    p, n = np.asarray(positive)[:, None], np.asarray(negative)[None, :]
+    return float(np.mean((p > n) + 0.5 * (p == n)))
+
+
+def threshold_for(cosines: Sequence[float], items: Sequence[Request], keep: float = KEEP,
+                  keep_per_source: float = KEEP_PER_SOURCE) -> float:
+    """The largest two-decimal threshold that keeps `keep` of the relevant requests and `keep_per_source` of each
+    relevant source."""
+    relevant = [(c, i.source) for c, i in zip(cosines, items) if i.relevant]
+    if not relevant:
+        raise ConfigError("no relevant tuning requests: the relevance fit needs the shared data")
+    limits = [_keeping([c for c, _ in relevant], keep)]
+    for source in sorted({s for _, s in relevant}):
+        limits.append(_keeping([c for c, s in relevant if s == source], keep_per_source))
+    return min(limits)
+
+
+def _keeping(values: Sequence[float], share: float) -> float:
+    """The largest two-decimal t with at least `share` of `values` >= t."""
+    need = math.ceil(share * len(values))
+    return math.floor(sorted(values, reverse=True)[need - 1] * 100) / 100
+
+
+def fit(embedder_name: str, cosines: Sequence[float], items: Sequence[Request]) -> RelevanceFit:
+    threshold = threshold_for(cosines, items)
+    return RelevanceFit(embedder=embedder_name, threshold=threshold, **shares(cosines, items, threshold))
+
+
+def shares(cosines: Sequence[float], items: Sequence[Request], threshold: float) -> dict[str, Any]:
+    """How a threshold splits these requests: pooled and per source (the fit's report and `eval relevance`)."""
+    pos = [c for c, i in zip(cosines, items) if i.relevant]
+    neg = [c for c, i in zip(cosines, items) if not i.relevant]
+    sources: dict[str, SourceShare] = {}
+    for source in dict.fromkeys(i.source for i in items):
+        values = [(c, i.relevant) for c, i in zip(cosines, items) if i.source == source]
+        for relevant in (True, False):
+            part = [c for c, r in values if r == relevant]
+            if part:
+                name = source if all(r == relevant for _, r in values) else \
+                    f"{source} ({'needs a tool' if relevant else 'needs none'})"
+                sources[name] = SourceShare(n=len(part), relevant=relevant,
+                                            kept=round(float(np.mean(np.asarray(part) >= threshold)), 3))
+    return {"auc": round(auc(pos, neg), 3), "n_relevant": len(pos), "n_irrelevant": len(neg),
+            "kept_relevant": round(float(np.mean(np.asarray(pos) >= threshold)), 3) if pos else float("nan"),
+            "refused_irrelevant": round(float(np.mean(np.asarray(neg) < threshold)), 3) if neg else float("nan"),
+            "sources": sources}

@@ -1,0 +1,119 @@
+"""Abstention in one run: parse_request (as the MCP server runs it, refusals allowed) on requests no function fits
+and on requests one does, from several sources and authors (evaluation.fit_relevance.SOURCES): BFCL irrelevance
+and ACEBench special_irrelevant, the NLT sets' messages that need no tool; BFCL simple, multiple and
+live_relevance, ACEBench special_incomplete, NLSI, the first user turn with an intent of SGD dialogues, the bundled
+corpus, the NLT sets' other messages.
+
+Figures: the no-call rate on the irrelevant requests, the false refusal rate on the relevant ones and, beside it,
+the selection accuracy (the call's, or the ask's, first function is a gold one; a refusal or a wrong function is a
+miss), pooled and per source. Each prediction also carries the request's best cosine with its catalogue (the
+relevance rule's evidence), so a threshold can be examined without a rerun.
+
+    prefcall eval relevance --config full --split report --per-source 60 --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from prefcall.errors import ConfigError
+from prefcall.evaluation.fit_relevance import Request, requests
+from prefcall.evaluation.splits import Selection
+from prefcall.evaluation.metrics.calls import normalise_function
+from prefcall.evaluation.metrics.intervals import proportion
+from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
+
+
+class RelevanceTask(BaseTask):
+    name = "relevance"
+    description = ("abstention: no-call on irrelevant requests, false refusals and selection on relevant ones, "
+                   "pooled and per source (--split tune|report, --per-source N)")
+    primary_score = "right"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--per-source", type=int, default=None, metavar="N",
+                            help="the first N requests of each source and kind (relevant, irrelevant)")
+
+    def load(self, args: argparse.Namespace) -> list[EvalItem]:
+        part = {"dev": "tune"}.get(getattr(args, "split", None) or "report", getattr(args, "split", None) or "report")
+        if part not in ("tune", "report"):
+            raise ConfigError("eval relevance reads one part of the frozen split: --split tune or --split report")
+        self._requests: dict[str, Request] = {}
+        counts: dict[tuple[str, bool], int] = defaultdict(int)
+        cap = getattr(args, "per_source", None)
+        items = []
+        for request in requests(part):
+            key = (request.source, request.relevant)
+            if cap is not None and counts[key] >= cap:
+                continue
+            counts[key] += 1
+            item_id = f"{request.source}:{request.id}"
+            self._requests[item_id] = request
+            items.append(EvalItem(id=item_id, input={"text": request.text},
+                                  gold={"relevant": request.relevant, "functions": request.gold},
+                                  meta={"source": request.source, "key": request.id, "part": part,
+                                        "relevant": request.relevant}))
+        return items
+
+    def data_files(self, args: argparse.Namespace) -> list[Path]:
+        return []  # `load` reads the part itself, source by source (fit_relevance.requests)
+
+    def selection(self, items: list[EvalItem], limit: int | None) -> tuple[list[EvalItem], Selection]:
+        """The runner's split step: `load` already kept one part of each source."""
+        kept = items[:limit]
+        part = kept[0].meta["part"] if kept else "report"
+        return kept, Selection(part=part, sources=dict(Counter(i.meta["source"] for i in kept)))
+
+    def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
+        from prefcall.evaluation.tasks.bfcl import BfclTask, pipeline_prediction
+        from prefcall.strategies import relevance
+        from prefcall.strategies.pipeline_models import get_config
+
+        request = self._requests[item.id]
+        config = get_config(ctx.config, allow_refuse=True)  # the MCP server's parse_request default
+        pipeline = ctx.memo("pipeline", lambda: BfclTask.pipeline(ctx))
+        result = pipeline.parse(request.dialogue, [], request.catalogue, config)
+        prediction = pipeline_prediction(result)
+        scores = relevance.similarities(ctx.embedder, request.text, request.catalogue.functions)
+        prediction["best_cosine"] = round(max(scores.values()), 4) if scores else None
+        return prediction
+
+    def score(self, item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
+        if prediction.get("status") != "ok":
+            return {"right": 0.0, "refused": 0.0} | ({"selected": 0.0} if item.gold["relevant"] else {})
+        refused = prediction.get("decision") == "refuse" or not (prediction.get("calls") or prediction.get("functions"))
+        if not item.gold["relevant"]:
+            return {"right": float(refused), "refused": float(refused)}
+        out = {"right": float(not refused), "refused": float(refused)}
+        gold = {normalise_function(n) for n in item.gold["functions"]}
+        if gold:
+            names = [c["name"] for c in prediction.get("calls") or []] or list(prediction.get("functions") or [])
+            out["selected"] = float(not refused and bool(names) and normalise_function(names[0]) in gold)
+        return out
+
+    def aggregate(self, items: list[ScoredItem]) -> dict[str, Any]:
+        return {"n": len(items), **figures(items),
+                "by_source": {source: figures([i for i in items if i.meta["source"] == source])
+                              for source in dict.fromkeys(i.meta["source"] for i in items)}}
+
+
+def figures(items: list[ScoredItem]) -> dict[str, Any]:
+    irrelevant = [i for i in items if not i.gold["relevant"]]
+    relevant = [i for i in items if i.gold["relevant"]]
+    selected = [i for i in relevant if "selected" in i.scores]
+    out: dict[str, Any] = {}
+    if irrelevant:
+        out["no_call_rate"] = proportion(sum(i.scores.get("refused", 0.0) == 1.0 for i in irrelevant), len(irrelevant))
+    if relevant:
+        out["false_refusal_rate"] = proportion(sum(i.scores.get("refused", 0.0) == 1.0 for i in relevant),
+                                               len(relevant))
+    if selected:
+        out["selection_accuracy"] = proportion(sum(i.scores["selected"] == 1.0 for i in selected), len(selected))
+    out["parse_error_rate"] = proportion(sum(i.status == "parse_error" for i in items), len(items))
+    return out
+
+
+TASK = RelevanceTask()
