@@ -42,6 +42,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="fit stage 1's rule instead (which function a request is for: the model's calibrated "
                         "score, the request's cosine to each function, the catalogue words it contains); only stage "
                         "1 runs. Stored with the model's fit")
+    parser.add_argument("--relevance", action="store_true",
+                        help="fit whether any function fits a request instead: the model's rule (the embedder's "
+                        "cosine and the model's own 'None' score; stage 1 runs on every request, stored with the "
+                        "model's fit) and the embedder's threshold for models without one, on the tune parts of "
+                        "BFCL, ACEBench, NLSI, SGD, the corpus and the NLT sets")
+    parser.add_argument("--embedder-only", action="store_true",
+                        help="with --relevance: fit only the embedder's threshold (no language model runs)")
+    parser.add_argument("--relevance-out", metavar="PATH",
+                        help="with --relevance: also write the threshold into this relevance.json (maintainers: "
+                        "src/prefcall/data/relevance.json)")
     parser.add_argument("--nlt", action="store_true",
                         help="fit select_tools_nlt's decision rule instead, on the tune parts of both NLT sets "
                         "(a source checkout's tests/data/nlt and tests/data/nlt2), with and without the model")
@@ -62,6 +72,8 @@ def run_fit(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if args.nlt:
         return _fit_nlt(args, settings)
+    if args.relevance:
+        return _fit_relevance(args, settings)
     sources = [s.strip() for s in args.sources.split(",") if s.strip()]
     items = fit.tune_items(sources, args.subset)
     if args.selection:
@@ -97,11 +109,12 @@ def run_fit(args: argparse.Namespace) -> int:
     report = fit.FitReport(model_name=info.model_name, fingerprint=fingerprint, items=counts,
                            kinds=fit.fit(rows, shipped, min_right))
     stored = None
-    earlier = fits.load(fingerprint, settings.data_dir)  # a stage-1 rule fitted before stays
+    earlier = fits.load(fingerprint, settings.data_dir)  # stage 1's and the relevance rule fitted before stay
+    kept = {k: v for k, v in (earlier.source if earlier is not None else {}).items() if k in ("selection", "relevance")}
     result = fits.Fit(fingerprint=fingerprint or "", model_name=info.model_name, grounding=report.grounding(),
                       selection=earlier.selection if earlier is not None else None,
-                      source={**(earlier.source if earlier is not None and earlier.selection else {}),
-                              **fit.source_note(report, command, git_commit())})
+                      relevance=earlier.relevance if earlier is not None else None,
+                      source={**kept, **fit.source_note(report, command, git_commit())})
     (out / "fit.json").write_text(result.model_dump_json(indent=1, exclude={"origin"}) + "\n", encoding="utf-8")
     if not args.dry_run and fingerprint and report.grounding():
         stored = fits.save(result, settings.data_dir / fits.FITS_DIR)
@@ -165,6 +178,73 @@ def _fit_selection(args: argparse.Namespace, settings: Settings, items: list) ->
     print(json.dumps({"model": engine.info.model_name, "fingerprint": fingerprint, "weights": result.weights,
                       **note, "stored_in": str(stored) if stored else None}, indent=1))
     return 0
+
+
+def _fit_relevance(args: argparse.Namespace, settings: Settings) -> int:
+    """`prefcall fit --relevance`: the embedder's threshold (evaluation.fit_relevance), printed; with
+    --relevance-out, written into a relevance.json (the shipped one's other embedders stay)."""
+    import datetime as dt
+    from importlib import resources
+
+    from prefcall.engine import load_embedder
+    from prefcall.evaluation import fit_relevance
+    from prefcall.evaluation.runner import Progress, git_commit
+
+    items = fit_relevance.requests("tune")
+    embedder = load_embedder(settings)
+    progress = Progress(len(items), sys.stderr, label="fit --relevance")
+    cosines = fit_relevance.best_cosines(embedder, items, lambda _: progress.advance())
+    progress.close()
+    result = fit_relevance.fit(embedder.name, cosines, items)
+    counts = dict(Counter(f"{i.source} ({'relevant' if i.relevant else 'irrelevant'})" for i in items))
+    command = "prefcall " + " ".join(getattr(args, "argv", sys.argv[1:]))
+    model = None if args.embedder_only else _fit_model_relevance(args, settings, embedder, items, command, counts)
+    source = (f"{command} ({dt.date.today().isoformat()}, commit {git_commit()}): "
+              f"the tune part of data/splits.json, {result.n_relevant} requests a function fits and "
+              f"{result.n_irrelevant} that none fits, from {len(result.sources)} sources; AUC {result.auc}; keeps "
+              f"{result.kept_relevant:.1%} of the fitting requests (at least {fit_relevance.KEEP_PER_SOURCE:.0%} of "
+              f"each source), refuses {result.refused_irrelevant:.1%} of the others on those items")
+    if args.relevance_out:
+        base = json.loads((resources.files("prefcall") / "data" / "relevance.json").read_text(encoding="utf-8"))
+        base[embedder.name] = {"threshold": result.threshold, "source": source,
+                               "sources": {k: v.model_dump() for k, v in result.sources.items()}}
+        Path(args.relevance_out).write_text(json.dumps(base, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps({"embedder_threshold": {**result.model_dump(), "source": source, "written": args.relevance_out},
+                      "model_rule": model, "items": counts}, indent=1))
+    return 0
+
+
+def _fit_model_relevance(args: argparse.Namespace, settings: Settings, embedder: object, items: list,
+                         command: str, counts: dict[str, int]) -> dict:
+    """The model's rule (fit_relevance.fit_rule) from stage 1 on every request; stored with the model's fit."""
+    import datetime as dt
+
+    from prefcall.engine import load_engine
+    from prefcall.evaluation import fit_relevance
+    from prefcall.evaluation.runner import Progress, git_commit
+    from prefcall.storage import fits
+    from prefcall.strategies.pipeline import Pipeline
+
+    engine = load_engine(settings)
+    fingerprint = fits.engine_fingerprint(engine, settings.data_dir)
+    pipeline = Pipeline(engine, embedder, data_dir=settings.data_dir)
+    progress = Progress(len(items), sys.stderr, label="fit --relevance (stage 1)")
+    rows = fit_relevance.collect(pipeline, items, lambda _: progress.advance())
+    progress.close()
+    result = fit_relevance.fit_rule(rows)
+    note = {"command": command, "commit": git_commit(), "date": dt.date.today().isoformat(),
+            "data": "tune split of prefcall/data/splits.json", "items": counts,
+            **result.model_dump(exclude={"weights", "threshold", "sources"}),
+            "sources": {k: v.model_dump() for k, v in result.sources.items()}}
+    stored = None
+    if not args.dry_run and fingerprint:
+        earlier = fits.load(fingerprint, settings.data_dir)
+        base = earlier or fits.Fit(fingerprint=fingerprint, model_name=engine.info.model_name)
+        stored = fits.save(base.model_copy(update={"relevance": result.rule(),
+                                                   "source": {**base.source, "relevance": note}}),
+                           settings.data_dir / fits.FITS_DIR)
+    return {"model": engine.info.model_name, "fingerprint": fingerprint, **result.rule(), **note,
+            "stored_in": str(stored) if stored else None}
 
 
 def _fit_nlt(args: argparse.Namespace, settings: Settings) -> int:

@@ -250,7 +250,7 @@ def auc(positive: Sequence[float], negative: Sequence[float]) -> float:
     return float(np.mean((p > n) + 0.5 * (p == n)))
 
 
-def threshold_for(cosines: Sequence[float], items: Sequence[Request], keep: float = KEEP,
+def threshold_for(cosines: Sequence[float], items: Sequence[Request] | Sequence[RelevanceRow], keep: float = KEEP,
                   keep_per_source: float = KEEP_PER_SOURCE) -> float:
     """The largest two-decimal threshold that keeps `keep` of the relevant requests and `keep_per_source` of each
     relevant source."""
@@ -274,7 +274,7 @@ def fit(embedder_name: str, cosines: Sequence[float], items: Sequence[Request]) 
     return RelevanceFit(embedder=embedder_name, threshold=threshold, **shares(cosines, items, threshold))
 
 
-def shares(cosines: Sequence[float], items: Sequence[Request], threshold: float) -> dict[str, Any]:
+def shares(cosines: Sequence[float], items: Sequence[Request] | Sequence[RelevanceRow], threshold: float) -> dict[str, Any]:
     """How a threshold splits these requests: pooled and per source (the fit's report and `eval relevance`)."""
     pos = [c for c, i in zip(cosines, items) if i.relevant]
     neg = [c for c, i in zip(cosines, items) if not i.relevant]
@@ -292,3 +292,78 @@ def shares(cosines: Sequence[float], items: Sequence[Request], threshold: float)
             "kept_relevant": round(float(np.mean(np.asarray(pos) >= threshold)), 3) if pos else float("nan"),
             "refused_irrelevant": round(float(np.mean(np.asarray(neg) < threshold)), 3) if neg else float("nan"),
             "sources": sources}
+
+
+# -- the model's rule: the embedder's cosine and the model's own "None" judgement --------------------------------
+
+
+class RelevanceRow(BaseModel):
+    """Stage 1's relevance evidence for one tuning request (strategies.fnctod.RELEVANCE_FEATURES), and whether
+    the hand-set rule (the "None" candidate winning `combined`) refused it."""
+
+    source: str
+    id: str
+    relevant: bool
+    features: list[float]
+    hand_refused: bool
+
+
+class ModelRelevanceFit(BaseModel):
+    weights: list[float]  # bias, then one weight per RELEVANCE_FEATURES
+    threshold: float
+    auc: float
+    rows: int
+    fitted: dict[str, float]  # "no_call" on irrelevant rows, "false_refusal" on relevant rows, in sample
+    hand: dict[str, float]  # the same for the hand-set rule on the same rows
+    sources: dict[str, SourceShare] = Field(default_factory=dict)
+
+    def rule(self) -> dict[str, Any]:
+        return {"weights": self.weights, "threshold": self.threshold}
+
+
+def collect(pipeline: Any, items: Sequence[Request], progress: Callable[[str], None] | None = None
+            ) -> list[RelevanceRow]:
+    """Stage 1 (the `full` config with refusals allowed, as the MCP server runs it) on each request."""
+    from prefcall.strategies.fnctod import NONE_CANDIDATE, FunctionScores
+    from prefcall.strategies.pipeline_models import get_config
+
+    config = get_config("full", allow_refuse=True)
+    rows = []
+    for item in items:
+        scores = pipeline.stage_one(item.dialogue, item.catalogue, config).usage
+        features = scores.relevance_features() if isinstance(scores, FunctionScores) else None
+        if features is not None:
+            none = scores.names.index(NONE_CANDIDATE)
+            hand = scores.combined[none] > max(c for i, c in enumerate(scores.combined) if i != none)
+            rows.append(RelevanceRow(source=item.source, id=item.id, relevant=item.relevant, features=features,
+                                     hand_refused=hand))
+        if progress is not None:
+            progress(item.id)
+    return rows
+
+
+def _rates(refused: Sequence[bool], rows: Sequence[RelevanceRow]) -> dict[str, float]:
+    negative = [r for r, row in zip(refused, rows) if not row.relevant]
+    positive = [r for r, row in zip(refused, rows) if row.relevant]
+    return {"no_call": round(float(np.mean(negative)), 3) if negative else float("nan"),
+            "false_refusal": round(float(np.mean(positive)), 3) if positive else float("nan")}
+
+
+def fit_rule(rows: Sequence[RelevanceRow]) -> ModelRelevanceFit:
+    """Logistic regression of "a function fits" on the features, then the threshold on its score that keeps
+    KEEP of the relevant rows and KEEP_PER_SOURCE of each source's (`threshold_for`)."""
+    from prefcall.evaluation.fit import logistic
+
+    if not any(r.relevant for r in rows) or all(r.relevant for r in rows):
+        raise ConfigError("the relevance fit needs tuning requests of both kinds (some a function fits, some none)")
+    x = np.asarray([r.features for r in rows], dtype=float)
+    y = np.asarray([float(r.relevant) for r in rows])
+    w = logistic(x, y)
+    weights = [round(float(w[-1]), 4), *(round(float(v), 4) for v in w[:-1])]
+    scores = [weights[0] + sum(a * b for a, b in zip(weights[1:], r.features)) for r in rows]
+    threshold = threshold_for(scores, rows)
+    refused = [s < threshold for s in scores]
+    split = shares(scores, rows, threshold)
+    return ModelRelevanceFit(weights=weights, threshold=threshold, auc=split["auc"], rows=len(rows),
+                             fitted=_rates(refused, rows), hand=_rates([r.hand_refused for r in rows], rows),
+                             sources=split["sources"])

@@ -297,6 +297,26 @@ class SelectionRule(BaseModel):
 
 HAND_RULE = SelectionRule(weights=[1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
 
+# Whether any function fits the request at all: the request's best cosine with a function text, and the model's
+# calibrated score of "None" against its best function (`relevance_features`). A fitted AbstentionRule weighs them
+# (`prefcall fit --relevance`, stored per model fingerprint); without one, "None" competes in `combined` with the
+# hand-set prior (none_log_odds).
+RELEVANCE_FEATURES = ("similarity", "none_margin")
+
+
+class AbstentionRule(BaseModel):
+    """Refuse when bias + weights . RELEVANCE_FEATURES falls under `threshold` (fitted to keep a share of the
+    tuning requests that a function fits, in every source)."""
+
+    weights: list[float] = Field(min_length=len(RELEVANCE_FEATURES) + 1, max_length=len(RELEVANCE_FEATURES) + 1)
+    threshold: float
+
+    def score(self, features: Sequence[float]) -> float:
+        return float(self.weights[0] + sum(w * x for w, x in zip(self.weights[1:], features)))
+
+    def refuses(self, features: Sequence[float]) -> bool:
+        return self.score(features) < self.threshold
+
 
 class DomainEvidence(BaseModel):
     """What the user's words say about each candidate, before the model: the log prior (selection's domain
@@ -320,6 +340,7 @@ class FunctionScores(BaseModel):
     combined: list[float]
     features: list[list[float]] = Field(default_factory=list)  # per name, SELECTION_FEATURES
     fitted: list[float] | None = None
+    refused: bool | None = None  # set by a fitted AbstentionRule: no function fits (None: `combined` decides)
     prompt_tokens: int = 0
     evaluated: int = 0
     reused: int = 0
@@ -327,6 +348,11 @@ class FunctionScores(BaseModel):
     seconds: float = 0.0
 
     def ranked(self) -> list[str]:
+        if self.refused is not None:  # the abstention rule decided whether any function fits; the rest rank them
+            scores = self.fitted if self.fitted is not None else self.combined
+            order = [self.names[i] for i in sorted(range(len(self.names)), key=lambda i: -scores[i])
+                     if self.names[i] != NONE_CANDIDATE]
+            return [NONE_CANDIDATE, *order] if self.refused else [*order, NONE_CANDIDATE]
         order = sorted(range(len(self.names)), key=lambda i: -self.combined[i])
         if self.fitted is None or self.names[order[0]] == NONE_CANDIDATE:
             return [self.names[i] for i in order]
@@ -340,7 +366,19 @@ class FunctionScores(BaseModel):
                  for n, r, c, p, s in zip(self.names, self.raw, self.calibration, self.prior, self.combined)}
         for n, f in zip(self.names, self.fitted or []):
             table[n]["fitted"] = round(f, 3)
+        if self.refused is not None and NONE_CANDIDATE in table:
+            table[NONE_CANDIDATE]["refused"] = float(self.refused)
         return table
+
+    def relevance_features(self) -> list[float] | None:
+        """RELEVANCE_FEATURES of this request, or None without the "None" candidate or the cosines."""
+        if NONE_CANDIDATE not in self.names or not self.features:
+            return None
+        others = [f for n, f in zip(self.names, self.features) if n != NONE_CANDIDATE]
+        if not others:
+            return None
+        none = self.features[self.names.index(NONE_CANDIDATE)]
+        return [max(f[2] for f in others), none[0] - max(f[0] for f in others)]
 
 
 def scoring_prompt(engine: Engine, catalogue: Catalogue, dialogue: str) -> Prompt:
@@ -462,7 +500,7 @@ def user_words(transcript: str) -> str:
 def score_functions(engine: Engine, catalogue: Catalogue, dialogue: str, *, calibration: Sequence[float] | None,
                     prior: Sequence[float] | None = None, prior_weight: float = 1.0,
                     allow_none: bool = False, evidence: DomainEvidence | None = None,
-                    rule: SelectionRule | None = None) -> FunctionScores:
+                    rule: SelectionRule | None = None, abstention: AbstentionRule | None = None) -> FunctionScores:
     """log P(" name" | listing, dialogue) for every function in one prompt evaluation, calibrated and combined.
     `evidence` (domain_evidence) supplies the prior and the features; `rule`, a fitted rule, ranks the functions."""
     names = candidate_names(catalogue, allow_none)
@@ -482,11 +520,16 @@ def score_functions(engine: Engine, catalogue: Catalogue, dialogue: str, *, cali
         if allow_none and NONE_CANDIDATE in names and catalogue.function(NONE_CANDIDATE) is None:
             others = [f for n, f in zip(names, fitted) if n != NONE_CANDIDATE]
             fitted[names.index(NONE_CANDIDATE)] = min(others, default=0.0) - 1.0  # decided by `combined` only
-    return FunctionScores(names=names, raw=list(scores.logprobs), calibration=calibration, prior=prior,
-                          combined=combined, features=features, fitted=fitted,
-                          prompt_tokens=scores.usage.prompt_tokens,
-                          evaluated=scores.usage.evaluated, reused=scores.usage.reused, decoded=scores.decoded,
-                          seconds=scores.seconds)
+    result = FunctionScores(names=names, raw=list(scores.logprobs), calibration=calibration, prior=prior,
+                            combined=combined, features=features, fitted=fitted,
+                            prompt_tokens=scores.usage.prompt_tokens,
+                            evaluated=scores.usage.evaluated, reused=scores.usage.reused, decoded=scores.decoded,
+                            seconds=scores.seconds)
+    relevance = result.relevance_features() if abstention is not None and evidence is not None \
+        and evidence.cosines is not None and catalogue.function(NONE_CANDIDATE) is None else None
+    if relevance is not None:
+        result.refused = abstention.refuses(relevance)
+    return result
 
 
 # Contextual calibration divides by each name's content-free probability; a name the model almost never says
@@ -536,14 +579,16 @@ def _tokens(text: str) -> list[str]:
 def select_by_score(engine: Engine, catalogue: Catalogue, ctx: CallingContext, *, calibration: Sequence[float] | None,
                     embedder: Any = None, use_prior: bool = False, prior_weight: float = 1.0,
                     chain_instructions: Sequence[str] = (), max_calls: int = MAX_CALLS,
-                    allow_none: bool = False, rule: SelectionRule | None = None) -> StageOutput:
+                    allow_none: bool = False, rule: SelectionRule | None = None,
+                    abstention: AbstentionRule | None = None) -> StageOutput:
     """Stage 1, scored: the best function (calibrated, optionally with the domain prior, or ranked by a fitted
     `rule`) plus the functions the standing instructions chain to. `value` is the list of names, `raw` the
     per-function score table (JSON)."""
     started = time.perf_counter()
     evidence = domain_evidence(catalogue, ctx.dialogue, embedder, allow_none=allow_none) if use_prior else None
     scores = score_functions(engine, catalogue, ctx.dialogue, calibration=calibration, evidence=evidence,
-                             prior_weight=prior_weight, allow_none=allow_none, rule=rule if use_prior else None)
+                             prior_weight=prior_weight, allow_none=allow_none, rule=rule if use_prior else None,
+                             abstention=abstention if use_prior else None)
     best = scores.best()
     functions = [] if best == NONE_CANDIDATE and catalogue.function(best) is None else [best]
     functions = chained_functions(catalogue, chain_instructions, functions)[:max_calls] if functions else []

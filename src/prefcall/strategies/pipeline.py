@@ -111,6 +111,7 @@ class Pipeline:
         self._memories = grounded.MemoryCache()
         self._weights: grounded.GroundingWeights | None = None
         self._rule: fnctod.SelectionRule | None = None
+        self._abstention: tuple[fnctod.AbstentionRule | None] | None = None
         self.record: grounded.Recorder | None = None  # `prefcall fit` collects the filler's scored candidates
         self.scope = LOCAL
 
@@ -123,6 +124,7 @@ class Pipeline:
         the parent, not by every request's view."""
         self.grounding_weights()
         self.selection_rule()
+        self.abstention_rule()
         view = copy.copy(self)
         view.engine = ScopedEngine(self.engine, scope)
         view.scope = scope
@@ -253,7 +255,10 @@ class Pipeline:
                                 "gives none of their required arguments")
             result.calls, result.missing, result.question, result.decision = [], [], None, "refuse"
         meter.time("post_check", started)
-        if config.allow_refuse and config.ask_relevance and result.decision == "ask" and not gave_required:
+        checked_answer = result.decision in ("call", "ask") if config.relevance_scope == "all" else \
+            result.decision == "ask" and not gave_required
+        decided = isinstance(selection.usage, fnctod.FunctionScores) and selection.usage.refused is not None
+        if config.allow_refuse and config.ask_relevance and checked_answer and not decided:
             started = time.perf_counter()
             self._refuse_off_topic_ask(turns, catalogue, result)
             meter.time("ask_relevance", started)
@@ -372,7 +377,17 @@ class Pipeline:
             self.engine, catalogue, ctx, calibration=calibration, embedder=self.embedder,
             use_prior=config.function_selection == "hybrid", prior_weight=config.prior_weight,
             chain_instructions=result.instructions_used, max_calls=config.max_calls, allow_none=config.allow_refuse,
-            rule=self.selection_rule())
+            rule=self.selection_rule(), abstention=self.abstention_rule())
+
+    def abstention_rule(self) -> fnctod.AbstentionRule | None:
+        """Whether any function fits, the model's fitted rule (`prefcall fit --relevance`); None without one (the
+        hand-set "None" prior and the embedder's threshold decide). It weighs the embedder's cosine, so it is
+        used only with an embedder."""
+        if self._abstention is None:
+            fit = self.fit()
+            found = fit.relevance if fit is not None and self.embedder is not None else None
+            self._abstention = (fnctod.AbstentionRule.model_validate(found),) if found else (None,)
+        return self._abstention[0]
 
     def selection_rule(self) -> fnctod.SelectionRule:
         """Stage 1's rule: the model's fitted one (`prefcall fit --selection`), else the hand-set one. It weighs
