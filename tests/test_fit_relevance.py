@@ -124,7 +124,7 @@ def test_eval_relevance_reads_one_part_of_every_source_and_reports_per_source(sh
 
 def _rows(n: int, relevant: bool, source: str, cosine: float, margin: float) -> list[fit_relevance.RelevanceRow]:
     return [fit_relevance.RelevanceRow(source=source, id=f"{source}{i}", relevant=relevant,
-                                       features=[cosine + i / (10 * n), margin], hand_refused=False)
+                                       features=[cosine, margin], hand_refused=False)
             for i in range(n)]
 
 
@@ -134,7 +134,14 @@ def test_the_model_rule_uses_the_models_none_score_where_the_cosine_cannot_tell(
     result = fit_relevance.fit_rule(rows)
     assert result.weights[2] < 0  # a higher "None" score says no function fits
     assert result.fitted["false_refusal"] <= 0.02 and result.fitted["no_call"] == 1.0
-    assert result.hand == {"no_call": 0.0, "false_refusal": 0.0}
+    assert result.hand == {"no_call": 0.0, "false_refusal": 0.0} and result.kept
+    # One relevant request looks like the irrelevant ones: the fitted rule refuses it, a hand-set rule that
+    # refuses exactly the irrelevant ones is better, and the fitted rule is not kept.
+    odd = rows[0].model_copy(update={"features": [0.3, 2.0]})
+    hand = [r.model_copy(update={"hand_refused": not r.relevant}) for r in [odd, *rows[1:]]]
+    worse = fit_relevance.fit_rule(hand)
+    assert worse.fitted["false_refusal"] > 0 and worse.hand["false_refusal"] == 0.0
+    assert not worse.kept and "not better on both" in worse.why
     rule = fnctod.AbstentionRule.model_validate(result.rule())
     assert rule.refuses([0.3, 2.0]) and not rule.refuses([0.3, -3.0])
 

@@ -298,46 +298,67 @@ def test_a_sentences_first_word_does_not_make_the_next_word_part_of_a_name():
 
 
 @pytest.mark.embedder
-def test_an_ask_for_a_function_the_request_is_not_about_becomes_a_refusal(real_embedder):
-    # Stage 1 picks calculate_time and the request says "time" (a word of its name), so the old rule asked for
-    # a distance and a speed; the request's similarity to the function's text decides instead.
+def test_a_request_no_function_is_about_is_refused_whatever_the_filler_found(real_embedder, monkeypatch):
+    # Stage 1 picks calculate_time and the request says "time" (a word of its name); the request's similarity to
+    # the function's text decides, for an ask and for a call alike. The threshold is set between the two requests'
+    # similarities here (the shipped one is fitted: data/relevance.json).
     timing = Function(name="calculate_time", description="Calculates the time taken to cover a distance at a "
                       "certain speed.", parameters={"type": "object", "properties": {
                           "distance": {"type": "number"}, "speed": {"type": "number"}},
                           "required": ["distance", "speed"]})
     catalogue = Catalogue(name="physics", functions=[timing])
-    pipeline = Pipeline(FakeEngine(scorer=scorer("calculate_time")), real_embedder)
+    off, on = "What's the time right now?", "How much time will it take to cover 30 km at 15 km/h?"
+    near = relevance.similarities(real_embedder, on, [timing])["calculate_time"]
+    far = relevance.similarities(real_embedder, off, [timing])["calculate_time"]
+    assert far < near
+    assert relevance.ask_rule(FakeEmbedder()) is None  # an embedder without a fitted threshold: answers stand
+    fitted = relevance.ask_rule(real_embedder)
+    monkeypatch.setattr(relevance, "ask_rule",
+                        lambda embedder: fitted.model_copy(update={"threshold": round((far + near) / 2, 3)}))
 
-    def ask(text: str, **overrides):
-        return pipeline.parse(text, [], catalogue, get_config("full", allow_refuse=True, **overrides))
+    def parse(text: str, **filled):
+        pipeline = Pipeline(FakeEngine(scorer=scorer("calculate_time", **filled)), real_embedder)
+        return pipeline.parse(f"User: {text}", [], catalogue, get_config("full", allow_refuse=True))
 
-    off_topic = ask("User: What's the time right now?")
-    assert off_topic.decision == "refuse" and off_topic.question is None and off_topic.missing == []
-    assert any("not about them" in n and "all-MiniLM-L6-v2" in n for n in off_topic.notes)
-    assert "ask_relevance" in off_topic.trace.timings
-    about = ask("User: How much time will it take to cover the distance?")  # fits, but gives no values: ask
-    assert about.decision == "ask" and {m.argument for m in about.missing} == {"distance", "speed"}
-    assert ask("User: What's the time right now?", ask_relevance=False).decision == "ask"  # the ablation
-    assert relevance.ask_rule(FakeEmbedder()) is None  # an embedder without a fitted threshold: asks stand
+    for found in ({}, {"distance": "30"}):  # nothing filled (an ask) or a value the filler took (a call or ask)
+        off_topic = parse(off, **found)
+        assert off_topic.decision == "refuse" and off_topic.question is None and off_topic.missing == []
+        assert any("not about them" in n and "all-MiniLM-L6-v2" in n for n in off_topic.notes)
+        assert "ask_relevance" in off_topic.trace.timings
+    assert parse(on).decision == "ask"  # it fits and gives no values the fake filler takes: ask
+    ablation = Pipeline(FakeEngine(scorer=scorer("calculate_time")), real_embedder).parse(
+        f"User: {off}", [], catalogue, get_config("full", allow_refuse=True, ask_relevance=False))
+    assert ablation.decision == "ask"
 
 
 @pytest.mark.embedder
-def test_a_request_that_gives_a_required_value_is_asked_about_even_when_worded_far_from_the_function(
-        real_embedder, monkeypatch):
-    # A threshold above this request's similarity, whatever the shipped one is: the rule must not be consulted.
-    fitted = relevance.ask_rule(real_embedder)
-    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: fitted.model_copy(update={"threshold": 0.6}))
+def test_a_request_worded_far_from_its_function_is_not_refused_by_the_shipped_threshold(real_embedder, monkeypatch):
     flights = Function(name="book_flight", description="Books a flight between two cities.", parameters={
         "type": "object", "properties": {"origin": {"type": "string", "description": "departure city"},
                                          "destination": {"type": "string", "description": "arrival city"}},
         "required": ["origin", "destination"]})
     catalogue = Catalogue(name="air", functions=[flights])
-    pipeline = Pipeline(FakeEngine(scorer=scorer("book_flight", destination="Paris")), real_embedder)
-    text = "User: I want to fly to Paris"
+    base = scorer("book_flight", destination="Paris")
+
+    def sure(prompt: str, candidate: str) -> float:  # the model names the function for this request only
+        if candidate.strip() == "book_flight" and "Paris" not in prompt:
+            return -3.0  # content-free calibration prompts: stage 1's evidence is the request's, not the name's
+        return base(prompt, candidate)
+
+    pipeline = Pipeline(FakeEngine(scorer=sure), real_embedder)
+    text = "User: Get me to Paris tomorrow"
     far = relevance.similarities(real_embedder, text[6:], [flights])["book_flight"]
-    assert far < relevance.ask_rule(real_embedder).threshold  # worded far from the function's text
+    assert far < 0.37  # under the threshold fitted on BFCL alone before; the broad fit keeps it
+    assert relevance.unrelated(real_embedder, text[6:], [flights]) is None
     result = pipeline.parse(text, [], catalogue, get_config("full", allow_refuse=True))
     assert result.decision == "ask" and [m.argument for m in result.missing] == ["origin"]
+    # The older scope reads only asks that fill no required argument: this one fills one, so even a high
+    # threshold leaves it alone there.
+    fitted = relevance.ask_rule(real_embedder)
+    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: fitted.model_copy(update={"threshold": 0.6}))
+    old = pipeline.parse(text, [], catalogue, get_config("full", allow_refuse=True, relevance_scope="unfilled_asks"))
+    assert old.decision == "ask"
+    assert pipeline.parse(text, [], catalogue, get_config("full", allow_refuse=True)).decision == "refuse"
 
 
 def test_two_unconditional_instructions_for_one_argument_give_one_call_per_value():

@@ -237,7 +237,7 @@ def _fit_model_relevance(args: argparse.Namespace, settings: Settings, embedder:
             **result.model_dump(exclude={"weights", "threshold", "sources"}),
             "sources": {k: v.model_dump() for k, v in result.sources.items()}}
     stored = None
-    if not args.dry_run and fingerprint:
+    if not args.dry_run and fingerprint and result.kept:
         earlier = fits.load(fingerprint, settings.data_dir)
         base = earlier or fits.Fit(fingerprint=fingerprint, model_name=engine.info.model_name)
         stored = fits.save(base.model_copy(update={"relevance": result.rule(),

@@ -311,6 +311,8 @@ class RelevanceRow(BaseModel):
 class ModelRelevanceFit(BaseModel):
     weights: list[float]  # bias, then one weight per RELEVANCE_FEATURES
     threshold: float
+    kept: bool  # stored for the model only when it is at least as good as the hand-set rule on both rates
+    why: str = ""
     auc: float
     rows: int
     fitted: dict[str, float]  # "no_call" on irrelevant rows, "false_refusal" on relevant rows, in sample
@@ -351,7 +353,9 @@ def _rates(refused: Sequence[bool], rows: Sequence[RelevanceRow]) -> dict[str, f
 
 def fit_rule(rows: Sequence[RelevanceRow]) -> ModelRelevanceFit:
     """Logistic regression of "a function fits" on the features, then the threshold on its score that keeps
-    KEEP of the relevant rows and KEEP_PER_SOURCE of each source's (`threshold_for`)."""
+    KEEP of the relevant rows and KEEP_PER_SOURCE of each source's (`threshold_for`). The rule is kept only when,
+    on the same rows, it refuses at least as many irrelevant requests as the hand-set rule (stage 1's "None"
+    candidate winning `combined`) and at most as many relevant ones."""
     from prefcall.evaluation.fit import logistic
 
     if not any(r.relevant for r in rows) or all(r.relevant for r in rows):
@@ -364,6 +368,10 @@ def fit_rule(rows: Sequence[RelevanceRow]) -> ModelRelevanceFit:
     threshold = threshold_for(scores, rows)
     refused = [s < threshold for s in scores]
     split = shares(scores, rows, threshold)
-    return ModelRelevanceFit(weights=weights, threshold=threshold, auc=split["auc"], rows=len(rows),
-                             fitted=_rates(refused, rows), hand=_rates([r.hand_refused for r in rows], rows),
-                             sources=split["sources"])
+    fitted, hand = _rates(refused, rows), _rates([r.hand_refused for r in rows], rows)
+    kept = fitted["no_call"] >= hand["no_call"] and fitted["false_refusal"] <= hand["false_refusal"]
+    why = "" if kept else (f"the hand-set rule refuses {hand['no_call']:.1%} of the irrelevant tuning requests and "
+                           f"{hand['false_refusal']:.1%} of the relevant ones; the fitted rule {fitted['no_call']:.1%} "
+                           f"and {fitted['false_refusal']:.1%}: it is not better on both")
+    return ModelRelevanceFit(weights=weights, threshold=threshold, kept=kept, why=why, auc=split["auc"],
+                             rows=len(rows), fitted=fitted, hand=hand, sources=split["sources"])

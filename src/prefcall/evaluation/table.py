@@ -23,6 +23,7 @@ HEADLINE: dict[str, tuple[str, ...]] = {
     "tools": ("exact_set_accuracy", "no_tool_accuracy"),
     "bfcl": ("selection_accuracy", "no_call_rate", "ast_accuracy", "false_refusal_rate"),
     "acebench": ("decision_accuracy", "call_exact"),
+    "relevance": ("no_call_rate", "false_refusal_rate", "selection_accuracy"),
 }
 
 

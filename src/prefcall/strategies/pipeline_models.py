@@ -44,7 +44,7 @@ class PipelineConfig(BaseModel):
     ask_relevance: bool = True
     # which answers the relevance check reads: "unfilled_asks" (asks whose request fills no required argument)
     # or "all" (every call and ask: whether a function fits never depends on what the filler could fill)
-    relevance_scope: Literal["unfilled_asks", "all"] = "unfilled_asks"
+    relevance_scope: Literal["unfilled_asks", "all"] = "all"
     # grounded, with allow_refuse: also refuse an ask whose request names no drafted function and fills none of
     # its required arguments. Off: that is an empty fill, not evidence that no function fits (a small model fills
     # nothing in "Remind me to call my mother"); refusals come from relevance evidence only.

@@ -1,12 +1,16 @@
 """Does a function fit the request at all? Cosine similarity of the user's words and the function's text.
 
-The grounded pipeline asks this before it asks the user for missing arguments: an `ask` for a function the
-request is not about (BFCL's irrelevance set: "What's the time right now?" against `calculate_time`, "the
-freezing point of water" against a boiling-point function) is the wrong question, and a refusal is right.
-Only the embedder's similarity is used, not the language model's YES/NO: on the tuning items the embedded
-SmolLM2's calibrated YES/NO log-odds separate fitting from unfitting functions with AUC 0.70, the embedder's
-cosine with AUC 0.96 (scripts/fit_relevance.py; docs/results-history.md). The threshold is fitted per embedder
-(`data/relevance.json`); an embedder without one never turns an ask into a refusal.
+The grounded pipeline refuses a request that no function of the catalogue fits (BFCL's irrelevance set: "What's
+the time right now?" against `calculate_time`). Two rules decide, from relevance evidence only, never from what the
+filler could fill:
+
+- A model with a fitted rule (`prefcall fit --relevance`, stored with its fit; strategies.fnctod.AbstentionRule)
+  decides at stage 1 from this cosine and the model's own score of "None".
+- Otherwise the embedder's threshold here (`data/relevance.json`, fitted by `prefcall fit --relevance
+  --embedder-only` on the tune requests of every source, keeping 98% of the relevant ones and 95% of each
+  source's): a request whose cosine with every function of the catalogue is under it is refused. The config field
+  `relevance_scope` says which answers it reads. An embedder without a threshold never turns an answer into a
+  refusal.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ RULES_FILE = "relevance.json"
 
 
 class RelevanceRule(BaseModel):
-    """Below `threshold`, no selected function fits the request well enough to ask for its arguments."""
+    """Below `threshold`, no function of the catalogue fits the request."""
 
     embedder: str
     threshold: float
