@@ -231,11 +231,16 @@ def _fit_model_relevance(args: argparse.Namespace, settings: Settings, embedder:
     progress = Progress(len(items), sys.stderr, label="fit --relevance (stage 1)")
     rows = fit_relevance.collect(pipeline, items, lambda _: progress.advance())
     progress.close()
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "relevance-rows.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows), encoding="utf-8")
     result = fit_relevance.fit_rule(rows)
     note = {"command": command, "commit": git_commit(), "date": dt.date.today().isoformat(),
             "data": "tune split of prefcall/data/splits.json", "items": counts,
-            **result.model_dump(exclude={"weights", "threshold", "sources"}),
-            "sources": {k: v.model_dump() for k, v in result.sources.items()}}
+            **result.model_dump(exclude={"weights", "threshold", "sources", "hand_sources"}),
+            "sources": {k: v.model_dump() for k, v in result.sources.items()},
+            "hand_sources": {k: v.model_dump() for k, v in result.hand_sources.items()}}
     stored = None
     if not args.dry_run and fingerprint and result.kept:
         earlier = fits.load(fingerprint, settings.data_dir)

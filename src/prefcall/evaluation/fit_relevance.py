@@ -318,6 +318,7 @@ class ModelRelevanceFit(BaseModel):
     fitted: dict[str, float]  # "no_call" on irrelevant rows, "false_refusal" on relevant rows, in sample
     hand: dict[str, float]  # the same for the hand-set rule on the same rows
     sources: dict[str, SourceShare] = Field(default_factory=dict)
+    hand_sources: dict[str, SourceShare] = Field(default_factory=dict)  # what the hand-set rule keeps per source
 
     def rule(self) -> dict[str, Any]:
         return {"weights": self.weights, "threshold": self.threshold}
@@ -373,5 +374,7 @@ def fit_rule(rows: Sequence[RelevanceRow]) -> ModelRelevanceFit:
     why = "" if kept else (f"the hand-set rule refuses {hand['no_call']:.1%} of the irrelevant tuning requests and "
                            f"{hand['false_refusal']:.1%} of the relevant ones; the fitted rule {fitted['no_call']:.1%} "
                            f"and {fitted['false_refusal']:.1%}: it is not better on both")
+    hand_split = shares([0.0 if r.hand_refused else 1.0 for r in rows], rows, 0.5)
     return ModelRelevanceFit(weights=weights, threshold=threshold, kept=kept, why=why, auc=split["auc"],
-                             rows=len(rows), fitted=fitted, hand=hand, sources=split["sources"])
+                             rows=len(rows), fitted=fitted, hand=hand, sources=split["sources"],
+                             hand_sources=hand_split["sources"])
