@@ -197,3 +197,9 @@ def test_the_pipeline_refuses_or_answers_by_the_models_fitted_rule_when_one_is_s
         assert pipeline.abstention_rule().threshold == threshold
     # Without an embedder the rule (it weighs the cosine) is not used.
     assert Pipeline(engine, data_dir=data).abstention_rule() is None
+    # A damaged rule is a one-line error that says how to mend it, not a traceback from deep in stage 1.
+    from prefcall.errors import StoreError
+
+    fits.save(fits.Fit(fingerprint=fingerprint, relevance={"weights": [1.0], "threshold": 0.0}), data / fits.FITS_DIR)
+    with pytest.raises(StoreError, match="refit it with `prefcall fit --relevance`"):
+        Pipeline(engine, FakeEmbedder(), data_dir=data).abstention_rule()

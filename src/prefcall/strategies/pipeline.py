@@ -24,9 +24,10 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pydantic import ValidationError as PydanticValidationError
 
 from prefcall.engine.base import LOCAL, Embedder, Engine, Generation, Scope, ScopedEngine
-from prefcall.errors import ValidationError
+from prefcall.errors import StoreError, ValidationError
 from prefcall.tagging.tags import TaggedInstruction
 from prefcall.schemas.model import Call, Catalogue, Turn, as_dialogue, render_dialogue
 from prefcall.storage import fits
@@ -260,15 +261,16 @@ class Pipeline:
         decided = isinstance(selection.usage, fnctod.FunctionScores) and selection.usage.refused is not None
         if config.allow_refuse and config.ask_relevance and checked_answer and not decided:
             started = time.perf_counter()
-            self._refuse_off_topic_ask(turns, catalogue, result)
+            self._refuse_off_topic(turns, catalogue, result)
             meter.time("ask_relevance", started)
 
-    def _refuse_off_topic_ask(self, turns: list[Turn], catalogue: Catalogue, result: ParseResult) -> None:
-        """An ask for functions the request is not about becomes a refusal (strategies.relevance): the user's
+    def _refuse_off_topic(self, turns: list[Turn], catalogue: Catalogue, result: ParseResult) -> None:
+        """An answer for functions the request is not about becomes a refusal (strategies.relevance): the user's
         words are compared with the name and description of every function of the catalogue, against the
-        embedder's fitted threshold; the request is refused only when none clears it. Only asked when the user's words fill none of the required arguments ("I want to fly
-        to Paris" gives a destination: a question about the origin is right even if the wording is far from
-        "Books a flight between two cities"). Without an embedder or a fitted threshold, the ask stands."""
+        embedder's fitted threshold; the request is refused only when none clears it. With `relevance_scope`
+        "all" every call and ask is checked, whatever the filler found (the threshold is fitted low enough to keep
+        requests worded far from their function: "Get me to Paris tomorrow"); "unfilled_asks" reads only asks that
+        fill no required argument. Without an embedder or a fitted threshold, the answer stands."""
         # Every function of the catalogue, not only the ones stage 1 chose: a request that another function fits
         # is about the catalogue (stage 1 may have chosen wrong), and refusing it would cost a real request.
         words = "\n".join(t.content for t in turns if t.role == "user" and t.content)
@@ -386,7 +388,11 @@ class Pipeline:
         if self._abstention is None:
             fit = self.fit()
             found = fit.relevance if fit is not None and self.embedder is not None else None
-            self._abstention = (fnctod.AbstentionRule.model_validate(found),) if found else (None,)
+            try:
+                self._abstention = (fnctod.AbstentionRule.model_validate(found),) if found else (None,)
+            except PydanticValidationError as exc:
+                raise StoreError(f"the fitted relevance rule of {self.engine.info.model_name} is unreadable "
+                                 f"({exc.errors()[0]['msg']}): refit it with `prefcall fit --relevance`") from exc
         return self._abstention[0]
 
     def selection_rule(self) -> fnctod.SelectionRule:
