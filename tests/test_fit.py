@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from model_files import FileEngine
+
 from prefcall.engine.fake import FakeEmbedder, FakeEngine
 from prefcall.errors import StoreError
 from prefcall.evaluation import fit, splits
@@ -178,12 +180,7 @@ def test_a_stored_fit_is_used_for_that_model_file_only(tmp_path: Path):
     weights = load_weights("m", fitted=found.grounding)
     assert weights.span == (1.0, 2.0, -3.0) and weights.enum == load_weights("m").enum
 
-    class FileEngine(FakeEngine):
-        @property
-        def info(self):
-            return dataclasses.replace(super().info, model_path=str(model))
-
-    pipeline = Pipeline(FileEngine(), data_dir=data)
+    pipeline = Pipeline(FileEngine(model), data_dir=data)
     assert pipeline.fit() is not None and pipeline.fit().grounding == {"span": [1.0, 2.0, -3.0]}
     pipeline._grounder(fit.tune_items(["corpus"], subset=1)[0].catalogue, frozenset())  # noqa: SLF001
     assert pipeline._weights.span == (1.0, 2.0, -3.0)  # noqa: SLF001
@@ -191,13 +188,13 @@ def test_a_stored_fit_is_used_for_that_model_file_only(tmp_path: Path):
     from prefcall.strategies.fnctod import HAND_RULE
 
     fits.save(found.model_copy(update={"selection": [0.5, 1.0, 6.0, 1.0, 0.5, 1.0]}), data / "fits")
-    assert Pipeline(FileEngine(), FakeEmbedder(), data_dir=data).selection_rule().weights == [0.5, 1.0, 6.0, 1.0, 0.5,
+    assert Pipeline(FileEngine(model), FakeEmbedder(), data_dir=data).selection_rule().weights == [0.5, 1.0, 6.0, 1.0, 0.5,
                                                                                             1.0]
-    assert Pipeline(FileEngine(), data_dir=data).selection_rule() == HAND_RULE
+    assert Pipeline(FileEngine(model), data_dir=data).selection_rule() == HAND_RULE
     # Every request's view shares the rules the parent read once (no fit file read per request).
     from prefcall.engine.base import LOCAL
 
-    parent = Pipeline(FileEngine(), FakeEmbedder(), data_dir=data)
+    parent = Pipeline(FileEngine(model), FakeEmbedder(), data_dir=data)
     view = parent.scoped(LOCAL)
     assert view.selection_rule() is parent.selection_rule() and view.grounding_weights() is parent.grounding_weights()
 
@@ -260,17 +257,12 @@ def test_fit_selection_stores_the_stage_one_rule_beside_the_grounding_fit(tmp_pa
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF fake weights")
 
-    class FileEngine(FakeEngine):
-        @property
-        def info(self):
-            return dataclasses.replace(super().info, model_path=str(model))
-
     def scorer(prompt: str, candidate: str) -> float:  # a model that reads the request: the named function wins
         request = prompt.rsplit("Dialogue:", 1)[-1].lower()
         words = [w.lower() for w in re.findall(r"[A-Z][a-z]+", candidate.strip())[1:]]
         return 2.0 if any(w.rstrip("s") in request for w in words) else 0.0
 
-    monkeypatch.setattr(engines, "load_engine", lambda settings: FileEngine(scorer=scorer))
+    monkeypatch.setattr(engines, "load_engine", lambda settings: FileEngine(model, scorer=scorer))
     monkeypatch.setattr(engines, "load_embedder", lambda settings: FakeEmbedder())
     monkeypatch.setenv("PREFCALL_DATA_DIR", str(tmp_path / "data"))
     fingerprint = fits.file_fingerprint(model, tmp_path / "data")
@@ -284,5 +276,5 @@ def test_fit_selection_stores_the_stage_one_rule_beside_the_grounding_fit(tmp_pa
     assert report["fitted"] == (stored.selection is not None)
     from prefcall.commands.engine import fit_status  # what `prefcall info` shows
 
-    assert fit_status(FileEngine(), tmp_path / "data")["selection"]["fitted"] == report["fitted"]
+    assert fit_status(FileEngine(model), tmp_path / "data")["selection"]["fitted"] == report["fitted"]
     assert report["accuracy_fitted"]["all"] >= report["accuracy_hand"]["all"] or not report["fitted"]

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 
 import pytest
+from model_files import FileEngine
 
 from prefcall.engine.fake import FakeEmbedder
 from prefcall.evaluation import fit_relevance, splits
@@ -167,7 +167,6 @@ def test_a_fitted_abstention_rule_decides_the_refusal_and_the_ranking_keeps_the_
 
 def test_the_pipeline_refuses_or_answers_by_the_models_fitted_rule_when_one_is_stored(
         tmp_path: Path):
-    from prefcall.engine.fake import FakeEngine
     from prefcall.storage import fits
     from prefcall.strategies.pipeline import Pipeline
     from prefcall.strategies.pipeline_models import get_config
@@ -177,13 +176,7 @@ def test_the_pipeline_refuses_or_answers_by_the_models_fitted_rule_when_one_is_s
                                                             "city": {"type": "string"}}, "required": ["city"]})])
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF fake weights")
-
-    class FileEngine(FakeEngine):
-        @property
-        def info(self):
-            return dataclasses.replace(super().info, model_path=str(model))
-
-    engine = FileEngine()
+    engine = FileEngine(model)
     data = tmp_path / "data"
     fingerprint = fits.engine_fingerprint(engine, data)
     assert fingerprint

@@ -38,7 +38,8 @@ class RelevanceTask(BaseTask):
                             help="the first N requests of each source and kind (relevant, irrelevant)")
 
     def load(self, args: argparse.Namespace) -> list[EvalItem]:
-        part = {"dev": "tune"}.get(getattr(args, "split", None) or "report", getattr(args, "split", None) or "report")
+        part = getattr(args, "split", None) or "report"
+        part = "tune" if part == "dev" else part  # the NLT task's older name of its tuning part
         if part not in ("tune", "report"):
             raise ConfigError("eval relevance reads one part of the frozen split: --split tune or --split report")
         self._requests: dict[str, Request] = {}
