@@ -218,7 +218,7 @@ def select_split(task: Task, args: argparse.Namespace, items: list[EvalItem]) ->
     part = getattr(args, "split", None)
     part = {"dev": "tune"}.get(part, part)  # the NLT task's older name of its tuning file
     limit = getattr(args, "limit", None)
-    own = getattr(task, "selection", None)  # a task that reads several sources picks its part itself
+    own = getattr(task, "select_part", None)  # a task that reads several sources picks its part itself
     if callable(own):
         kept, selection = own(items, None if limit is None else max(0, int(limit)))
     else:

@@ -45,7 +45,7 @@ results.jsonl, report.md, the final JSON line. Contracts:
   `micro`, `macro_over_labels`, `statistic`): they are floats that carry n and a 95% interval, which the runner
   writes to metrics.json and report.md as `value [lo, hi]`.
 * The runner keeps the part of the frozen split that `--split` names, by `data_files` and `split_key`. A task
-  that reads one part of several sources itself (`relevance`) defines `selection(items, limit)` instead and
+  that reads one part of several sources itself (`relevance`) defines `select_part(items, limit)` instead and
   returns the items with their `splits.Selection`.
 * `predictions_from_file(item, record)` lets `--predictions FILE` score stored predictions without a model.
 * `plots(items, out_dir)` returns the PNG paths it wrote (helpers in `prefcall.evaluation.plots`, e.g.

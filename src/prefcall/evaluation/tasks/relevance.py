@@ -62,7 +62,7 @@ class RelevanceTask(BaseTask):
     def data_files(self, args: argparse.Namespace) -> list[Path]:
         return []  # `load` reads the part itself, source by source (fit_relevance.requests)
 
-    def selection(self, items: list[EvalItem], limit: int | None) -> tuple[list[EvalItem], Selection]:
+    def select_part(self, items: list[EvalItem], limit: int | None) -> tuple[list[EvalItem], Selection]:
         """The runner's split step: `load` already kept one part of each source."""
         kept = items[:limit]
         part = kept[0].meta["part"] if kept else "report"
