@@ -20,7 +20,6 @@ Steps:
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,8 +31,9 @@ from pydantic import BaseModel, Field
 from prefcall.errors import ConfigError
 from prefcall.evaluation import corpus, splits
 from prefcall.evaluation.data import import_catalogue_file, read_json, shared_data_dir
-from prefcall.schemas.importers import import_catalogue
 from prefcall.evaluation.metrics.calls import calls_from_any
+from prefcall.evaluation.tasks.tools import read_records
+from prefcall.schemas.importers import import_catalogue
 from prefcall.schemas.model import Catalogue, Function, Turn
 
 KEEP = 0.98
@@ -53,12 +53,6 @@ class Request(BaseModel):
     catalogue: Catalogue
     relevant: bool
     gold: list[str] = Field(default_factory=list)
-
-
-def _records(path: Path) -> list[Any]:
-    if path.suffix == ".jsonl":
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return read_json(path)
 
 
 def _part_keys(path: Path, part: str) -> set[str] | None:
@@ -117,7 +111,7 @@ def _utterances(source: str, path: Path, keys: set[str], catalogue: Catalogue) -
     """NLSI-format rows (the shared dev file, the bundled corpus): the transcript and its gold calls."""
     from prefcall.strategies.fnctod import user_words
 
-    rows = _records(path)
+    rows = read_records(path)
     ids = splits.unique_ids(str(r["example_id"]) for r in rows)
     return [Request(source=source, id=key, dialogue=r["user_utterance"], text=user_words(r["user_utterance"]),
                     catalogue=catalogue, relevant=True, gold=_gold_names(r["api_calls"]))
@@ -133,7 +127,7 @@ def _sgd(path: Path, keys: set[str]) -> list[Request]:
     catalogue = import_catalogue_file(schema, "sgd")
     names = function_names(sgd_services(read_json(schema), schema))
     out = []
-    for dialogue in _records(path):
+    for dialogue in read_records(path):
         if dialogue["dialogue_id"] not in keys:
             continue
         turns: list[Turn] = []
@@ -151,7 +145,7 @@ def _sgd(path: Path, keys: set[str]) -> list[Request]:
 
 def _nlt(path: Path, keys: set[str]) -> list[Request]:
     out = []
-    for row in _records(path):
+    for row in read_records(path):
         if str(row["id"]) not in keys:
             continue
         turns = [Turn(role="user" if m.get("role") == "user" else "assistant", content=m["content"])
