@@ -470,3 +470,19 @@ def test_common_noun_phrases_with_their_article_or_possessive_are_candidates():
     assert (rows["the airport"][opens], rows["the airport"][common]) == (1.0, 1.0)
     assert (rows["The Westside branch"][opens], rows["The Westside branch"][common]) == (1.0, 0.0)
     assert (rows["airport"][opens], rows["airport"][common]) == (0.0, 0.0)
+
+
+def test_amounts_with_a_currency_or_percent_sign_and_possessive_names_are_candidates():
+    # Class b: "$50" is the number 50 for a number argument, "Bob's" offers the name Bob (and itself).
+    text = "Send $50 and 15% of €1,200.50 to Bob's savings account, not $ or %."
+    source = [Source("user", text, "turn 0")]
+    amounts = argument_candidates("amount", {"type": "number"}, source).candidates
+    assert [(c.value, c.text) for c in amounts] == [(50, "$50"), (15, "15%"), (1200.5, "€1,200.50")]
+    assert all(text[c.start:c.end] == c.text for c in amounts)
+    whole = argument_candidates("count", {"type": "integer"}, source).candidates
+    assert [c.value for c in whole] == [50, 15]  # 1200.50 is not an integer
+    names = {c.text: c for c in argument_candidates("recipient_name", {"type": "string"}, source).candidates}
+    assert {"Bob", "Bob's", "Bob's savings account"} <= set(names)
+    assert text[names["Bob"].start:names["Bob"].end] == "Bob"
+    assert "Bob savings account" not in names  # only a possessive that ends the span is cut
+    assert ungrounded_leaf(50, {"type": "number"}, source) is None

@@ -37,6 +37,9 @@ EDGE_WORDS = frozenset(STOP_WORDS | set(
 # Words that may open a span before a content word: "the airport", "my office" (never a span on their own).
 DETERMINERS = frozenset("the my our your his her their this that".split())
 _NUMBER_RE = re.compile(r"^[-+]?(\d{1,3}(,\d{3})+|\d+)(\.\d+)?$")
+# A number as people write amounts: a currency sign before it ("$50", "€1,200.50"), a percent sign after it.
+_AMOUNT_RE = re.compile(r"^(?P<sign>[-+]?)[$€£¥₹](?P<number>.+)$|^(?P<percent>.+)%$")
+_POSSESSIVE_RE = re.compile(r"['’]s$")
 _FREE_HINTS = re.compile(
     r"\b(python|syntax|expression|formula|equation|code|snippet|json|regex|regular expression|sql|query string|"
     r"url|uri|path|list of|array of|base64|hex)\b", re.I)
@@ -136,6 +139,9 @@ def spans(source: Source, max_words: int = MAX_SPAN_WORDS) -> list[Candidate]:
             value = text[start:end].strip(_EDGE)
             if value and '"' not in value and re.search(r"[A-Za-z0-9]", value):
                 seen.setdefault(value, Candidate(value, value, source, start, start + len(value)))
+                owner = _POSSESSIVE_RE.sub("", value)  # "Bob's": the name is Bob; "Bob's" stays a candidate too
+                if owner != value and re.search(r"[A-Za-z0-9]", owner):
+                    seen.setdefault(owner, Candidate(owner, owner, source, start, start + len(owner)))
     return list(seen.values())
 
 
@@ -162,6 +168,9 @@ def parse_number(word: str) -> int | float | None:
     w = word.lower().strip(_EDGE)
     if w in NUMBER_WORDS:
         return NUMBER_WORDS[w]
+    amount = _AMOUNT_RE.match(w)
+    if amount:
+        w = amount["sign"] + amount["number"] if amount["number"] else amount["percent"]
     if _NUMBER_RE.match(w):
         number = float(w.replace(",", ""))
         return int(number) if number.is_integer() and "." not in w else number
