@@ -57,6 +57,27 @@ def test_enum_override_drops_the_replaced_preference():
     assert PROFILE[3] in kept.selected_texts
 
 
+def test_a_value_two_arguments_share_overrides_nothing_the_filler_decides_which_argument_each_side_sets():
+    # Class a: "Bob's savings account" is the recipient's account; "my checking account" the sender's. Both
+    # arguments have both values, so the words alone do not say that the user replaced the instruction's value.
+    from prefcall.schemas.model import Catalogue, Function
+
+    accounts = {"type": "string", "enum": ["checking", "savings"]}
+    transfer = Function(name="TransferMoney", description="Transfer money from one of the user's accounts.",
+                        parameters={"type": "object", "properties": {
+                            "recipient_name": {"type": "string"}, "account_type": accounts,
+                            "recipient_account_type": accounts}})
+    catalogue = Catalogue(name="bank", functions=[transfer])
+    profile = ["For transfers I always use my checking account."]
+    result = select_instructions("Please transfer 200 dollars to Bob's savings account.", profile, catalogue)
+    assert result.selected_texts == profile and result.ranking[0].overridden_by is None
+    own = Function(name="TransferMoney", description="Transfer money from one of the user's accounts.",
+                   parameters={"type": "object", "properties": {"account_type": accounts}})
+    single = select_instructions("Please transfer 200 dollars from savings.", profile,
+                                 Catalogue(name="bank", functions=[own]))
+    assert single.selected == [] and single.ranking[0].overridden_by == "account_type 'saving'"
+
+
 def test_location_override():
     profile = ["If I ask for Restaurants, my preferred city is Santa Clara", "If I ask for Restaurants, I like Thai food"]
     result = select_instructions("Do you know of any restaurants in Sunnyvale?", profile, NLSI)

@@ -103,7 +103,9 @@ class DomainModel:
     name_words: dict[str, set[str]]
     description_words: dict[str, set[str]]
     param_phrases: dict[str, dict[tuple[str, ...], str]]  # function -> phrase tokens -> parameter
-    enum_values: dict[str, dict[tuple[str, ...], str]]  # function -> value tokens -> parameter
+    # function -> value tokens -> the parameters having that value (account_type and recipient_account_type share
+    # "checking")
+    enum_values: dict[str, dict[tuple[str, ...], tuple[str, ...]]]
     texts: list[str]
     weight: dict[Any, float] = field(default_factory=dict)  # word or phrase -> 1 / number of functions having it
 
@@ -115,12 +117,12 @@ class DomainModel:
             name_words[f.name] = {w for w in tokenize(f.name) if w not in NAME_VERBS}
             desc_words[f.name] = {w for w in tokenize(f.description) if not generic(w)}
             params[f.name] = {tuple(tokenize(p, drop_stop_words=False)): p for p in f.properties}
-            enums[f.name] = {
-                tuple(tokenize(str(v), drop_stop_words=False)): p
-                for p, schema in f.properties.items()
-                for v in schema.get("enum", [])
-                if str(v).lower() not in ("true", "false")
-            }
+            enums[f.name] = {}
+            for p, schema in f.properties.items():
+                for v in schema.get("enum", []):
+                    if str(v).lower() not in ("true", "false"):
+                        key = tuple(tokenize(str(v), drop_stop_words=False))
+                        enums[f.name][key] = (*enums[f.name].get(key, ()), p)
             texts.append(f"{split_identifier(f.name)}: {f.description}")
         model = cls(names, name_words, desc_words, params, enums, texts)
         counts: dict[Any, int] = {}
@@ -298,16 +300,18 @@ def override_reason(instruction: str, domains: list[str], dialogue: str, model: 
         if value_words and not any(w in dialogue_words for w in value_words):
             return f"location {place!r}"
     for n in domains:
-        # Enum values: the instruction picks one value of a parameter, the user another of the same one.
+        # Enum values: the instruction picks one value of a parameter, the user another of the same one. A value
+        # that several parameters share ("checking" for the sender's and the recipient's account) does not say which
+        # one either side sets: the filler and the preferences decide that per argument, so it overrides nothing here.
         text = " " + " ".join(ins_words) + " "
         dtext = " " + " ".join(_words(dialogue)) + " "
-        for value, param in model.enum_values[n].items():
-            if f" {' '.join(value)} " not in text:
+        for value, params in model.enum_values[n].items():
+            if len(params) != 1 or f" {' '.join(value)} " not in text:
                 continue
-            for other, other_param in model.enum_values[n].items():
-                if other_param == param and other != value and f" {' '.join(other)} " in dtext \
+            for other, other_params in model.enum_values[n].items():
+                if other_params == params and other != value and f" {' '.join(other)} " in dtext \
                         and f" {' '.join(value)} " not in dtext:
-                    return f"{param} {' '.join(other)!r}"
+                    return f"{params[0]} {' '.join(other)!r}"
         # The user states a parameter the instruction also sets ("the dentist's name is X", "SFO as the city").
         for phrase, param in model.param_phrases[n].items():
             if not phrase or f" {' '.join(phrase)} " not in text:
