@@ -196,3 +196,126 @@ def test_the_pipeline_refuses_or_answers_by_the_models_fitted_rule_when_one_is_s
     fits.save(fits.Fit(fingerprint=fingerprint, relevance={"weights": [1.0], "threshold": 0.0}), data / fits.FITS_DIR)
     with pytest.raises(StoreError, match="refit it with `prefcall fit --relevance`"):
         Pipeline(engine, FakeEmbedder(), data_dir=data).abstention_rule()
+
+
+def _stage_one_rows(n: int, relevant: bool, source: str, cosines: tuple[float, float], named: bool = False,
+                    none_model: float = 0.0, best: float = 0.0, gate: float = 0.5) -> list[fit_relevance.RelevanceRow]:
+    low, high = cosines
+    return [fit_relevance.RelevanceRow(
+        source=source, id=f"{source}{i}", relevant=relevant, features=[0.0, 0.0], hand_refused=False,
+        none_inputs=[none_model, best, low + (high - low) * i / max(1, n - 1), float(named)], gate_cosine=gate)
+        for i in range(n)]
+
+
+def test_the_none_prior_fit_refuses_more_irrelevant_requests_and_never_more_of_any_relevant_source():
+    # Irrelevant requests come to 0.20-0.40 of a function; relevant ones from 0.45 up, except one source worded
+    # far from its functions (0.33-0.60), of which the hand-set prior (positive under 0.30) refuses none.
+    rows = (_stage_one_rows(50, False, "noise", (0.20, 0.40)) + _stage_one_rows(80, True, "close", (0.45, 0.90))
+            + _stage_one_rows(20, True, "far", (0.33, 0.60)))
+    hand = fit_relevance.prior_refusals(rows, fnctod.HAND_NONE_PRIOR)
+    assert hand[:50].mean() < 0.6 and not hand[50:].any()
+    result = fit_relevance.fit_none_prior(rows)
+    prior = fnctod.NonePrior.model_validate(result.prior)
+    assert result.kept and result.fitted["no_call"] > result.hand["no_call"] and result.fitted["false_refusal"] == 0.0
+    assert 0.30 < prior.cosine <= 0.33 + 1e-9  # as far as the far source allows, no further
+    assert result.sources["far"].kept == 1.0 and result.hand_sources["far"].kept == 1.0
+    # Naming a function outright counts against "None": a named relevant source keeps its requests at a higher
+    # prior cosine when the named constant takes the difference back.
+    named = (_stage_one_rows(50, False, "noise", (0.20, 0.40))
+             + _stage_one_rows(20, True, "named", (0.30, 0.40), named=True)
+             + _stage_one_rows(80, True, "close", (0.45, 0.90)))
+    wide = fit_relevance.fit_none_prior(named)
+    assert wide.kept and wide.fitted["no_call"] == 1.0 and wide.fitted["false_refusal"] == 0.0
+    assert fnctod.NonePrior.model_validate(wide.prior).named > 0
+
+
+def test_the_none_prior_fit_counts_the_embedder_check_and_keeps_the_hand_prior_when_nothing_is_better():
+    rows = _stage_one_rows(30, False, "noise", (0.10, 0.20)) + _stage_one_rows(30, True, "close", (0.50, 0.90))
+    # Every irrelevant request is already refused (by the prior, or by the embedder check at 0.25): nothing to gain.
+    for gate in (None, 0.25):
+        result = fit_relevance.fit_none_prior(rows, gate)
+        assert not result.kept and result.prior == fnctod.HAND_NONE_PRIOR.model_dump() and "no prior" in result.why
+        assert result.hand == {"no_call": 1.0, "false_refusal": 0.0} and result.gate_threshold == gate
+    gated = [r.model_copy(update={"gate_cosine": 0.0 if not r.relevant else 0.5}) for r in rows]
+    assert fit_relevance.prior_refusals(gated, fnctod.NonePrior(cosine=0.0, slope=0.0, named=0.0), 0.25)[:30].all()
+    from prefcall.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="both kinds"):
+        fit_relevance.fit_none_prior(rows[:30])
+
+
+def test_the_pipeline_weighs_none_with_the_models_fitted_prior_when_one_is_stored(tmp_path: Path):
+    from prefcall.errors import StoreError
+    from prefcall.storage import fits
+    from prefcall.strategies.pipeline import Pipeline
+    from prefcall.strategies.pipeline_models import get_config
+
+    catalogue = Catalogue(name="c", functions=[Function(name="get_weather", description="current weather of a city",
+                                                        parameters={"type": "object", "properties": {
+                                                            "city": {"type": "string"}}, "required": ["city"]})])
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF fake weights")
+    engine = FileEngine(model)
+    data = tmp_path / "data"
+    fingerprint = fits.engine_fingerprint(engine, data) or ""
+    config = get_config("full", allow_refuse=True)
+    assert Pipeline(engine, FakeEmbedder(), data_dir=data).none_prior() == fnctod.HAND_NONE_PRIOR  # never fitted
+    answered = Pipeline(engine, FakeEmbedder(), data_dir=data).parse("What is the weather in Paris?", [], catalogue,
+                                                                     config)
+    assert answered.decision in ("call", "ask")
+    fits.save(fits.Fit(fingerprint=fingerprint, none_prior={"cosine": 5.0, "slope": 40.0, "named": 0.0}),
+              data / fits.FITS_DIR)
+    pipeline = Pipeline(engine, FakeEmbedder(), data_dir=data)
+    assert pipeline.none_prior() == fnctod.NonePrior(cosine=5.0, slope=40.0, named=0.0)
+    refused = pipeline.parse("What is the weather in Paris?", [], catalogue, config)
+    assert refused.decision == "refuse" and refused.functions == []
+    fits.save(fits.Fit(fingerprint=fingerprint, none_prior={"cosine": 0.3, "slope": -1.0, "named": 0.0}),
+              data / fits.FITS_DIR)
+    with pytest.raises(StoreError, match="refit it with `prefcall fit --relevance`"):
+        Pipeline(engine, FakeEmbedder(), data_dir=data).none_prior()
+
+
+def test_fit_relevance_with_a_model_fits_the_none_prior_beside_the_rule_and_writes_its_rows(tmp_path: Path,
+                                                                                         monkeypatch, capsys):
+    from prefcall import cli
+    from prefcall.storage import fits
+
+    def weather(i: int) -> Catalogue:
+        return Catalogue(name="w", functions=[
+            Function(name="get_weather", description="current weather of a city"),
+            Function(name="book_table", description="reserve a table at a restaurant")])
+
+    items = [fit_relevance.Request(source="rel", id=f"r{i}", dialogue=f"User: weather in city {i}",
+                                   text=f"weather in city {i}", catalogue=weather(i), relevant=True, gold=["get_weather"])
+             for i in range(12)]
+    items += [fit_relevance.Request(source="irr", id=f"i{i}", dialogue=f"User: sing me song {i}",
+                                    text=f"sing me song {i}", catalogue=weather(i), relevant=False) for i in range(8)]
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF fake weights")
+    monkeypatch.setattr(fit_relevance, "requests", lambda part: items)
+    monkeypatch.setattr("prefcall.engine.load_embedder", lambda settings: FakeEmbedder())
+    monkeypatch.setattr("prefcall.engine.load_engine", lambda settings: FileEngine(model))
+    data, out = tmp_path / "data", tmp_path / "run"
+    monkeypatch.setenv("PREFCALL_DATA_DIR", str(data))
+    assert cli.main(["fit", "--relevance", "--out", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)["model_rule"]
+    prior = printed["none_prior"]
+    assert prior["hand_prior"] == fnctod.HAND_NONE_PRIOR.model_dump() and prior["rows"] == 20
+    assert prior["gate_threshold"] is not None
+    rows = [fit_relevance.RelevanceRow.model_validate_json(line)
+            for line in (out / "relevance-rows.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 20 and all(r.none_inputs is not None and r.gate_cosine is not None for r in rows)
+    # The embedder check already refuses every irrelevant request here: no prior can do better, nothing is stored.
+    assert prior["hand"]["no_call"] == 1.0 and not prior["kept"]
+    stored = fits.load(printed["fingerprint"], data)
+    assert stored is None or stored.none_prior is None
+    # A prior that is better is stored with the model's fit, with where it came from; other fitted rules stay.
+    fits.save(fits.Fit(fingerprint=printed["fingerprint"], selection=[1.0] * 6), data / fits.FITS_DIR)
+    better = fit_relevance.fit_none_prior(rows).model_copy(update={"kept": True, "prior": {
+        "cosine": 0.4, "slope": 5.0, "named": 1.0}})
+    monkeypatch.setattr(fit_relevance, "fit_none_prior", lambda rows, threshold: better)
+    assert cli.main(["fit", "--relevance"]) == 0
+    capsys.readouterr()
+    stored = fits.load(printed["fingerprint"], data)
+    assert stored.none_prior == {"cosine": 0.4, "slope": 5.0, "named": 1.0} and stored.selection == [1.0] * 6
+    assert stored.source["none_prior"]["command"] == "prefcall fit --relevance"

@@ -7,7 +7,7 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prefcall.commands.options import add_model_options, settings_from_args
 
@@ -110,10 +110,12 @@ def run_fit(args: argparse.Namespace) -> int:
                            kinds=fit.fit(rows, shipped, min_right))
     stored = None
     earlier = fits.load(fingerprint, settings.data_dir)  # stage 1's and the relevance rule fitted before stay
-    kept = {k: v for k, v in (earlier.source if earlier is not None else {}).items() if k in ("selection", "relevance")}
+    kept = {k: v for k, v in (earlier.source if earlier is not None else {}).items()
+            if k in ("selection", "relevance", "none_prior")}
     result = fits.Fit(fingerprint=fingerprint or "", model_name=info.model_name, grounding=report.grounding(),
                       selection=earlier.selection if earlier is not None else None,
                       relevance=earlier.relevance if earlier is not None else None,
+                      none_prior=earlier.none_prior if earlier is not None else None,
                       source={**kept, **fit.source_note(report, command, git_commit())})
     (out / "fit.json").write_text(result.model_dump_json(indent=1, exclude={"origin"}) + "\n", encoding="utf-8")
     if not args.dry_run and fingerprint and report.grounding():
@@ -198,7 +200,8 @@ def _fit_relevance(args: argparse.Namespace, settings: Settings) -> int:
     result = fit_relevance.fit(embedder.name, cosines, items)
     counts = dict(Counter(f"{i.source} ({'relevant' if i.relevant else 'irrelevant'})" for i in items))
     command = "prefcall " + " ".join(getattr(args, "argv", sys.argv[1:]))
-    model = None if args.embedder_only else _fit_model_relevance(args, settings, embedder, items, command, counts)
+    model = None if args.embedder_only else _fit_model_relevance(args, settings, embedder, items, command, counts,
+                                                                 cosines, result.threshold)
     source = (f"{command} ({dt.date.today().isoformat()}, commit {git_commit()}): "
               f"the tune part of data/splits.json, {result.n_relevant} requests a function fits and "
               f"{result.n_irrelevant} that none fits, from {len(result.sources)} sources; AUC {result.auc}; keeps "
@@ -215,8 +218,10 @@ def _fit_relevance(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _fit_model_relevance(args: argparse.Namespace, settings: Settings, embedder: object, items: list,
-                         command: str, counts: dict[str, int]) -> dict:
-    """The model's rule (fit_relevance.fit_rule) from stage 1 on every request; stored with the model's fit."""
+                         command: str, counts: dict[str, int], cosines: list[float], threshold: float) -> dict:
+    """The model's rule (fit_relevance.fit_rule) and stage 1's None prior (fit_relevance.fit_none_prior, counted
+    with the embedder check at `threshold`) from stage 1 on every request; each is stored with the model's fit
+    only when it is better than the hand-set one."""
     import datetime as dt
 
     from prefcall.engine import load_engine
@@ -229,7 +234,7 @@ def _fit_model_relevance(args: argparse.Namespace, settings: Settings, embedder:
     fingerprint = fits.engine_fingerprint(engine, settings.data_dir)
     pipeline = Pipeline(engine, embedder, data_dir=settings.data_dir)
     progress = Progress(len(items), sys.stderr, label="fit --relevance (stage 1)")
-    rows = fit_relevance.collect(pipeline, items, lambda _: progress.advance())
+    rows = fit_relevance.collect(pipeline, items, lambda _: progress.advance(), gate_cosines=cosines)
     progress.close()
     if args.out:
         out = Path(args.out)
@@ -241,15 +246,26 @@ def _fit_model_relevance(args: argparse.Namespace, settings: Settings, embedder:
             **result.model_dump(exclude={"weights", "threshold", "sources", "hand_sources"}),
             "sources": {k: v.model_dump() for k, v in result.sources.items()},
             "hand_sources": {k: v.model_dump() for k, v in result.hand_sources.items()}}
+    prior = fit_relevance.fit_none_prior(rows, threshold)
+    prior_note = {"command": command, "commit": git_commit(), "date": dt.date.today().isoformat(),
+                  "data": "tune split of prefcall/data/splits.json", "items": counts,
+                  **prior.model_dump(exclude={"sources", "hand_sources"}),
+                  "sources": {k: v.model_dump() for k, v in prior.sources.items()},
+                  "hand_sources": {k: v.model_dump() for k, v in prior.hand_sources.items()}}
     stored = None
-    if not args.dry_run and fingerprint and result.kept:
+    update: dict[str, Any] = {}
+    if result.kept:
+        update.update(relevance=result.rule(), relevance_note=note)
+    if prior.kept:
+        update.update(none_prior=prior.prior, none_prior_note=prior_note)
+    if not args.dry_run and fingerprint and update:
         earlier = fits.load(fingerprint, settings.data_dir)
         base = earlier or fits.Fit(fingerprint=fingerprint, model_name=engine.info.model_name)
-        stored = fits.save(base.model_copy(update={"relevance": result.rule(),
-                                                   "source": {**base.source, "relevance": note}}),
+        notes = {k.removesuffix("_note"): update.pop(k) for k in list(update) if k.endswith("_note")}
+        stored = fits.save(base.model_copy(update={**update, "source": {**base.source, **notes}}),
                            settings.data_dir / fits.FITS_DIR)
     return {"model": engine.info.model_name, "fingerprint": fingerprint, **result.rule(), **note,
-            "stored_in": str(stored) if stored else None}
+            "none_prior": prior_note, "stored_in": str(stored) if stored else None}
 
 
 def _fit_nlt(args: argparse.Namespace, settings: Settings) -> int:

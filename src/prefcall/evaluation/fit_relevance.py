@@ -300,6 +300,10 @@ class RelevanceRow(BaseModel):
     relevant: bool
     features: list[float]
     hand_refused: bool
+    # what the None prior is weighed against (FunctionScores.none_prior_inputs): the None candidate's model score,
+    # the best function's combined score, the best cosine, whether a function is named (1.0) or not (0.0)
+    none_inputs: list[float] | None = None
+    gate_cosine: float | None = None  # the embedder check's cosine (best_cosines), when the fit computed it
 
 
 class ModelRelevanceFit(BaseModel):
@@ -318,22 +322,25 @@ class ModelRelevanceFit(BaseModel):
         return {"weights": self.weights, "threshold": self.threshold}
 
 
-def collect(pipeline: Any, items: Sequence[Request], progress: Callable[[str], None] | None = None
-            ) -> list[RelevanceRow]:
-    """Stage 1 (the `full` config with refusals allowed, as the MCP server runs it) on each request."""
+def collect(pipeline: Any, items: Sequence[Request], progress: Callable[[str], None] | None = None,
+            gate_cosines: Sequence[float] | None = None) -> list[RelevanceRow]:
+    """Stage 1 (the `full` config with refusals allowed, as the MCP server runs it) on each request; with
+    `gate_cosines` (best_cosines of the same items), each row also carries the embedder check's cosine."""
     from prefcall.strategies.fnctod import NONE_CANDIDATE, FunctionScores
     from prefcall.strategies.pipeline_models import get_config
 
     config = get_config("full", allow_refuse=True)
     rows = []
-    for item in items:
+    for n, item in enumerate(items):
         scores = pipeline.stage_one(item.dialogue, item.catalogue, config).usage
         features = scores.relevance_features() if isinstance(scores, FunctionScores) else None
         if features is not None:
             none = scores.names.index(NONE_CANDIDATE)
             hand = scores.combined[none] > max(c for i, c in enumerate(scores.combined) if i != none)
+            inputs = scores.none_prior_inputs()
             rows.append(RelevanceRow(source=item.source, id=item.id, relevant=item.relevant, features=features,
-                                     hand_refused=hand))
+                                     hand_refused=hand, none_inputs=[*inputs[:3], float(inputs[3])] if inputs else None,
+                                     gate_cosine=gate_cosines[n] if gate_cosines is not None else None))
         if progress is not None:
             progress(item.id)
     return rows
@@ -372,3 +379,83 @@ def fit_rule(rows: Sequence[RelevanceRow]) -> ModelRelevanceFit:
     return ModelRelevanceFit(weights=weights, threshold=threshold, kept=kept, why=why, auc=split["auc"],
                              rows=len(rows), fitted=fitted, hand=hand, sources=split["sources"],
                              hand_sources=hand_split["sources"])
+
+
+# -- stage 1's "None" prior: the constants of fnctod.NonePrior -----------------------------------------------------
+# Searched on a grid (a few hundred requests cannot place more than three constants): where the prior turns
+# positive, how fast it grows and what naming a function takes off it.
+PRIOR_COSINES = tuple(round(0.01 * i, 2) for i in range(0, 61))
+PRIOR_SLOPES = (0.0, 2.5, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 40.0)
+PRIOR_NAMED = (0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
+
+
+class NonePriorFit(BaseModel):
+    prior: dict[str, float]  # fnctod.NonePrior fields
+    hand_prior: dict[str, float]
+    gate_threshold: float | None  # the embedder check's threshold the refusals were counted with
+    kept: bool  # stored only when it refuses more irrelevant tuning requests and, in every source, no more relevant
+    why: str = ""
+    rows: int
+    fitted: dict[str, float]  # "no_call" and "false_refusal", stage 1 and the embedder check together, in sample
+    hand: dict[str, float]
+    sources: dict[str, SourceShare] = Field(default_factory=dict)  # kept share per source with the fitted prior
+    hand_sources: dict[str, SourceShare] = Field(default_factory=dict)
+
+
+def prior_refusals(rows: Sequence[RelevanceRow], prior: Any, gate_threshold: float | None = None) -> np.ndarray:
+    """Which rows are refused with this None prior: "None" wins stage 1, or (with `gate_threshold`) the embedder
+    check refuses the answer stage 1 chose."""
+    inputs = np.asarray([r.none_inputs for r in rows], dtype=float)
+    model, best, cosine, named = inputs.T
+    refused = model + prior.slope * (prior.cosine - cosine) - prior.named * named > best
+    if gate_threshold is not None:
+        refused |= np.asarray([r.gate_cosine for r in rows], dtype=float) < gate_threshold
+    return refused
+
+
+def fit_none_prior(rows: Sequence[RelevanceRow], gate_threshold: float | None = None) -> NonePriorFit:
+    """The NonePrior that refuses the most irrelevant tuning requests net of relevant ones (no-call minus false
+    refusals, stage 1 and the embedder check together), among those that refuse, in every relevant source, no larger
+    share than the hand-set prior does (a fitted prior may not buy abstention with a source's requests). Ties go
+    to the prior closest to the hand-set one. Kept only when it refuses more irrelevant requests than the
+    hand-set prior or fewer relevant ones."""
+    from prefcall.strategies.fnctod import HAND_NONE_PRIOR, NonePrior
+
+    rows = [r for r in rows if r.none_inputs is not None and (gate_threshold is None or r.gate_cosine is not None)]
+    if not any(r.relevant for r in rows) or all(r.relevant for r in rows):
+        raise ConfigError("the None prior fit needs stage 1 rows of both kinds (some a function fits, some none): "
+                          "rerun `prefcall fit --relevance`")
+    relevant = np.asarray([r.relevant for r in rows])
+    sources = sorted({r.source for r in rows if r.relevant})
+    masks = [relevant & np.asarray([r.source == s for r in rows]) for s in sources]
+
+    def rates(refused: np.ndarray) -> tuple[float, float, list[float]]:
+        return (float(refused[~relevant].mean()), float(refused[relevant].mean()),
+                [float(refused[m].mean()) for m in masks])
+
+    hand_refused = prior_refusals(rows, HAND_NONE_PRIOR, gate_threshold)
+    hand_nc, hand_fr, hand_per = rates(hand_refused)
+    scale = (0.1, 10.0, 2.0)  # what counts as near the hand-set prior, per constant
+    best, best_key = HAND_NONE_PRIOR, (hand_nc - hand_fr, 0.0)
+    for cosine in PRIOR_COSINES:
+        for slope in PRIOR_SLOPES:
+            for named in PRIOR_NAMED:
+                prior = NonePrior(cosine=cosine, slope=slope, named=named)
+                nc, fr, per = rates(prior_refusals(rows, prior, gate_threshold))
+                if any(p > h + 1e-12 for p, h in zip(per, hand_per)):
+                    continue
+                distance = (abs(cosine - HAND_NONE_PRIOR.cosine) / scale[0] + abs(slope - HAND_NONE_PRIOR.slope)
+                            / scale[1] + abs(named - HAND_NONE_PRIOR.named) / scale[2])
+                key = (round(nc - fr, 9), -distance)
+                if key > best_key:
+                    best, best_key = prior, key
+    refused = prior_refusals(rows, best, gate_threshold)
+    fitted, hand = _rates(list(refused), rows), _rates(list(hand_refused), rows)
+    kept = best != HAND_NONE_PRIOR and (fitted["no_call"] > hand["no_call"] or
+                                       fitted["false_refusal"] < hand["false_refusal"])
+    why = "" if kept else ("no prior on the grid refuses more irrelevant tuning requests, or fewer relevant ones, "
+                           "than the hand-set prior without refusing more of some source's relevant requests")
+    return NonePriorFit(prior=best.model_dump(), hand_prior=HAND_NONE_PRIOR.model_dump(), gate_threshold=gate_threshold,
+                        kept=kept, why=why, rows=len(rows), fitted=fitted, hand=hand,
+                        sources=shares([0.0 if r else 1.0 for r in refused], rows, 0.5)["sources"],
+                        hand_sources=shares([0.0 if r else 1.0 for r in hand_refused], rows, 0.5)["sources"])

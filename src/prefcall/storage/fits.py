@@ -50,6 +50,9 @@ class Fit(BaseModel):
     # whether any function fits: {"weights": [bias, *over strategies.fnctod.RELEVANCE_FEATURES], "threshold": t}
     # (`prefcall fit --relevance`); None: stage 1's hand-set "None" prior and the embedder's threshold decide
     relevance: dict[str, Any] | None = None
+    # stage 1's "None" prior, {"cosine": c, "slope": s, "named": n} (strategies.fnctod.NonePrior, `prefcall fit
+    # --relevance`); None: the hand-set prior
+    none_prior: dict[str, float] | None = None
     source: dict[str, Any] = Field(default_factory=dict)  # command, data, commit, date, counts, tune F1
     origin: str = ""  # where it was read from (set on load): "user" or "package"
 

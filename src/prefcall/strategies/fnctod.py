@@ -325,6 +325,7 @@ class DomainEvidence(BaseModel):
     prior: list[float]
     cosines: list[float] | None = None
     parts: list[tuple[float, float, float]] = Field(default_factory=list)
+    named: bool = False  # the user's words name a function outright (an input of the None prior)
 
 
 class FunctionScores(BaseModel):
@@ -341,6 +342,7 @@ class FunctionScores(BaseModel):
     features: list[list[float]] = Field(default_factory=list)  # per name, SELECTION_FEATURES
     fitted: list[float] | None = None
     refused: bool | None = None  # set by a fitted AbstentionRule: no function fits (None: `combined` decides)
+    named: bool = False  # the user's words name a function outright (DomainEvidence.named)
     prompt_tokens: int = 0
     evaluated: int = 0
     reused: int = 0
@@ -379,6 +381,19 @@ class FunctionScores(BaseModel):
             return None
         none = self.features[self.names.index(NONE_CANDIDATE)]
         return [max(f[2] for f in others), none[0] - max(f[0] for f in others)]
+
+    def none_prior_inputs(self) -> tuple[float, float, float, bool] | None:
+        """What the None prior is weighed against (`fit_relevance.fit_none_prior`): the None candidate's calibrated
+        model score, the best function's `combined`, the request's best cosine and whether it names a function.
+        "None" wins when its model score plus NonePrior.log_odds(cosine, named) passes the best function's."""
+        if NONE_CANDIDATE not in self.names or not self.features:
+            return None
+        i = self.names.index(NONE_CANDIDATE)
+        others = [j for j in range(len(self.names)) if j != i]
+        if not others:
+            return None
+        return (self.features[i][0], max(self.combined[j] for j in others), max(self.features[j][2] for j in others),
+                self.named)
 
 
 def scoring_prompt(engine: Engine, catalogue: Catalogue, dialogue: str) -> Prompt:
@@ -437,14 +452,34 @@ class CalibrationFile:
             pass  # a read-only data folder: calibrate again next start
 
 
+class NonePrior(BaseModel):
+    """The "None" candidate's log prior relative to a flat one, from relevance evidence only: how close the request
+    comes to the nearest function text (embedding cosine) and whether it names a function outright. Positive below
+    `cosine`, rising by `slope` per unit of cosine, lowered by `named` when a function is named.
+    `prefcall fit --relevance` fits it per model on the tune split (`fit_relevance.fit_none_prior`)."""
+
+    cosine: float
+    slope: float = Field(ge=0.0)
+    named: float = Field(ge=0.0)
+
+    def log_odds(self, max_cosine: float, named: bool) -> float:
+        return self.slope * (self.cosine - max_cosine) - (self.named if named else 0.0)
+
+
+# Without a fitted prior. Chosen by hand on dev slices disjoint from every reported item (BFCL irrelevance /
+# simple_python items 100-199, NLSI dev 300-402): at 0.30 a None prior is positive for 48% of irrelevant requests,
+# 1% of relevant BFCL requests and 7% of NLSI requests, before the model's own score.
+HAND_NONE_PRIOR = NonePrior(cosine=0.30, slope=10.0, named=2.0)
+
+
 def domain_log_prior(catalogue: Catalogue, dialogue: str, embedder: Any = None, *,
-                     allow_none: bool = False) -> list[float]:
+                     allow_none: bool = False, none_prior: NonePrior = HAND_NONE_PRIOR) -> list[float]:
     """log prior per candidate (see `domain_evidence`)."""
-    return domain_evidence(catalogue, dialogue, embedder, allow_none=allow_none).prior
+    return domain_evidence(catalogue, dialogue, embedder, allow_none=allow_none, none_prior=none_prior).prior
 
 
 def domain_evidence(catalogue: Catalogue, dialogue: str, embedder: Any = None, *,
-                    allow_none: bool = False) -> DomainEvidence:
+                    allow_none: bool = False, none_prior: NonePrior = HAND_NONE_PRIOR) -> DomainEvidence:
     """log prior per candidate from instruction selection's dialogue-domain detection (lexical evidence from the
     catalogue's own vocabulary, plus dialogue/function-description cosine when an embedder is given).
     Detected functions share DOMAIN_PRIOR_MASS, the rest share the remainder; nothing detected: flat (all 0).
@@ -465,29 +500,20 @@ def domain_evidence(catalogue: Catalogue, dialogue: str, embedder: Any = None, *
         outside = (1.0 - DOMAIN_PRIOR_MASS) / (len(names) - len(detected))
         flat = 1.0 / len(names)  # log prior relative to flat, so "no evidence" and "flat" score alike
         prior = [math.log((inside if n in detected else outside) / flat) for n in names]
+    named = bool(model.named(tokenize(text, drop_stop_words=False))) if text else False
     if allow_none and NONE_CANDIDATE in names and cosines is not None and len(cosines):
-        named = bool(model.named(tokenize(text, drop_stop_words=False)))
-        prior[names.index(NONE_CANDIDATE)] = none_log_odds(float(np.max(cosines)), named)
+        prior[names.index(NONE_CANDIDATE)] = none_prior.log_odds(float(np.max(cosines)), named)
     parts = model.parts(tokenize(text, drop_stop_words=False)) if text else {}
     index = {n: i for i, n in enumerate(model.names)}
     return DomainEvidence(
         prior=prior,
         cosines=[float(cosines[index[n]]) if n in index else 0.0 for n in names] if cosines is not None else None,
-        parts=[parts.get(n, (0.0, 0.0, 0.0)) for n in names])
+        parts=[parts.get(n, (0.0, 0.0, 0.0)) for n in names], named=named)
 
 
-# "No function fits" evidence: how close the request comes to the nearest function text (embedding cosine),
-# and whether it names a function outright. Chosen on dev slices disjoint from every reported item (BFCL
-# irrelevance / simple_python items 100-199, NLSI dev 300-402): at 0.30 a None prior is positive for 48% of
-# irrelevant requests, 1% of relevant BFCL requests and 7% of NLSI requests, before the model's own score.
-NONE_COSINE = 0.30
-NONE_SLOPE = 10.0
-NONE_NAMED = 2.0
-
-
-def none_log_odds(max_cosine: float, named: bool) -> float:
-    """Log prior of "no function fits" relative to a flat one: positive below NONE_COSINE, lower when named."""
-    return NONE_SLOPE * (NONE_COSINE - max_cosine) - (NONE_NAMED if named else 0.0)
+def none_log_odds(max_cosine: float, named: bool, prior: NonePrior = HAND_NONE_PRIOR) -> float:
+    """Log prior of "no function fits" relative to a flat one (NonePrior.log_odds)."""
+    return prior.log_odds(max_cosine, named)
 
 
 def user_words(transcript: str) -> str:
@@ -522,6 +548,7 @@ def score_functions(engine: Engine, catalogue: Catalogue, dialogue: str, *, cali
             fitted[names.index(NONE_CANDIDATE)] = min(others, default=0.0) - 1.0  # decided by `combined` only
     result = FunctionScores(names=names, raw=list(scores.logprobs), calibration=calibration, prior=prior,
                             combined=combined, features=features, fitted=fitted,
+                            named=evidence.named if evidence is not None else False,
                             prompt_tokens=scores.usage.prompt_tokens,
                             evaluated=scores.usage.evaluated, reused=scores.usage.reused, decoded=scores.decoded,
                             seconds=scores.seconds)
@@ -580,12 +607,13 @@ def select_by_score(engine: Engine, catalogue: Catalogue, ctx: CallingContext, *
                     embedder: Any = None, use_prior: bool = False, prior_weight: float = 1.0,
                     chain_instructions: Sequence[str] = (), max_calls: int = MAX_CALLS,
                     allow_none: bool = False, rule: SelectionRule | None = None,
-                    abstention: AbstentionRule | None = None) -> StageOutput:
+                    abstention: AbstentionRule | None = None, none_prior: NonePrior = HAND_NONE_PRIOR) -> StageOutput:
     """Stage 1, scored: the best function (calibrated, optionally with the domain prior, or ranked by a fitted
     `rule`) plus the functions the standing instructions chain to. `value` is the list of names, `raw` the
     per-function score table (JSON)."""
     started = time.perf_counter()
-    evidence = domain_evidence(catalogue, ctx.dialogue, embedder, allow_none=allow_none) if use_prior else None
+    evidence = domain_evidence(catalogue, ctx.dialogue, embedder, allow_none=allow_none,
+                               none_prior=none_prior) if use_prior else None
     scores = score_functions(engine, catalogue, ctx.dialogue, calibration=calibration, evidence=evidence,
                              prior_weight=prior_weight, allow_none=allow_none, rule=rule if use_prior else None,
                              abstention=abstention if use_prior else None)

@@ -113,6 +113,7 @@ class Pipeline:
         self._weights: grounded.GroundingWeights | None = None
         self._rule: fnctod.SelectionRule | None = None
         self._abstention: tuple[fnctod.AbstentionRule | None] | None = None
+        self._none_prior: fnctod.NonePrior | None = None
         self.record: grounded.Recorder | None = None  # `prefcall fit` collects the filler's scored candidates
         self.scope = LOCAL
 
@@ -126,6 +127,7 @@ class Pipeline:
         self.grounding_weights()
         self.selection_rule()
         self.abstention_rule()
+        self.none_prior()
         view = copy.copy(self)
         view.engine = ScopedEngine(self.engine, scope)
         view.scope = scope
@@ -379,7 +381,7 @@ class Pipeline:
             self.engine, catalogue, ctx, calibration=calibration, embedder=self.embedder,
             use_prior=config.function_selection == "hybrid", prior_weight=config.prior_weight,
             chain_instructions=result.instructions_used, max_calls=config.max_calls, allow_none=config.allow_refuse,
-            rule=self.selection_rule(), abstention=self.abstention_rule())
+            rule=self.selection_rule(), abstention=self.abstention_rule(), none_prior=self.none_prior())
 
     def abstention_rule(self) -> fnctod.AbstentionRule | None:
         """Whether any function fits, the model's fitted rule (`prefcall fit --relevance`); None without one (the
@@ -394,6 +396,19 @@ class Pipeline:
                 raise StoreError(f"the fitted relevance rule of {self.engine.info.model_name} is unreadable "
                                  f"({exc.errors()[0]['msg']}): refit it with `prefcall fit --relevance`") from exc
         return self._abstention[0]
+
+    def none_prior(self) -> fnctod.NonePrior:
+        """The "None" candidate's prior in stage 1: the model's fitted one (`prefcall fit --relevance`, kept only
+        when it refuses more irrelevant tuning requests and no more relevant ones), else the hand-set one."""
+        if self._none_prior is None:
+            fit = self.fit()
+            found = fit.none_prior if fit is not None else None
+            try:
+                self._none_prior = fnctod.NonePrior.model_validate(found) if found else fnctod.HAND_NONE_PRIOR
+            except PydanticValidationError as exc:
+                raise StoreError(f"the fitted None prior of {self.engine.info.model_name} is unreadable "
+                                 f"({exc.errors()[0]['msg']}): refit it with `prefcall fit --relevance`") from exc
+        return self._none_prior
 
     def selection_rule(self) -> fnctod.SelectionRule:
         """Stage 1's rule: the model's fitted one (`prefcall fit --selection`), else the hand-set one. It weighs
