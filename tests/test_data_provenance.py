@@ -47,6 +47,22 @@ def test_the_table_reads_its_rows():
     assert not listed(DATA / "elsewhere.json", rows)
 
 
+def test_every_fitted_rule_of_a_shipped_fit_names_the_command_that_made_it():
+    from prefcall.storage.fits import Fit
+
+    files = sorted((DATA / "fits").glob("*.json"))
+    assert files
+    for path in files:
+        fit = Fit.model_validate_json(path.read_text(encoding="utf-8"))
+        notes = {"grounding": fit.source, "selection": fit.source.get("selection"),
+                 "relevance": fit.source.get("relevance"), "none_prior": fit.source.get("none_prior")}
+        for field, note in notes.items():
+            if getattr(fit, field):
+                assert isinstance(note, dict) and "prefcall fit" in str(note.get("command")) and note.get("commit"), \
+                    f"{path.name}: {field} has no command"
+    assert any(Fit.model_validate_json(p.read_text(encoding="utf-8")).none_prior for p in files)
+
+
 def commands(cell: str) -> list[list[str]]:
     return [c.split() for c in re.findall(r"`([^`]+)`", cell) if c.split()[0] in ("prefcall", "python")
             or "prefcall " in c or "python " in c]
