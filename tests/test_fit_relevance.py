@@ -319,3 +319,11 @@ def test_fit_relevance_with_a_model_fits_the_none_prior_beside_the_rule_and_writ
     stored = fits.load(printed["fingerprint"], data)
     assert stored.none_prior == {"cosine": 0.4, "slope": 5.0, "named": 1.0} and stored.selection == [1.0] * 6
     assert stored.source["none_prior"]["command"] == "prefcall fit --relevance"
+    # A subset for a large model: the model runs on the first N requests of each source and kind.
+    few = tmp_path / "few"
+    assert cli.main(["fit", "--relevance", "--per-source", "3", "--dry-run", "--out", str(few)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["model_rule"]["items"] == {"rel (relevant)": 3, "irr (irrelevant)": 3}
+    assert printed["embedder_threshold"]["n_relevant"] == 12  # the threshold still reads every request
+    ids = [json.loads(line)["id"] for line in (few / "relevance-rows.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert ids == ["r0", "r1", "r2", "i0", "i1", "i2"]

@@ -47,6 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "cosine and the model's own 'None' score; stage 1 runs on every request, stored with the "
                         "model's fit) and the embedder's threshold for models without one, on the tune parts of "
                         "BFCL, ACEBench, NLSI, SGD, the corpus and the NLT sets")
+    parser.add_argument("--per-source", type=int, default=None, metavar="N",
+                        help="with --relevance: run the model on the first N tune requests of each source and kind "
+                        "only (a subset for a large model on a CPU; the embedder's threshold still reads them all)")
     parser.add_argument("--embedder-only", action="store_true",
                         help="with --relevance: fit only the embedder's threshold (no language model runs)")
     parser.add_argument("--relevance-out", metavar="PATH",
@@ -200,8 +203,11 @@ def _fit_relevance(args: argparse.Namespace, settings: Settings) -> int:
     result = fit_relevance.fit(embedder.name, cosines, items)
     counts = dict(Counter(f"{i.source} ({'relevant' if i.relevant else 'irrelevant'})" for i in items))
     command = "prefcall " + " ".join(getattr(args, "argv", sys.argv[1:]))
-    model = None if args.embedder_only else _fit_model_relevance(args, settings, embedder, items, command, counts,
-                                                                 cosines, result.threshold)
+    subset = fit_relevance.first_per_source(items, args.per_source)
+    model = None if args.embedder_only else _fit_model_relevance(
+        args, settings, embedder, [items[i] for i in subset], command,
+        dict(Counter(f"{items[i].source} ({'relevant' if items[i].relevant else 'irrelevant'})" for i in subset)),
+        [cosines[i] for i in subset], result.threshold)
     source = (f"{command} ({dt.date.today().isoformat()}, commit {git_commit()}): "
               f"the tune part of data/splits.json, {result.n_relevant} requests a function fits and "
               f"{result.n_irrelevant} that none fits, from {len(result.sources)} sources; AUC {result.auc}; keeps "

@@ -55,6 +55,19 @@ class Request(BaseModel):
     gold: list[str] = Field(default_factory=list)
 
 
+def first_per_source(items: Sequence[Request], cap: int | None) -> list[int]:
+    """Indices of the first `cap` requests of each source and kind (relevant, irrelevant), in order; all without
+    a cap. What `eval relevance --per-source` and `fit --relevance --per-source` read."""
+    counts: dict[tuple[str, bool], int] = {}
+    kept = []
+    for index, item in enumerate(items):
+        key = (item.source, item.relevant)
+        if cap is None or counts.get(key, 0) < cap:
+            counts[key] = counts.get(key, 0) + 1
+            kept.append(index)
+    return kept
+
+
 def _part_keys(path: Path, part: str) -> set[str] | None:
     found = splits.source_of(path)
     return None if found is None else found[1].part(part)

@@ -15,12 +15,12 @@ relevance rule's evidence), so a threshold can be examined without a rerun.
 from __future__ import annotations
 
 import argparse
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from prefcall.errors import ConfigError
-from prefcall.evaluation.fit_relevance import Request, requests
+from prefcall.evaluation.fit_relevance import Request, first_per_source, requests
 from prefcall.evaluation.splits import Selection
 from prefcall.evaluation.metrics.calls import normalise_function
 from prefcall.evaluation.metrics.intervals import proportion
@@ -43,14 +43,9 @@ class RelevanceTask(BaseTask):
         if part not in ("tune", "report"):
             raise ConfigError("eval relevance reads one part of the frozen split: --split tune or --split report")
         self._requests: dict[str, Request] = {}
-        counts: dict[tuple[str, bool], int] = defaultdict(int)
-        cap = getattr(args, "per_source", None)
+        found = requests(part)
         items = []
-        for request in requests(part):
-            key = (request.source, request.relevant)
-            if cap is not None and counts[key] >= cap:
-                continue
-            counts[key] += 1
+        for request in (found[i] for i in first_per_source(found, getattr(args, "per_source", None))):
             item_id = f"{request.source}:{request.id}"
             self._requests[item_id] = request
             items.append(EvalItem(id=item_id, input={"text": request.text},
