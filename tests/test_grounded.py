@@ -486,3 +486,34 @@ def test_amounts_with_a_currency_or_percent_sign_and_possessive_names_are_candid
     assert text[names["Bob"].start:names["Bob"].end] == "Bob"
     assert "Bob savings account" not in names  # only a possessive that ends the span is cut
     assert ungrounded_leaf(50, {"type": "number"}, source) is None
+
+
+def test_a_chained_call_never_takes_the_place_the_first_call_leaves_from():
+    # Class c: "If I search flights, also look at hotels" after a flight from Boston to Miami: the hotel is in Miami.
+    # The fake model likes both cities for the hotel; only where the flight leaves from tells them apart.
+    flights = Function(name="GetFlights", description="Search flights between two cities.", parameters={
+        "type": "object", "properties": {
+            "origin_city": {"type": "string", "description": "city to fly from"},
+            "destination_city": {"type": "string", "description": "city to fly to"}},
+        "required": ["destination_city"]})
+    catalogue = Catalogue(name="trips", functions=[flights, HOTELS])
+    engine = FakeEngine(scorer=scorer("GetFlights", origin_city="Boston", destination_city="Miami",
+                                      location=["Boston", "Miami"]))
+    chain = "If I search flights, also look at hotels."
+
+    def run(dialogue, instructions=(chain,)):
+        return Pipeline(engine, FakeEmbedder()).parse(dialogue, list(instructions), catalogue, get_config("full"),
+                                                      applicable=list(instructions))
+
+    result = run("Find me a flight from Boston to Miami.")
+    assert result.functions == ["GetFlights", "GetHotels"]
+    assert [c.arguments for c in result.calls] == [{"origin_city": "Boston", "destination_city": "Miami"},
+                                                   {"location": "Miami"}]
+    # Nothing but the origin fits the hotel: it asks where, it does not book the city the user leaves.
+    alone = run("Find me a flight from Boston.")
+    hotel = next(c for c in alone.calls if c.name == "GetHotels")
+    assert "location" not in hotel.arguments and alone.decision == "ask" and "location" in alone.question
+    # The first call keeps its own origin, and a hotel asked for in its own right takes any city.
+    direct = Pipeline(FakeEngine(scorer=scorer("GetHotels", location="Boston")), FakeEmbedder()).parse(
+        "A hotel in Boston, please.", [], catalogue, get_config("full"))
+    assert [c.arguments for c in direct.calls] == [{"location": "Boston"}]

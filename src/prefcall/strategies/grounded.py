@@ -25,6 +25,7 @@ import hashlib
 import json
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -40,7 +41,7 @@ from prefcall.storage.demos import Demonstration
 from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, ValueMemory, Weights
 from prefcall.strategies.grounding.fill import (Choice, FillResult, GroundingWeights, Recorder, fill_arguments,
                                                 flag_mention, transcript)
-from prefcall.strategies.grounding.values import Source, call_sources
+from prefcall.strategies.grounding.values import Source, call_sources, origin_like
 from prefcall.strategies.preferences import Draft, Preference, Provenance, preference_from_tags
 from prefcall.strategies.selection import DomainModel, SelectionConfig, instruction_domains, split_condition
 from prefcall.strategies.taps_tagger import TagResult, check_tagging
@@ -127,11 +128,20 @@ class Grounder:
     exclude: frozenset[str] = frozenset()
     record: Recorder | None = None  # receives every scored candidate (`prefcall fit`); None in serving
 
-    def fill(self, function: Function, sources: list[Source], context: str, *, write_free: bool = True) -> FillResult:
+    def fill(self, function: Function, sources: list[Source], context: str, *, write_free: bool = True,
+             avoid: Sequence[str] = ()) -> FillResult:
         features = FeatureContext(function, self.embedder, self.memory, self.exclude,
                                   sources_text="\n".join(s.text for s in sources))
         return fill_arguments(self.engine, function, sources, context, features, self.weights, record=self.record,
-                              write_free=write_free)
+                              write_free=write_free, avoid=avoid)
+
+
+def origins_of(function: Function, filled: FillResult) -> list[str]:
+    """The values a call took for arguments that say where something leaves from (its origin city, its departure
+    airport): what a call chained to it must not take as its own place."""
+    return [text for choice in filled.choices
+            if origin_like(choice.argument, function.properties.get(choice.argument, {})) for text in choice.texts
+            if text]
 
 
 def draft_from_fill(result: FillResult, origin: str = "user") -> Draft:

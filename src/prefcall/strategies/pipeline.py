@@ -213,11 +213,18 @@ class Pipeline:
         sources = grounded.user_sources(turns)
         context = grounded.transcript([t for t in turns if t.role == "user"])
         drafts, confidences, unwritten = [], [], []
-        for name in result.functions:
+        # A scored stage 1 returns the request's function, then the functions standing instructions chain to it:
+        # those take no value the first call took as where it leaves from (a hotel after a flight from Boston to
+        # Miami is in Miami).
+        origins: list[str] = []
+        chained = isinstance(selection.usage, fnctod.FunctionScores)
+        for position, name in enumerate(result.functions):
             function = catalogue.function(name)
             if function is None:
                 continue
-            filled = grounder.fill(function, sources, context)
+            filled = grounder.fill(function, sources, context, avoid=origins if chained and position else ())
+            if position == 0:
+                origins = grounded.origins_of(function, filled)
             self._count(meter, filled)
             unwritten += [f"unset {name}.{argument}: the model's value was not kept ({why})"
                           for argument, why in filled.ungrounded.items()]

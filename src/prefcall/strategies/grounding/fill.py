@@ -26,7 +26,7 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,8 @@ from prefcall.strategies.grounding.values import (
     Source,
     argument_candidates,
     argument_kind,
+    normal_text,
+    origin_like,
     ungrounded_leaf,
 )
 
@@ -211,17 +213,22 @@ class _Scorer:
 def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[Source], context: str,
                    features_ctx: FeatureContext, weights: GroundingWeights, *,
                    skip: Sequence[str] = (), record: Recorder | None = None,
-                   write_free: bool = True) -> FillResult:
+                   write_free: bool = True, avoid: Collection[str] = ()) -> FillResult:
     """Choose each argument's value among grounded candidates (see the module docstring). `record` receives
     every scored candidate (RankRow), for fitting the combination; `write_free=False` leaves free arguments unset
-    (a tag is made of spans, so the tagger has no use for a written value)."""
+    (a tag is made of spans, so the tagger has no use for a written value). `avoid`: written values (compared
+    case- and punctuation-folded) that no argument takes unless it is itself where something leaves from
+    (`values.origin_like`): a chained call's place is never the triggering call's origin."""
     result = FillResult(function=function.name)
     scorer = _Scorer(engine if weights.use_model else None, function, context, result)
     pending: list[tuple[float, str, list[tuple[float, Candidate, float | None]], ArgumentCandidates]] = []
+    avoided = {normal_text(v) for v in avoid}
     for name, schema in function.properties.items():
         if name in skip:
             continue
         pool = argument_candidates(name, schema, sources)
+        if avoided and pool.kind == "span" and not origin_like(name, schema):
+            pool.candidates = [c for c in pool.candidates if normal_text(c.text) not in avoided]
         ranked = _rank(pool, features_ctx, weights, scorer, result,
                        None if record is None else _Rows(record, function.name, name, pool.kind))
         if ranked:

@@ -194,6 +194,19 @@ def _norm(text: str) -> str:
     return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
 
 
+normal_text = _norm  # case and punctuation folded: how two written values are compared
+
+# Words that make an argument the start of a movement: where a trip, a transfer or a route leaves from.
+_ORIGIN_WORDS = frozenset("origin from departure depart departing source leaving start starting".split())
+
+
+def origin_like(name: str, schema: dict[str, Any]) -> bool:
+    """The argument names where something leaves from ("origin_city", "departure airport", "city to fly from")."""
+    words = re.findall(r"[a-z]+", re.sub(r"(?<=[a-z])(?=[A-Z])", " ", name).lower().replace("_", " "))
+    words += re.findall(r"[a-z]+", str(schema.get("description") or "").lower())
+    return bool(_ORIGIN_WORDS.intersection(words))
+
+
 def enum_candidates(schema: dict[str, Any], sources: Sequence[Source]) -> list[Candidate]:
     """Every enum value; those written in a source carry where (case, plural and punctuation folded)."""
     out = []
