@@ -251,3 +251,25 @@ def test_the_conditional_logit_learns_which_evidence_names_the_function():
             r.features = [[f[0], 2.0 if i == r.gold else -1.0, 0.2, *f[3:]] for i, f in enumerate(r.features)]
     local = fit(rows)
     assert not local.fitted and "would not travel" in local.why and local.weights == HAND_RULE.weights
+
+
+def test_a_request_names_a_function_through_another_form_of_its_words_and_the_model_tells_two_named_ones_apart():
+    # Class f: "Remind me to call my mother" names SetReminder ("remind" / "reminder") as much as CallContact
+    # ("call"): the domain prior stays flat and the model's reading of the request decides.
+    from prefcall.retrieval.text import stem
+
+    assert [stem(w) for w in ("remind", "reminder", "reserve", "reservation", "rental", "booking")] == \
+        ["remind", "remind", "reserv", "reserv", "rent", "book"]
+    assert [stem(w) for w in ("news", "need", "water")] == ["news", "need", "water"]  # short words stay whole
+    obj = {"type": "object", "properties": {"text": {"type": "string"}}}
+    catalogue = Catalogue(name="r", functions=[
+        Function(name="SetReminder", description="Create a reminder at a time.", parameters=obj),
+        Function(name="CallContact", description="Phone call to one of the user's contacts.", parameters=obj)])
+    dialogue = "User: Remind me to call my mother."
+    assert domain_log_prior(catalogue, dialogue) == [0.0, 0.0]
+    engine = FakeEngine(scorer=lambda prompt, c: (0.7 if c == " SetReminder" else -2.2) if "mother" in prompt else
+                        -1.0)
+    out = select_by_score(engine, catalogue, CallingContext(dialogue=dialogue),
+                          calibration=content_free_scores(engine, catalogue), use_prior=True)
+    assert out.value == ["SetReminder"]
+    assert domain_log_prior(catalogue, "User: Call my mother.")[1] > 0  # only one of them named: the prior says so

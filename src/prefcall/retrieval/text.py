@@ -54,6 +54,21 @@ def normalise_word(word: str) -> str:
     return word
 
 
+# Derivational endings folded when a request's words are matched with a catalogue's ("remind" / "reminder", "reserve"
+# / "reservation", "rent" / "rental", "book" / "booking"): one ending, and the stem keeps at least four letters, so
+# short words ("news", "need", "water") stay whole.
+_DERIVATIONS = ("ations", "ation", "ments", "ment", "ings", "ing", "ions", "ion", "ers", "er", "als", "al", "ed")
+
+
+def stem(word: str) -> str:
+    """A word without one derivational ending and a final "e": what two forms of one word share."""
+    for suffix in _DERIVATIONS:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+            word = word[: -len(suffix)]
+            break
+    return word[:-1] if word.endswith("e") and len(word) > 4 else word
+
+
 def split_identifier(text: str) -> str:
     """GetRestaurants -> Get Restaurants, departure_date -> departure date."""
     return _CAMEL_RE.sub(" ", text).replace("_", " ")

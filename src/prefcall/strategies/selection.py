@@ -32,7 +32,15 @@ from pydantic import BaseModel
 
 from prefcall.engine.base import Embedder
 from prefcall.retrieval.hybrid import HybridIndex
-from prefcall.retrieval.text import NAME_VERBS, STOP_WORDS, misspelt, normalise_word, split_identifier, tokenize
+from prefcall.retrieval.text import (
+    NAME_VERBS,
+    STOP_WORDS,
+    misspelt,
+    normalise_word,
+    split_identifier,
+    stem,
+    tokenize,
+)
 from prefcall.schemas.model import Catalogue, Turn, as_dialogue
 
 # Words of request phrasing that a condition clause can contain without naming a value; a misspelling of one
@@ -144,7 +152,7 @@ class DomainModel:
 
     def named(self, tokens: Sequence[str]) -> dict[str, float]:
         """Functions whose name (or a description word unique enough) occurs in the text."""
-        present = set(tokens)
+        present = _present(tokens)
         scores = {}
         for n in self.names:
             name, description = self._words_of(n, present)
@@ -154,14 +162,15 @@ class DomainModel:
         return scores
 
     def _words_of(self, n: str, present: set[str]) -> tuple[float, float]:
-        """(name words, description words that are not name words) of function n present, each weighted."""
-        return (sum(self.weight[w] for w in self.name_words[n] if w in present),
-                sum(self.weight[w] for w in self.description_words[n] - self.name_words[n] if w in present))
+        """(name words, description words that are not name words) of function n present (`_present`: the words
+        and their stems), each weighted."""
+        return (sum(self.weight[w] for w in self.name_words[n] if stem(w) in present),
+                sum(self.weight[w] for w in self.description_words[n] - self.name_words[n] if stem(w) in present))
 
     def parts(self, tokens: Sequence[str]) -> dict[str, tuple[float, float, float]]:
         """Per function, the lexical evidence split by where the words come from: (name words, description words,
         parameter phrases and enum values), each word weighted by how few functions share it."""
-        present = set(tokens)
+        present = _present(tokens)
         text = " " + " ".join(tokens) + " "
         out = {}
         for n in self.names:
@@ -173,12 +182,12 @@ class DomainModel:
 
     def evidence(self, tokens: Sequence[str]) -> dict[str, float]:
         """How strongly a text names each function's domain: name words count most, then parameters and values."""
-        present = set(tokens)
+        present = _present(tokens)
         text = " " + " ".join(tokens) + " "
         scores: dict[str, float] = {}
         for n in self.names:
-            score = 3.0 * sum(self.weight[w] for w in self.name_words[n] if w in present)
-            score += 0.5 * sum(self.weight[w] for w in self.description_words[n] if w in present)
+            score = 3.0 * sum(self.weight[w] for w in self.name_words[n] if stem(w) in present)
+            score += 0.5 * sum(self.weight[w] for w in self.description_words[n] if stem(w) in present)
             for phrase in self.param_phrases[n]:
                 if phrase and f" {' '.join(phrase)} " in text:
                     score += (1.0 if len(phrase) > 1 else 0.5) * self.weight[phrase]
@@ -188,6 +197,11 @@ class DomainModel:
             if score > 0:
                 scores[n] = score
         return scores
+
+
+def _present(tokens: Sequence[str]) -> set[str]:
+    """The stems of a text's words (retrieval.text.stem): "remind" meets a function named "SetReminder"."""
+    return {stem(t) for t in tokens}
 
 
 def _words(text: str) -> list[str]:
