@@ -191,7 +191,7 @@ def test_the_raw_limit_produces_every_figure_when_a_call_takes_no_measurable_tim
 
 
 def test_model_sections_run_end_to_end_against_a_fake() -> None:
-    report = run_bench(fake_context(), ["prefix", "nlt", "fnctod", "taps"])
+    report = run_bench(fake_context(), ["prefix", "nlt", "fnctod", "grounded", "taps"])
     for name, section in report["sections"].items():
         assert section["status"] == "ok", (name, section.get("reason"))
     prefix = report["sections"]["prefix"]["figures"]["runs"][0]
@@ -207,6 +207,13 @@ def test_model_sections_run_end_to_end_against_a_fake() -> None:
     assert report["sections"]["nlt"]["figures"]["score_over_model_forced"] is not None
     fnctod = report["sections"]["fnctod"]["figures"]["cold"]
     assert fnctod["one_stage"]["model_calls"] == 1 and fnctod["two_stage"]["model_calls"] >= 1
+    grounded = report["sections"]["grounded"]
+    # parse_request as the server runs it against one generation of the calls, warm, on the same requests.
+    assert grounded["figures"]["config"] == "full" and grounded["figures"]["cold"]["one_stage"]["model_calls"] == 1
+    runs = grounded["figures"]["variants"]["grounded"]["runs"]
+    assert len(runs) == 1 and all(r["decision"] in ("call", "ask", "refuse") and "total" in r["steps"] for r in runs)
+    assert {t["name"] for t in grounded["targets"]} == {"grounded: parse_request / one-stage latency, p50",
+                                                       "grounded: parse_request / one-stage latency, p95"}
     taps = report["sections"]["taps"]["figures"]
     assert all(taps["fired_flags"]) and not any(r["gate_fired"] for r in taps["runs"]["not_fired"])
     names = {t["name"] for t in report["targets"]}

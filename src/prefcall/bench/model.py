@@ -328,6 +328,52 @@ def section_fnctod(ctx: BenchContext) -> dict[str, Any]:
     return {"figures": figures, "targets": [], "headline": headline}
 
 
+# -- grounded parse_request vs the one-stage baseline ------------------------------------------------
+def section_grounded(ctx: BenchContext) -> dict[str, Any]:
+    """parse_request as the server runs it (the shipped config, the embedder, refusals allowed) against one
+    grammar-constrained generation of the calls (fnctod.one_stage), on the same requests, both warm: the
+    cost of grounding. Targets: at most 2x at p50 and 3x at p95 (issue: latency at the capable tier)."""
+    from prefcall.strategies import fnctod
+    from prefcall.strategies.pipeline import Pipeline
+    from prefcall.strategies.pipeline_models import get_config
+
+    engine, catalogue = ctx.engine(), ctx.catalogue()
+    pipeline = Pipeline(engine, ctx.embedder(), data_dir=ctx.settings.data_dir)
+    config = get_config(DEFAULT_CONFIG, allow_refuse=True)
+    per: dict[str, list[dict[str, Any]]] = {"grounded": [], "one_stage": []}
+    cold: dict[str, dict[str, Any]] = {}
+    for round_no in range(max(1, ctx.reps) + 1):  # round 0 fills the caches (calibration, prefixes): cold
+        item = ctx.item(round_no)
+        started = time.perf_counter()
+        parsed = pipeline.parse(item.dialogue, item.instructions, catalogue, config, applicable=item.applicable)
+        grounded = {"seconds": round(time.perf_counter() - started, 4), "prompt_tokens": parsed.trace.prompt_tokens,
+                    "evaluated": parsed.trace.evaluated, "decision": parsed.decision,
+                    "calls": [c.name for c in parsed.calls], "steps": dict(parsed.trace.timings)}
+        started = time.perf_counter()
+        baseline = _calling_usage(fnctod.one_stage(engine, catalogue, fnctod.CallingContext(
+            dialogue=item.dialogue, instructions=item.applicable)), time.perf_counter() - started)
+        for name, run in (("grounded", grounded), ("one_stage", baseline)):
+            if round_no:
+                per[name].append(run)
+            else:
+                cold[name] = run
+            ctx.log(f"bench: grounded: round {round_no} {name}: {run['seconds']} s, {run['evaluated']} evaluated")
+    figures: dict[str, Any] = {"config": DEFAULT_CONFIG, "cold": cold, "variants": {}}
+    for name, runs in per.items():
+        figures["variants"][name] = {"seconds": summarize([r["seconds"] for r in runs]),
+                                     "evaluated": summarize([r["evaluated"] for r in runs], digits=1), "runs": runs}
+    seconds = {n: figures["variants"][n]["seconds"] for n in per}
+    figures["p50_grounded_over_one_stage"] = ratio(seconds["grounded"].get("p50"), seconds["one_stage"].get("p50"))
+    figures["p95_grounded_over_one_stage"] = ratio(seconds["grounded"].get("p95"), seconds["one_stage"].get("p95"))
+    targets = [target("grounded: parse_request / one-stage latency, p50", figures["p50_grounded_over_one_stage"],
+                      2.0, unit="x"),
+               target("grounded: parse_request / one-stage latency, p95", figures["p95_grounded_over_one_stage"],
+                      3.0, unit="x")]
+    headline = [("grounded s p50", seconds["grounded"].get("p50")), ("one-stage s p50", seconds["one_stage"].get("p50")),
+                ("p50 x", figures["p50_grounded_over_one_stage"]), ("p95 x", figures["p95_grounded_over_one_stage"])]
+    return {"figures": figures, "targets": targets, "headline": headline}
+
+
 # -- TAPS gate -------------------------------------------------------------------------------------
 def section_taps(ctx: BenchContext) -> dict[str, Any]:
     """Gate forced open (threshold 0: tag + regenerate) vs closed (threshold 1), fresh tag cache each time."""

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from prefcall.bench.context import REPO_ROOT, BenchContext
-from prefcall.bench.model import section_fnctod, section_limit, section_nlt, section_prefix, section_taps
+from prefcall.bench.model import (
+    section_fnctod,
+    section_grounded,
+    section_limit,
+    section_nlt,
+    section_prefix,
+    section_taps,
+)
 from prefcall.bench.retrieval import section_retrieval
 from prefcall.bench.server import section_server
 from prefcall.bench.served import section_served
@@ -36,6 +43,7 @@ SECTIONS: dict[str, Section] = {s.name: s for s in (
     Section("prefix", "Prefix reuse, cold vs warm", section_prefix),
     Section("nlt", "NLT generation vs scoring vs structured", section_nlt),
     Section("fnctod", "FnCTOD one-stage vs two-stage", section_fnctod),
+    Section("grounded", "Grounded parse_request vs one-stage", section_grounded),
     Section("taps", "TAPS gate fired vs not", section_taps),
     Section("retrieval", "Retrieval scaling", section_retrieval),
     Section("server", "MCP server", section_server),
