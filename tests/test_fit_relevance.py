@@ -165,11 +165,9 @@ def test_a_fitted_abstention_rule_decides_the_refusal_and_the_ranking_keeps_the_
     assert scores.ranked()[0] == "None" and scores.table()["None"]["refused"] == 1.0
 
 
-def test_the_pipeline_refuses_or_answers_by_the_models_fitted_rule_when_one_is_stored(
-        tmp_path: Path):
+def _weather_model(tmp_path: Path) -> tuple[Catalogue, FileEngine, Path, str]:
+    """A one-function catalogue, a fake engine naming a model file, a data folder and the model's fingerprint."""
     from prefcall.storage import fits
-    from prefcall.strategies.pipeline import Pipeline
-    from prefcall.strategies.pipeline_models import get_config
 
     catalogue = Catalogue(name="c", functions=[Function(name="get_weather", description="current weather of a city",
                                                         parameters={"type": "object", "properties": {
@@ -180,6 +178,16 @@ def test_the_pipeline_refuses_or_answers_by_the_models_fitted_rule_when_one_is_s
     data = tmp_path / "data"
     fingerprint = fits.engine_fingerprint(engine, data)
     assert fingerprint
+    return catalogue, engine, data, fingerprint
+
+
+def test_the_pipeline_refuses_or_answers_by_the_models_fitted_rule_when_one_is_stored(
+        tmp_path: Path):
+    from prefcall.storage import fits
+    from prefcall.strategies.pipeline import Pipeline
+    from prefcall.strategies.pipeline_models import get_config
+
+    catalogue, engine, data, fingerprint = _weather_model(tmp_path)
     config = get_config("full", allow_refuse=True)
     for threshold, decision in ((-100.0, "call"), (100.0, "refuse")):
         fits.save(fits.Fit(fingerprint=fingerprint or "", relevance={"weights": [0.0, 1.0, 0.0],
@@ -250,14 +258,7 @@ def test_the_pipeline_weighs_none_with_the_models_fitted_prior_when_one_is_store
     from prefcall.strategies.pipeline import Pipeline
     from prefcall.strategies.pipeline_models import get_config
 
-    catalogue = Catalogue(name="c", functions=[Function(name="get_weather", description="current weather of a city",
-                                                        parameters={"type": "object", "properties": {
-                                                            "city": {"type": "string"}}, "required": ["city"]})])
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF fake weights")
-    engine = FileEngine(model)
-    data = tmp_path / "data"
-    fingerprint = fits.engine_fingerprint(engine, data) or ""
+    catalogue, engine, data, fingerprint = _weather_model(tmp_path)
     config = get_config("full", allow_refuse=True)
     assert Pipeline(engine, FakeEmbedder(), data_dir=data).none_prior() == fnctod.HAND_NONE_PRIOR  # never fitted
     answered = Pipeline(engine, FakeEmbedder(), data_dir=data).parse("What is the weather in Paris?", [], catalogue,
