@@ -247,28 +247,28 @@ def _fit_model_relevance(args: argparse.Namespace, settings: Settings, embedder:
         out.mkdir(parents=True, exist_ok=True)
         (out / "relevance-rows.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows), encoding="utf-8")
     result = fit_relevance.fit_rule(rows)
-    note = {"command": command, "commit": git_commit(), "date": dt.date.today().isoformat(),
-            "data": "tune split of prefcall/data/splits.json", "items": counts,
-            **result.model_dump(exclude={"weights", "threshold", "sources", "hand_sources"}),
-            "sources": {k: v.model_dump() for k, v in result.sources.items()},
-            "hand_sources": {k: v.model_dump() for k, v in result.hand_sources.items()}}
+    header = {"command": command, "commit": git_commit(), "date": dt.date.today().isoformat(),
+              "data": "tune split of prefcall/data/splits.json", "items": counts}
+
+    def note_of(found: Any, exclude: set[str]) -> dict[str, Any]:
+        return {**header, **found.model_dump(exclude=exclude | {"sources", "hand_sources"}),
+                "sources": {k: v.model_dump() for k, v in found.sources.items()},
+                "hand_sources": {k: v.model_dump() for k, v in found.hand_sources.items()}}
+
+    note = note_of(result, {"weights", "threshold"})
     prior = fit_relevance.fit_none_prior(rows, threshold)
-    prior_note = {"command": command, "commit": git_commit(), "date": dt.date.today().isoformat(),
-                  "data": "tune split of prefcall/data/splits.json", "items": counts,
-                  **prior.model_dump(exclude={"sources", "hand_sources"}),
-                  "sources": {k: v.model_dump() for k, v in prior.sources.items()},
-                  "hand_sources": {k: v.model_dump() for k, v in prior.hand_sources.items()}}
-    stored = None
-    update: dict[str, Any] = {}
+    prior_note = note_of(prior, set())
+    fields: dict[str, Any] = {}
+    notes: dict[str, Any] = {}
     if result.kept:
-        update.update(relevance=result.rule(), relevance_note=note)
+        fields["relevance"], notes["relevance"] = result.rule(), note
     if prior.kept:
-        update.update(none_prior=prior.prior, none_prior_note=prior_note)
-    if not args.dry_run and fingerprint and update:
+        fields["none_prior"], notes["none_prior"] = prior.prior, prior_note
+    stored = None
+    if not args.dry_run and fingerprint and fields:
         earlier = fits.load(fingerprint, settings.data_dir)
         base = earlier or fits.Fit(fingerprint=fingerprint, model_name=engine.info.model_name)
-        notes = {k.removesuffix("_note"): update.pop(k) for k in list(update) if k.endswith("_note")}
-        stored = fits.save(base.model_copy(update={**update, "source": {**base.source, **notes}}),
+        stored = fits.save(base.model_copy(update={**fields, "source": {**base.source, **notes}}),
                            settings.data_dir / fits.FITS_DIR)
     return {"model": engine.info.model_name, "fingerprint": fingerprint, **result.rule(), **note,
             "none_prior": prior_note, "stored_in": str(stored) if stored else None}

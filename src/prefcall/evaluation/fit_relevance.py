@@ -418,9 +418,8 @@ class NonePriorFit(BaseModel):
 def prior_refusals(rows: Sequence[RelevanceRow], prior: Any, gate_threshold: float | None = None) -> np.ndarray:
     """Which rows are refused with this None prior: "None" wins stage 1, or (with `gate_threshold`) the embedder
     check refuses the answer stage 1 chose."""
-    inputs = np.asarray([r.none_inputs for r in rows], dtype=float)
-    model, best, cosine, named = inputs.T
-    refused = model + prior.slope * (prior.cosine - cosine) - prior.named * named > best
+    model, best, cosine, named = np.asarray([r.none_inputs for r in rows], dtype=float).T
+    refused = model + prior.log_odds(cosine, named) > best
     if gate_threshold is not None:
         refused |= np.asarray([r.gate_cosine for r in rows], dtype=float) < gate_threshold
     return refused

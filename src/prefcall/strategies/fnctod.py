@@ -300,7 +300,7 @@ HAND_RULE = SelectionRule(weights=[1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
 # Whether any function fits the request at all: the request's best cosine with a function text, and the model's
 # calibrated score of "None" against its best function (`relevance_features`). A fitted AbstentionRule weighs them
 # (`prefcall fit --relevance`, stored per model fingerprint); without one, "None" competes in `combined` with the
-# hand-set prior (none_log_odds).
+# prior (NonePrior: fitted per model by `prefcall fit --relevance`, else HAND_NONE_PRIOR).
 RELEVANCE_FEATURES = ("similarity", "none_margin")
 
 
@@ -462,8 +462,9 @@ class NonePrior(BaseModel):
     slope: float = Field(ge=0.0)
     named: float = Field(ge=0.0)
 
-    def log_odds(self, max_cosine: float, named: bool) -> float:
-        return self.slope * (self.cosine - max_cosine) - (self.named if named else 0.0)
+    def log_odds(self, max_cosine: Any, named: Any) -> Any:
+        """For one request (a float and a bool) or for many at once (arrays, as the fit weighs them)."""
+        return self.slope * (self.cosine - max_cosine) - self.named * named
 
 
 # Without a fitted prior. Chosen by hand on dev slices disjoint from every reported item (BFCL irrelevance /
@@ -509,11 +510,6 @@ def domain_evidence(catalogue: Catalogue, dialogue: str, embedder: Any = None, *
         prior=prior,
         cosines=[float(cosines[index[n]]) if n in index else 0.0 for n in names] if cosines is not None else None,
         parts=[parts.get(n, (0.0, 0.0, 0.0)) for n in names], named=named)
-
-
-def none_log_odds(max_cosine: float, named: bool, prior: NonePrior = HAND_NONE_PRIOR) -> float:
-    """Log prior of "no function fits" relative to a flat one (NonePrior.log_odds)."""
-    return prior.log_odds(max_cosine, named)
 
 
 def user_words(transcript: str) -> str:
