@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from prefcall.retrieval.text import NUMBER_WORDS, STOP_WORDS
+from prefcall.retrieval.text import NUMBER_WORDS, STOP_WORDS, tokenize
 
 SourceKind = Literal["user", "instruction", "call", "profile"]
 ArgumentKind = Literal["span", "enum", "boolean", "number", "free"]
@@ -190,11 +190,10 @@ def numbers(source: Source, integer: bool) -> list[Candidate]:
     return out
 
 
-def _norm(text: str) -> str:
+def normal_text(text: str) -> str:
+    """Case and punctuation folded: how two written values are compared."""
     return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
 
-
-normal_text = _norm  # case and punctuation folded: how two written values are compared
 
 # Words that make an argument the start of a movement: where a trip, a transfer or a route leaves from.
 _ORIGIN_WORDS = frozenset("origin from departure depart departing source leaving start starting".split())
@@ -202,9 +201,8 @@ _ORIGIN_WORDS = frozenset("origin from departure depart departing source leaving
 
 def origin_like(name: str, schema: dict[str, Any]) -> bool:
     """The argument names where something leaves from ("origin_city", "departure airport", "city to fly from")."""
-    words = re.findall(r"[a-z]+", re.sub(r"(?<=[a-z])(?=[A-Z])", " ", name).lower().replace("_", " "))
-    words += re.findall(r"[a-z]+", str(schema.get("description") or "").lower())
-    return bool(_ORIGIN_WORDS.intersection(words))
+    return bool(_ORIGIN_WORDS.intersection(tokenize(f"{name} {schema.get('description') or ''}",
+                                                    drop_stop_words=False)))
 
 
 def enum_candidates(schema: dict[str, Any], sources: Sequence[Source]) -> list[Candidate]:
@@ -213,7 +211,7 @@ def enum_candidates(schema: dict[str, Any], sources: Sequence[Source]) -> list[C
     for option in schema.get("enum") or []:
         if option is None:
             continue
-        key = _norm(str(option))
+        key = normal_text(str(option))
         found = None
         if key:
             pattern = re.compile(r"\b" + r"\W*".join(map(re.escape, key.split())) + r"(?:e?s)?\b", re.I)
