@@ -55,7 +55,8 @@ def test_every_fitted_rule_of_a_shipped_fit_names_the_command_that_made_it():
     for path in files:
         fit = Fit.model_validate_json(path.read_text(encoding="utf-8"))
         notes = {"grounding": fit.source, "selection": fit.source.get("selection"),
-                 "relevance": fit.source.get("relevance"), "none_prior": fit.source.get("none_prior")}
+                 "relevance": fit.source.get("relevance"), "none_prior": fit.source.get("none_prior"),
+                 "calibration_floor": fit.source.get("calibration_floor")}
         for field, note in notes.items():
             if getattr(fit, field):
                 assert isinstance(note, dict) and "prefcall fit" in str(note.get("command")) and note.get("commit"), \

@@ -278,3 +278,7 @@ def test_fit_selection_stores_the_stage_one_rule_beside_the_grounding_fit(tmp_pa
 
     assert fit_status(FileEngine(model), tmp_path / "data")["selection"]["fitted"] == report["fitted"]
     assert report["accuracy_fitted"]["all"] >= report["accuracy_hand"]["all"] or not report["fitted"]
+    floor = report["calibration_floor"]  # the same rows fit stage 1's calibration floor
+    assert floor["hand_floor"] == -10.0 and floor["rows"] == 60 and "-10.0" in floor["accuracy"]
+    assert stored.calibration_floor == (floor["floor"] if floor["kept"] else None)
+    assert fit_status(FileEngine(model), tmp_path / "data")["calibration_floor"] == stored.calibration_floor

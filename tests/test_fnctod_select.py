@@ -273,3 +273,50 @@ def test_a_request_names_a_function_through_another_form_of_its_words_and_the_mo
                           calibration=content_free_scores(engine, catalogue), use_prior=True)
     assert out.value == ["SetReminder"]
     assert domain_log_prior(catalogue, "User: Call my mother.")[1] > 0  # only one of them named: the prior says so
+
+
+def test_the_calibration_floor_is_fitted_on_the_tune_rows_and_kept_only_when_it_selects_better():
+    from prefcall.evaluation.fit_selection import SelectionRow, fit_floor, with_floor
+    from prefcall.strategies.fnctod import CALIBRATION_FLOOR
+
+    # A name the model never says unprompted (content-free -13) gains up to 13 nats under no floor: with the
+    # hand-set floor (-10) it still wins requests for the other function (by 3.95 nats); at -5 it gains 5 and no
+    # longer does, and -5 is the nearest such floor to the hand-set one.
+    def row(i: int, source: str, gold: int) -> SelectionRow:
+        raw = [-1.0, -5.0] if gold == 0 else [-5.5, -1.0]  # the model reads the request
+        content_free = [-2.0, -13.0]
+        return SelectionRow(item=f"{source}{i}", source=source, names=["Common", "Rare"],
+                            features=[[0.0] * 6, [0.0] * 6], gold=gold, raw=raw, content_free=content_free)
+
+    rows = [row(i, "a", 0) for i in range(20)] + [row(i, "b", 1) for i in range(20)]
+    moved = with_floor(rows, -6.0)
+    assert moved[0].features[0][0] == pytest.approx(-1.0 - math.log(math.exp(-2.0) + math.exp(-6.0)))
+    found = fit_floor(rows)
+    assert found.accuracy[str(CALIBRATION_FLOOR)]["a"] == 0.0 and found.accuracy[str(CALIBRATION_FLOOR)]["b"] == 1.0
+    assert found.kept and found.floor == -5.0 and found.accuracy["-5.0"]["all"] == 1.0
+    assert found.accuracy["-4.0"]["all"] == 1.0 and found.accuracy["-6.0"]["a"] == 0.0
+    # Rows the floor does not move keep the hand-set floor, and rows without raw scores cannot be refitted.
+    same = [row(i, "b", 1) for i in range(20)]
+    assert not fit_floor(same).kept and fit_floor(same).floor == CALIBRATION_FLOOR
+    bare = [r.model_copy(update={"raw": None}) for r in rows]
+    assert not fit_floor(bare).kept and "no rows" in fit_floor(bare).why
+
+
+def test_the_pipeline_bounds_the_calibration_with_the_models_fitted_floor(tmp_path):
+    from model_files import FileEngine
+
+    from prefcall.engine.fake import FakeEmbedder
+    from prefcall.storage import fits
+    from prefcall.strategies.fnctod import CALIBRATION_FLOOR
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF fake weights")
+    engine = FileEngine(model)
+    data = tmp_path / "data"
+    assert Pipeline(engine, FakeEmbedder(), data_dir=data).calibration_floor() == CALIBRATION_FLOOR
+    fits.save(fits.Fit(fingerprint=fits.engine_fingerprint(engine, data) or "", calibration_floor=-6.0),
+              data / fits.FITS_DIR)
+    pipeline = Pipeline(engine, FakeEmbedder(), data_dir=data)
+    assert pipeline.calibration_floor() == -6.0
+    scores = pipeline.stage_one("User: Thai food in Oakland please", CATALOGUE, get_config("full")).usage
+    assert scores.calibration == pytest.approx(smoothed(scores.content_free, -6.0))

@@ -61,7 +61,10 @@ def fit_status(engine, data_dir) -> dict:
             "command": found.source.get("command", ""),
             "selection": {"fitted": True, "command": selection.get("command", ""),
                           "tune_top1": selection.get("accuracy_fitted", {}).get("all")} if found.selection
-            else {"fitted": False, "note": "stage 1 uses the hand-set rule; `prefcall fit --selection` fits it"}}
+            else {"fitted": False, "note": "stage 1 uses the hand-set rule; `prefcall fit --selection` fits it"},
+            # the other fitted parts of stage 1 and of the refusal decision (None: the hand-set one applies)
+            "calibration_floor": found.calibration_floor, "none_prior": found.none_prior,
+            "relevance_rule": found.relevance is not None}
 
 
 def info_report(info, reference: str | None = None) -> dict:

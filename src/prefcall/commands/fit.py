@@ -168,20 +168,27 @@ def _fit_selection(args: argparse.Namespace, settings: Settings, items: list) ->
     progress = Progress(len(items), sys.stderr, label="fit --selection")
     rows = fit_selection.collect(pipeline, items, lambda _: progress.advance())
     progress.close()
-    result = fit_selection.fit(rows)
+    floor = fit_selection.fit_floor(rows)
+    result = fit_selection.fit(fit_selection.with_floor(rows, floor.floor))  # the rule under the floor it will meet
     counts = dict(Counter(item.source for item in items))
-    note = {"command": "prefcall fit " + " ".join(sys.argv[2:]), "commit": git_commit(),
-            "date": dt.date.today().isoformat(), "data": "tune split of prefcall/data/splits.json", "items": counts,
-            **result.model_dump(exclude={"weights"})}
+    header = {"command": "prefcall fit " + " ".join(sys.argv[2:]), "commit": git_commit(),
+              "date": dt.date.today().isoformat(), "data": "tune split of prefcall/data/splits.json", "items": counts}
+    note = {**header, **result.model_dump(exclude={"weights"}), "floor": floor.floor}
+    fields: dict[str, Any] = {}
+    notes: dict[str, Any] = {}
+    if result.fitted:
+        fields["selection"], notes["selection"] = result.weights, note
+    if floor.kept:
+        fields["calibration_floor"], notes["calibration_floor"] = floor.floor, {**header, **floor.model_dump()}
     stored = None
-    if not args.dry_run and fingerprint and result.fitted:
+    if not args.dry_run and fingerprint and fields:
         earlier = fits.load(fingerprint, settings.data_dir)
         base = earlier or fits.Fit(fingerprint=fingerprint, model_name=engine.info.model_name)
-        updated = base.model_copy(update={"selection": result.weights,
-                                          "source": {**base.source, "selection": note}})
-        stored = fits.save(updated, settings.data_dir / fits.FITS_DIR)
+        stored = fits.save(base.model_copy(update={**fields, "source": {**base.source, **notes}}),
+                           settings.data_dir / fits.FITS_DIR)
     print(json.dumps({"model": engine.info.model_name, "fingerprint": fingerprint, "weights": result.weights,
-                      **note, "stored_in": str(stored) if stored else None}, indent=1))
+                      **note, "calibration_floor": floor.model_dump(), "stored_in": str(stored) if stored else None},
+                     indent=1))
     return 0
 
 

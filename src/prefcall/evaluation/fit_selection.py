@@ -39,6 +39,9 @@ class SelectionRow(BaseModel):
     names: list[str]
     features: list[list[float]]
     gold: int  # index into names
+    # the model's raw log P(name) and the content-free scores before smoothing: the "model" feature under any floor
+    raw: list[float] | None = None
+    content_free: list[float] | None = None
 
 
 class SelectionFit(BaseModel):
@@ -70,7 +73,8 @@ def collect(pipeline: Any, items: Sequence[TuneItem], progress: Callable[[str], 
             names = [normalise_function(n) for n in scores.names]
             if gold in names:
                 rows.append(SelectionRow(item=item.id, source=item.source, names=scores.names,
-                                         features=scores.features, gold=names.index(gold)))
+                                         features=scores.features, gold=names.index(gold), raw=scores.raw,
+                                         content_free=scores.content_free or None))
         if progress is not None:
             progress(item.id)
     return rows
@@ -154,3 +158,59 @@ def fit(rows: Sequence[SelectionRow]) -> SelectionFit:
                             accuracy_hand=hand, accuracy_fitted=fitted, transfer=transfer)
     return SelectionFit(rows=len(rows), fitted=True, weights=rule.weights, accuracy_hand=hand,
                         accuracy_fitted=fitted, transfer=transfer)
+
+
+# -- stage 1's calibration floor (fnctod.smoothed) ---------------------------------------------------------------
+FLOORS = (-4.0, -5.0, -6.0, -7.0, -8.0, -9.0, -10.0, -11.0, -12.0, -13.0, -14.0, -16.0, -20.0)
+
+
+class FloorFit(BaseModel):
+    floor: float
+    hand_floor: float
+    kept: bool  # stored only when the hand-set rule selects better with it and no source worse
+    why: str = ""
+    rows: int
+    accuracy: dict[str, dict[str, float]]  # floor -> source (and "all") -> top-1 of the hand-set rule
+
+
+def with_floor(rows: Sequence[SelectionRow], floor: float) -> list[SelectionRow]:
+    """The rows with their "model" feature recomputed under this floor (rows without raw scores stay as they are)."""
+    out = []
+    for row in rows:
+        if row.raw is None or not row.content_free:
+            out.append(row)
+            continue
+        model = [r - float(np.logaddexp(c, floor)) for r, c in zip(row.raw, row.content_free)]
+        out.append(row.model_copy(update={"features": [[m, *f[1:]] for m, f in zip(model, row.features)]}))
+    return out
+
+
+def fit_floor(rows: Sequence[SelectionRow]) -> FloorFit:
+    """The floor under which the hand-set rule (calibrated model score plus domain prior) picks the gold function
+    most often on the tune rows, among floors under which no source does worse than under the hand-set floor. Ties
+    go to the floor nearest the hand-set one. Kept only when it is better pooled."""
+    from prefcall.strategies.fnctod import CALIBRATION_FLOOR
+
+    usable = [r for r in rows if r.raw is not None and r.content_free]
+    sources = sorted({r.source for r in usable})
+
+    def table(floor: float) -> dict[str, float]:
+        moved = with_floor(usable, floor)
+        out = {s: round(accuracy([r for r in moved if r.source == s], HAND_RULE), 4) for s in sources}
+        out["all"] = round(accuracy(moved, HAND_RULE), 4)
+        return out
+
+    tables = {str(f): table(f) for f in sorted({*FLOORS, CALIBRATION_FLOOR})}
+    hand = tables[str(CALIBRATION_FLOOR)]
+    best = CALIBRATION_FLOOR
+    for floor in FLOORS:
+        found = tables[str(floor)]
+        if any(found[s] < hand[s] for s in sources):
+            continue
+        if (found["all"], -abs(floor - CALIBRATION_FLOOR)) > (tables[str(best)]["all"], -abs(best - CALIBRATION_FLOOR)):
+            best = floor
+    kept = bool(usable) and tables[str(best)]["all"] > hand["all"]
+    why = "" if kept else ("no floor selects better than the hand-set one on the tune rows without a source doing "
+                           "worse" if usable else "no rows with the model's raw scores")
+    return FloorFit(floor=best if kept else CALIBRATION_FLOOR, hand_floor=CALIBRATION_FLOOR, kept=kept, why=why,
+                    rows=len(usable), accuracy=tables)

@@ -47,6 +47,9 @@ class Fit(BaseModel):
     grounding: dict[str, list[float]] = Field(default_factory=dict)
     # stage 1's rule: weights over strategies.fnctod.SELECTION_FEATURES (`prefcall fit --selection`); None: hand-set
     selection: list[float] | None = None
+    # stage 1's bound on the calibration's gain (strategies.fnctod.smoothed; `prefcall fit --selection`); None: the
+    # hand-set CALIBRATION_FLOOR
+    calibration_floor: float | None = None
     # whether any function fits: {"weights": [bias, *over strategies.fnctod.RELEVANCE_FEATURES], "threshold": t}
     # (`prefcall fit --relevance`); None: stage 1's hand-set "None" prior and the embedder's threshold decide
     relevance: dict[str, Any] | None = None

@@ -336,7 +336,8 @@ class FunctionScores(BaseModel):
 
     names: list[str]
     raw: list[float]
-    calibration: list[float]
+    calibration: list[float]  # the content-free scores, smoothed (the calibration subtracted)
+    content_free: list[float] = Field(default_factory=list)  # the same before smoothing (empty: uncalibrated)
     prior: list[float]  # log prior (all 0.0 without a domain prior)
     combined: list[float]
     features: list[list[float]] = Field(default_factory=list)  # per name, SELECTION_FEATURES
@@ -522,12 +523,16 @@ def user_words(transcript: str) -> str:
 def score_functions(engine: Engine, catalogue: Catalogue, dialogue: str, *, calibration: Sequence[float] | None,
                     prior: Sequence[float] | None = None, prior_weight: float = 1.0,
                     allow_none: bool = False, evidence: DomainEvidence | None = None,
-                    rule: SelectionRule | None = None, abstention: AbstentionRule | None = None) -> FunctionScores:
+                    rule: SelectionRule | None = None, abstention: AbstentionRule | None = None,
+                    floor: float | None = None) -> FunctionScores:
     """log P(" name" | listing, dialogue) for every function in one prompt evaluation, calibrated and combined.
-    `evidence` (domain_evidence) supplies the prior and the features; `rule`, a fitted rule, ranks the functions."""
+    `evidence` (domain_evidence) supplies the prior and the features; `rule`, a fitted rule, ranks the functions;
+    `floor` bounds the calibration's gain (`smoothed`; CALIBRATION_FLOOR unless the model's fit has its own)."""
     names = candidate_names(catalogue, allow_none)
     scores = engine.score_candidates(scoring_prompt(engine, catalogue, dialogue), [f" {n}" for n in names])
-    calibration = smoothed(calibration) if calibration is not None else [0.0] * len(names)
+    content_free = list(calibration) if calibration is not None else []
+    calibration = smoothed(calibration, CALIBRATION_FLOOR if floor is None else floor) if calibration is not None \
+        else [0.0] * len(names)
     if evidence is not None:
         prior = evidence.prior
     prior = list(prior) if prior is not None else [0.0] * len(names)
@@ -542,7 +547,8 @@ def score_functions(engine: Engine, catalogue: Catalogue, dialogue: str, *, cali
         if allow_none and NONE_CANDIDATE in names and catalogue.function(NONE_CANDIDATE) is None:
             others = [f for n, f in zip(names, fitted) if n != NONE_CANDIDATE]
             fitted[names.index(NONE_CANDIDATE)] = min(others, default=0.0) - 1.0  # decided by `combined` only
-    result = FunctionScores(names=names, raw=list(scores.logprobs), calibration=calibration, prior=prior,
+    result = FunctionScores(names=names, raw=list(scores.logprobs), calibration=calibration,
+                            content_free=content_free, prior=prior,
                             combined=combined, features=features, fitted=fitted,
                             named=evidence.named if evidence is not None else False,
                             prompt_tokens=scores.usage.prompt_tokens,
@@ -558,9 +564,9 @@ def score_functions(engine: Engine, catalogue: Catalogue, dialogue: str, *, cali
 # Contextual calibration divides by each name's content-free probability; a name the model almost never says
 # unprompted (Qwen2.5-1.5B gives "GetDoctors" e^-13.5) would gain 13 nats and win every medical request (it took
 # 5 of 30 NLSI items from GetDentists). A floor on that probability bounds the gain; it is soft (log-sum-exp) so
-# the order of the names is kept. Found in the 1.5B's traces of reported NLSI items (25/30 -> 30/30 for every
-# floor from -6 to -12), not fitted there; on the embedded model's tuning items (300-402) -10 changes nothing
-# (19/24 with and without it; 20/24 from -7 to -9).
+# the order of the names is kept. This default was set by hand from the 1.5B's traces of reported NLSI items (25/30
+# -> 30/30 for every floor from -6 to -12); `prefcall fit --selection` fits a model's own on its tune rows
+# (`fit_selection.fit_floor`, stored with its fit), which replaces it for that model.
 CALIBRATION_FLOOR = -10.0
 
 
@@ -603,7 +609,8 @@ def select_by_score(engine: Engine, catalogue: Catalogue, ctx: CallingContext, *
                     embedder: Any = None, use_prior: bool = False, prior_weight: float = 1.0,
                     chain_instructions: Sequence[str] = (), max_calls: int = MAX_CALLS,
                     allow_none: bool = False, rule: SelectionRule | None = None,
-                    abstention: AbstentionRule | None = None, none_prior: NonePrior = HAND_NONE_PRIOR) -> StageOutput:
+                    abstention: AbstentionRule | None = None, none_prior: NonePrior = HAND_NONE_PRIOR,
+                    floor: float | None = None) -> StageOutput:
     """Stage 1, scored: the best function (calibrated, optionally with the domain prior, or ranked by a fitted
     `rule`) plus the functions the standing instructions chain to. `value` is the list of names, `raw` the
     per-function score table (JSON)."""
@@ -612,7 +619,7 @@ def select_by_score(engine: Engine, catalogue: Catalogue, ctx: CallingContext, *
                                none_prior=none_prior) if use_prior else None
     scores = score_functions(engine, catalogue, ctx.dialogue, calibration=calibration, evidence=evidence,
                              prior_weight=prior_weight, allow_none=allow_none, rule=rule if use_prior else None,
-                             abstention=abstention if use_prior else None)
+                             abstention=abstention if use_prior else None, floor=floor)
     best = scores.best()
     functions = [] if best == NONE_CANDIDATE and catalogue.function(best) is None else [best]
     functions = chained_functions(catalogue, chain_instructions, functions)[:max_calls] if functions else []

@@ -114,6 +114,7 @@ class Pipeline:
         self._rule: fnctod.SelectionRule | None = None
         self._abstention: tuple[fnctod.AbstentionRule | None] | None = None
         self._none_prior: fnctod.NonePrior | None = None
+        self._floor: float | None = None
         self.record: grounded.Recorder | None = None  # `prefcall fit` collects the filler's scored candidates
         self.scope = LOCAL
 
@@ -128,6 +129,7 @@ class Pipeline:
         self.selection_rule()
         self.abstention_rule()
         self.none_prior()
+        self.calibration_floor()
         view = copy.copy(self)
         view.engine = ScopedEngine(self.engine, scope)
         view.scope = scope
@@ -388,7 +390,8 @@ class Pipeline:
             self.engine, catalogue, ctx, calibration=calibration, embedder=self.embedder,
             use_prior=config.function_selection == "hybrid", prior_weight=config.prior_weight,
             chain_instructions=result.instructions_used, max_calls=config.max_calls, allow_none=config.allow_refuse,
-            rule=self.selection_rule(), abstention=self.abstention_rule(), none_prior=self.none_prior())
+            rule=self.selection_rule(), abstention=self.abstention_rule(), none_prior=self.none_prior(),
+            floor=self.calibration_floor())
 
     def abstention_rule(self) -> fnctod.AbstentionRule | None:
         """Whether any function fits, the model's fitted rule (`prefcall fit --relevance`); None without one (the
@@ -416,6 +419,15 @@ class Pipeline:
                 raise StoreError(f"the fitted None prior of {self.engine.info.model_name} is unreadable "
                                  f"({exc.errors()[0]['msg']}): refit it with `prefcall fit --relevance`") from exc
         return self._none_prior
+
+    def calibration_floor(self) -> float:
+        """Stage 1's bound on the calibration's gain: the model's fitted floor (`prefcall fit --selection`, kept only
+        when it selects better on the tune rows and no source worse), else fnctod.CALIBRATION_FLOOR."""
+        if self._floor is None:
+            fit = self.fit()
+            self._floor = fit.calibration_floor if fit is not None and fit.calibration_floor is not None \
+                else fnctod.CALIBRATION_FLOOR
+        return self._floor
 
     def selection_rule(self) -> fnctod.SelectionRule:
         """Stage 1's rule: the model's fitted one (`prefcall fit --selection`), else the hand-set one. It weighs
