@@ -503,3 +503,32 @@ def test_parse_request_asks_about_a_value_the_schema_does_not_allow_and_names_th
         assert result["question"].startswith("45 is more than party size allows (at most 20).")
 
     with_session(make_server(tmp_path, engine=engine), body)
+
+
+def test_a_model_without_a_fit_of_its_own_is_noticed_once_and_a_fitted_one_is_not(tmp_path: Path, caplog) -> None:
+    import logging
+
+    from model_files import FileEngine
+
+    from prefcall.storage import fits
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF fake weights")
+
+    async def body(session: Session):
+        await seeded(session)
+        for _ in range(2):
+            await session.ok("parse_request", {"user_id": "alice", "dialogue": "Find me a flight to Boston",
+                                               "catalogue": "travel"})
+
+    with caplog.at_level(logging.WARNING, logger="prefcall.server"):
+        with_session(make_server(tmp_path, FileEngine(model)), body)
+    notices = [r.getMessage() for r in caplog.records if "has no fit of its own" in r.getMessage()]
+    assert len(notices) == 1 and "prefcall fit --model REF" in notices[0]
+    caplog.clear()
+    engine = FileEngine(model)
+    fits.save(fits.Fit(fingerprint=fits.engine_fingerprint(engine, tmp_path / "data") or "", grounding={}),
+              tmp_path / "data" / fits.FITS_DIR)
+    with caplog.at_level(logging.WARNING, logger="prefcall.server"):
+        with_session(make_server(tmp_path, engine), body)
+    assert not [r for r in caplog.records if "has no fit of its own" in r.getMessage()]

@@ -333,7 +333,19 @@ class Services:
                 self._tag_examples = TagExamples(list(BUILTIN_EXAMPLES), self.models.embedder)
             self._pipeline = Pipeline(self.models.engine, embedder=self.models.embedder, demos=self._demo_store(),
                                       tag_examples=self._tag_examples, data_dir=self.settings.data_dir)
+            self._notice_unfitted(self._pipeline)
         return self._pipeline
+
+    def _notice_unfitted(self, pipeline: Pipeline) -> None:
+        """One notice when the model has no fit of its own (neither shipped nor made by the user): its answers rest on
+        rules fitted for another model until `prefcall fit` fits it."""
+        from prefcall.storage import fits
+
+        if fits.engine_fingerprint(pipeline.engine, self.settings.data_dir) is None or pipeline.fit() is not None:
+            return
+        log.warning("%s has no fit of its own: it answers with rules fitted for the embedded model; `prefcall fit "
+                    "--model REF`, `prefcall fit --selection --model REF` and `prefcall fit --relevance --model REF` "
+                    "fit it on the bundled tuning data (README: Fitting a model)", pipeline.engine.info.model_name)
 
     def _parse(self, turns: list[Turn], instructions: list[Instruction], catalogue: Catalogue, config: str,
                overrides: dict[str, bool], applicable: list[str] | None, scope: Scope) -> ParseResult:
