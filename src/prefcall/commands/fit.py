@@ -180,16 +180,25 @@ def _fit_selection(args: argparse.Namespace, settings: Settings, items: list) ->
         fields["selection"], notes["selection"] = result.weights, note
     if floor.kept:
         fields["calibration_floor"], notes["calibration_floor"] = floor.floor, {**header, **floor.model_dump()}
-    stored = None
-    if not args.dry_run and fingerprint and fields:
-        earlier = fits.load(fingerprint, settings.data_dir)
-        base = earlier or fits.Fit(fingerprint=fingerprint, model_name=engine.info.model_name)
-        stored = fits.save(base.model_copy(update={**fields, "source": {**base.source, **notes}}),
-                           settings.data_dir / fits.FITS_DIR)
+    stored = None if args.dry_run else _store_parts(settings, engine, fingerprint, fields, notes)
     print(json.dumps({"model": engine.info.model_name, "fingerprint": fingerprint, "weights": result.weights,
                       **note, "calibration_floor": floor.model_dump(), "stored_in": str(stored) if stored else None},
                      indent=1))
     return 0
+
+
+def _store_parts(settings: Settings, engine: object, fingerprint: str | None, fields: dict[str, Any],
+                 notes: dict[str, Any]) -> Path | None:
+    """Store the kept parts of a fit (`fields`, each with its note under the same name in `source`) in the model's
+    fit file; the parts fitted before stay. None when nothing was kept or the model has no fingerprint."""
+    from prefcall.storage import fits
+
+    if not fingerprint or not fields:
+        return None
+    earlier = fits.load(fingerprint, settings.data_dir)
+    base = earlier or fits.Fit(fingerprint=fingerprint, model_name=engine.info.model_name)  # type: ignore[attr-defined]
+    return fits.save(base.model_copy(update={**fields, "source": {**base.source, **notes}}),
+                     settings.data_dir / fits.FITS_DIR)
 
 
 def _fit_relevance(args: argparse.Namespace, settings: Settings) -> int:
@@ -271,12 +280,7 @@ def _fit_model_relevance(args: argparse.Namespace, settings: Settings, embedder:
         fields["relevance"], notes["relevance"] = result.rule(), note
     if prior.kept:
         fields["none_prior"], notes["none_prior"] = prior.prior, prior_note
-    stored = None
-    if not args.dry_run and fingerprint and fields:
-        earlier = fits.load(fingerprint, settings.data_dir)
-        base = earlier or fits.Fit(fingerprint=fingerprint, model_name=engine.info.model_name)
-        stored = fits.save(base.model_copy(update={**fields, "source": {**base.source, **notes}}),
-                           settings.data_dir / fits.FITS_DIR)
+    stored = None if args.dry_run else _store_parts(settings, engine, fingerprint, fields, notes)
     return {"model": engine.info.model_name, "fingerprint": fingerprint, **result.rule(), **note,
             "none_prior": prior_note, "stored_in": str(stored) if stored else None}
 
