@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from prefcall.evaluation.fit import TuneItem
 from prefcall.evaluation.metrics.calls import calls_from_any, normalise_function
-from prefcall.strategies.fnctod import HAND_RULE, SELECTION_FEATURES, FunctionScores, SelectionRule
+from prefcall.strategies.fnctod import HAND_RULE, SELECTION_FEATURES, FunctionScores, SelectionRule, smoothed
 
 RIDGE = 1e-2
 
@@ -180,7 +180,7 @@ def with_floor(rows: Sequence[SelectionRow], floor: float) -> list[SelectionRow]
         if row.raw is None or not row.content_free:
             out.append(row)
             continue
-        model = [r - float(np.logaddexp(c, floor)) for r, c in zip(row.raw, row.content_free)]
+        model = [r - c for r, c in zip(row.raw, smoothed(row.content_free, floor))]
         out.append(row.model_copy(update={"features": [[m, *f[1:]] for m, f in zip(model, row.features)]}))
     return out
 

@@ -115,6 +115,7 @@ class Pipeline:
         self._abstention: tuple[fnctod.AbstentionRule | None] | None = None
         self._none_prior: fnctod.NonePrior | None = None
         self._floor: float | None = None
+        self._fit: tuple[fits.Fit | None] | None = None  # the model's fit, read once (`fit`)
         self.record: grounded.Recorder | None = None  # `prefcall fit` collects the filler's scored candidates
         self.scope = LOCAL
 
@@ -293,8 +294,11 @@ class Pipeline:
 
     def fit(self) -> fits.Fit | None:
         """The fit `prefcall fit` made for this model (the user's, else a shipped one), by its fingerprint (a
-        model file's hash; a served model's id, template and tokenizer: storage.fits); None if never fitted."""
-        return fits.load(fits.engine_fingerprint(self.engine, self._data_dir()), self._data_dir())
+        model file's hash; a served model's id, template and tokenizer: storage.fits); None if never fitted. Read
+        once per pipeline: every fitted part (grounding, stage 1, the None prior, the refusal rule) comes from it."""
+        if self._fit is None:
+            self._fit = (fits.load(fits.engine_fingerprint(self.engine, self._data_dir()), self._data_dir()),)
+        return self._fit[0]
 
     def grounding_weights(self) -> grounded.GroundingWeights:
         """The filler's weights: the shipped structure with the model's fitted combination, else the default."""
