@@ -505,6 +505,34 @@ def test_parse_request_asks_about_a_value_the_schema_does_not_allow_and_names_th
     with_session(make_server(tmp_path, engine=engine), body)
 
 
+def test_parse_request_asks_about_a_room_type_the_enum_cannot_take_instead_of_calling_without_it(tmp_path: Path) -> None:
+    # Class g: "a penthouse room" against single/double/suite is no candidate of the enum; the model likes only
+    # the city. The answer names the user's value and the options; the room is never dropped silently.
+    hotel = [{"name": "BookHotel", "description": "Reserve a hotel room.", "inputSchema": {
+        "type": "object", "properties": {
+            "city": {"type": "string", "description": "city"},
+            "room": {"type": "string", "description": "room type", "enum": ["single", "double", "suite"]}},
+        "required": ["city"]}}]
+    engine = travel_engine()
+    engine.scorer = _prefers("BookHotel", city="Rome")
+
+    async def body(session: Session):
+        await session.ok("import_catalogue", {"name": "hotels", "tools": hotel, "replace": True})
+        await session.ok("create_profile", {"user_id": "bob"})
+        ask = await session.ok("parse_request", {"user_id": "bob", "dialogue": "Book a penthouse room in Rome",
+                                                 "catalogue": "hotels", "config": "full"})
+        assert ask["decision"] == "ask", json.dumps(ask)
+        assert ask["calls"] == [{"name": "BookHotel", "arguments": {"city": "Rome"}}]
+        [missing] = ask["missing"]
+        assert (missing["argument"], missing["reason"]) == ("room", "invalid")
+        assert missing["problem"] == "'penthouse' is not one of the room options (single, double, suite)"
+        call = await session.ok("parse_request", {"user_id": "bob", "dialogue": "Book a hotel room in Rome",
+                                                  "catalogue": "hotels", "config": "full"})
+        assert (call["decision"], call["calls"]) == ("call", [{"name": "BookHotel", "arguments": {"city": "Rome"}}])
+
+    with_session(make_server(tmp_path, engine=engine), body)
+
+
 def test_a_model_without_a_fit_of_its_own_is_noticed_once_and_a_fitted_one_is_not(tmp_path: Path, caplog) -> None:
     import logging
 

@@ -38,6 +38,7 @@ from prefcall.schemas.model import Function, Turn
 from prefcall.schemas.render import grammar_schema, render_function_spec
 
 from prefcall.strategies.grounding.evidence import FeatureContext, Weights, argument_words, features
+from prefcall.strategies.grounding.misfit import find_misfit, pattern_value
 from prefcall.strategies.grounding.values import (
     ArgumentCandidates,
     Candidate,
@@ -98,6 +99,7 @@ class FillResult(BaseModel):
     reused: int = 0
     decoded: int = 0  # candidate tokens after the first (CandidateScores.decoded) + free values' generated tokens
     ungrounded: dict[str, str] = Field(default_factory=dict)  # free argument -> why its generated value was not kept
+    misfits: dict[str, str] = Field(default_factory=dict)  # argument -> what its schema says of the user's value
 
     @property
     def arguments(self) -> dict[str, list[Any]]:
@@ -262,6 +264,19 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
                 and (choice := scorer.write(name, schema, sources)):
             result.choices.append(choice)
     chosen_names = {c.argument for c in result.choices}
+    for name, schema in function.properties.items():
+        # A value the user wrote that the schema does not allow is no candidate; it is set so that the post-check
+        # asks about it by name instead of calling without it (`misfit`).
+        if name in skip or name in chosen_names:
+            continue
+        if (found := find_misfit(function, name, schema, sources, taken=taken, avoid=avoided)):
+            candidate, problem = found
+            result.choices.append(_choice(name, [candidate], 0.5, None))
+            result.misfits[name] = problem
+        elif (code := pattern_value(function, name, schema, sources, taken=taken, avoid=avoided)):
+            result.choices.append(_choice(name, [code], 0.5, None))
+            chosen_names.add(name)
+    chosen_names |= set(result.misfits)
     left = [(ranked[0], name) for _, name, ranked, _ in pending if name not in chosen_names]
     if left:
         (probability, candidate, model_p), name = max(left, key=lambda t: t[0][0])

@@ -4,7 +4,8 @@ A string argument without an enum is a span of a source: a user turn, an applica
 value of an earlier call in the dialogue. Enum arguments take one of their values, booleans true/false, numbers a
 number written in a source (digits or number words, normalised to the schema's type). Whether an argument is
 grounded or free is decided from its schema alone (`argument_kind`): arrays, objects and strings whose
-description asks for a syntax (code, an expression, JSON, a URL pattern ...) are free; everything else is grounded.
+description asks for a syntax (code, an expression, JSON, a URL pattern ...) are free, unless a `pattern` sets the
+value's form (a postal code); everything else is grounded.
 
 Spans are word n-grams (at most MAX_SPAN_WORDS words) that neither start nor end with a function word, trimmed
 of surrounding punctuation; quoted strings are kept whole. A definite article or a possessive may open a span
@@ -92,6 +93,8 @@ def argument_kind(schema: dict[str, Any]) -> ArgumentKind:
         return "number"
     if kind in ("array", "object") or ("properties" in schema and kind is None):
         return "free"
+    if schema.get("pattern"):
+        return "span"  # a value of a set form ("a postal code", "a phone number") is read from the request
     if _FREE_HINTS.search(str(schema.get("description") or "")) or schema.get("format") in ("uri", "regex"):
         return "free"
     return "span"
