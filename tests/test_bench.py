@@ -212,8 +212,13 @@ def test_model_sections_run_end_to_end_against_a_fake() -> None:
     assert grounded["figures"]["config"] == "full" and grounded["figures"]["cold"]["one_stage"]["model_calls"] == 1
     runs = grounded["figures"]["variants"]["grounded"]["runs"]
     assert len(runs) == 1 and all(r["decision"] in ("call", "ask", "refuse") and "total" in r["steps"] for r in runs)
-    assert {t["name"] for t in grounded["targets"]} == {"grounded: parse_request / one-stage latency, p50",
-                                                       "grounded: parse_request / one-stage latency, p95"}
+    # With the instructions' tags stored (tag_profile, or an earlier request), the timed request tags nothing.
+    [steady] = grounded["figures"]["variants"]["grounded_stored"]["runs"]
+    assert steady["model_calls"] < runs[0]["model_calls"], (steady, runs[0])
+    assert steady["decision"] == runs[0]["decision"] and steady["calls"] == runs[0]["calls"]
+    assert {t["name"] for t in grounded["targets"]} == {
+        f"{name}: parse_request ({label}) / one-stage latency, {q}" for q in ("p50", "p95")
+        for name, label in (("grounded", "tags made on the request's path"), ("grounded_stored", "tags stored"))}
     taps = report["sections"]["taps"]["figures"]
     assert all(taps["fired_flags"]) and not any(r["gate_fired"] for r in taps["runs"]["not_fired"])
     names = {t["name"] for t in report["targets"]}
