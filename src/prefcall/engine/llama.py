@@ -454,11 +454,21 @@ class LlamaEngine:
         return np.ctypeslib.as_array(pointer, shape=(self._vocab_size,)).copy()
 
     def _score_continuation(self, base: int, first: np.ndarray, tokens: list[int], heal_end: bool = False) -> float:
+        """log P(tokens | prompt): the first token from the prompt's logits, the rest from ONE decode of the
+        candidate's other tokens with logits kept at every position (not one decode per token: a batch of k
+        tokens costs about what one costs on a CPU, so a value's later tokens are nearly free)."""
         last = len(tokens) - 1
         total = self._token_logprob(first, tokens[0], heal_end and last == 0)
-        for i, (previous, token) in enumerate(zip(tokens, tokens[1:]), start=1):
-            self._llm.eval([previous])
-            total += self._token_logprob(_log_softmax(self._last_logits()), token, heal_end and i == last)
+        self._llm._ctx.kv_cache_seq_rm(-1, base, -1)
+        step = max(1, self.settings.n_batch)
+        for start in range(0, last, step):  # chunks of n_batch tokens (a value is far shorter)
+            chunk = tokens[start: min(last, start + step)]
+            self._llm._batch.set_batch(batch=chunk, n_past=base + start, logits_all=True)
+            self._llm._ctx.decode(self._llm._batch)
+            for i, token in enumerate(tokens[start + 1: start + 1 + len(chunk)]):
+                row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._llm._ctx.ctx, i),
+                                            shape=(self._vocab_size,))
+                total += self._token_logprob(_log_softmax(row), token, heal_end and start + i + 1 == last)
         self._llm.n_tokens = base
         return total
 
