@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from prefcall.bench.catalogue import section_catalogue
 from prefcall.bench.context import REPO_ROOT, BenchContext
 from prefcall.bench.model import (
     section_fnctod,
@@ -45,6 +46,7 @@ SECTIONS: dict[str, Section] = {s.name: s for s in (
     Section("fnctod", "FnCTOD one-stage vs two-stage", section_fnctod),
     Section("grounded", "Grounded parse_request vs one-stage", section_grounded),
     Section("taps", "TAPS gate fired vs not", section_taps),
+    Section("catalogue", "Large catalogues: 10, 50 and 200 tools, shortlisted", section_catalogue),
     Section("retrieval", "Retrieval scaling", section_retrieval),
     Section("server", "MCP server", section_server),
     Section("served", "Served engine vs in-process", section_served),

@@ -33,7 +33,7 @@ from prefcall.engine.base import (
     TokenLogprob,
     schema_key_order,
 )
-from prefcall.errors import CancelledError, GrammarError
+from prefcall.errors import CancelledError, ContextOverflowError, GrammarError
 
 _TOKEN_RE = re.compile(r"\s*\S+|\s+")
 
@@ -194,6 +194,7 @@ class FakeEngine:
     ) -> Generation:
         _check(cancel)
         rendered = render_fake(prompt)
+        self._check_fits(rendered)
         with self._lock:
             self.prompts.append(rendered)
             self.calls.append({"kind": "generate", "prompt": rendered, "json_schema": json_schema,
@@ -217,6 +218,7 @@ class FakeEngine:
     ) -> CandidateScores:
         _check(cancel)
         rendered = render_fake(prompt)
+        self._check_fits(rendered, max((len(fake_tokenize(c)) for c in candidates), default=0))
         with self._lock:
             self.prompts.append(rendered)
             self.calls.append({"kind": "score", "prompt": rendered, "candidates": list(candidates), "scope": scope,
@@ -225,6 +227,13 @@ class FakeEngine:
             logprobs = [self._score(rendered, c) for c in candidates]
             counts = [max(1, len(fake_tokenize(c))) for c in candidates]
             return CandidateScores(list(candidates), logprobs, counts, usage)
+
+    def _check_fits(self, rendered: str, extra: int = 0) -> None:
+        """The real engine's refusal of a prompt its context cannot hold (fake tokens are words)."""
+        n_prompt = len(fake_tokenize(rendered)) + extra
+        if n_prompt >= self.n_ctx:
+            raise ContextOverflowError(f"prompt is {n_prompt} tokens but the context holds {self.n_ctx}: "
+                                       "raise PREFCALL_N_CTX or shorten the dialogue")
 
     def check_grammar(self, schema: dict[str, Any]) -> None:
         """The engine-level grammar check, in pure Python: what llama.cpp refuses is refused here too."""

@@ -125,6 +125,8 @@ class ToolDecisionOut(BaseModel):
     lexical: float | None = Field(default=None, description="score mode: BM25 of the message against the tool")
     cosine: float | None = Field(default=None, description="score mode: the embedder's cosine of the message and "
                                                            "the tool's name and description")
+    shortlisted: bool = Field(default=True, description="score mode: false when a large tool list was shortlisted "
+                                                        "without this tool, so the model was not asked about it")
 
 
 class NltSelection(BaseModel):
@@ -142,6 +144,8 @@ class NltSelection(BaseModel):
     evidence: list[str] = Field(default_factory=list, description="score mode: what decided (model, lexical, "
                                                                    "embedding); without model the model was not "
                                                                    "called")
+    shortlist: str | None = Field(default=None, description="score mode, a large tool list: how many tools were "
+                                                            "shortlisted for the model (the rest are not selected)")
     trace: Trace = Field(default_factory=Trace)
 
 
@@ -155,6 +159,8 @@ class ClarifyOutcome(BaseModel):
     elicitation_action: Literal["accept", "decline", "cancel"] | None = None
     answer: dict[str, Any] | None = Field(default=None, description="what the user answered, when elicited")
     calls: list[CallOut] = Field(default_factory=list, description="calls parsed after an elicited answer")
+    shortlist: str | None = Field(default=None, description="a large catalogue: how many of its functions the "
+                                                            "model's prompts listed")
     trace: Trace = Field(default_factory=Trace)
 
 

@@ -132,7 +132,8 @@ def nlt_out(result: NltResult) -> m.NltSelection:
         mode=result.mode,
         status=result.status,
         decisions=[m.ToolDecisionOut(name=d.name, selected=d.selected, probability=d.probability, score=d.score,
-                                     model_logodds=d.model_logodds, lexical=d.lexical, cosine=d.cosine)
+                                     model_logodds=d.model_logodds, lexical=d.lexical, cosine=d.cosine,
+                                     shortlisted=d.shortlisted)
                    for d in result.decisions],
         selected=list(result.selected),
         reasoning=result.reasoning,
@@ -142,6 +143,7 @@ def nlt_out(result: NltResult) -> m.NltSelection:
         threshold=result.threshold,
         rule=result.rule.model_dump() if result.rule is not None else None,
         evidence=list(result.evidence),
+        shortlist=result.shortlist.describe() if result.shortlist is not None and result.shortlist.applied else None,
         trace=usage_trace(result.usage, result.seconds),
     )
 
@@ -153,6 +155,7 @@ def clarify_out(result: ClarifyResult) -> m.ClarifyOutcome:
         missing_arguments=list(result.missing_arguments),
         model_said=result.model_said,
         status=result.status,
+        shortlist=result.shortlist.describe() if result.shortlist is not None else None,
         trace=usage_trace(result.usage, result.seconds),
     )
 
@@ -349,8 +352,9 @@ class Services:
 
     def _parse(self, turns: list[Turn], instructions: list[Instruction], catalogue: Catalogue, config: str,
                overrides: dict[str, bool], applicable: list[str] | None, scope: Scope) -> ParseResult:
-        return self._get_pipeline().scoped(scope).parse(turns, tagged_instructions(instructions), catalogue,
-                                                        get_config(config, **overrides), applicable=applicable)
+        chosen = get_config(config, **{"shortlist_size": self.settings.shortlist_size, **overrides})
+        return self._get_pipeline().scoped(scope).parse(turns, tagged_instructions(instructions), catalogue, chosen,
+                                                        applicable=applicable)
 
     def _cache_tags(self, instructions: list[Instruction], tags: list[TagResult], model: str) -> None:
         """Store valid tags the pipeline produced for untagged instructions (saves tagging them next time)."""
@@ -385,7 +389,7 @@ class Services:
         scoped = ScopedEngine(engine, caller.scope(shared))
         result = await self.model.call(
             lambda: select_tools(scoped, message, tools, mode=mode, context=context, threshold=threshold,  # type: ignore[arg-type]
-                                 calibrate=calibrate, embedder=embedder)
+                                 calibrate=calibrate, embedder=embedder, shortlist_size=self.settings.shortlist_size)
         )
         out = nlt_out(result)
         return out.model_copy(update={"trace": private_trace(out.trace)}) if caller.private else out
@@ -403,7 +407,8 @@ class Services:
         engine, embedder = await self.ready(progress)
         scoped = ScopedEngine(engine, caller.scope(self.is_builtin(catalogue)))
         result = await self.model.call(
-            lambda: clarify(scoped, turns, catalogue, instructions=list(instructions), embedder=embedder)
+            lambda: clarify(scoped, turns, catalogue, instructions=list(instructions), embedder=embedder,
+                            shortlist_size=self.settings.shortlist_size)
         )
         outcome = clarify_out(result)
         if caller.private:

@@ -39,6 +39,7 @@ from prefcall.engine.base import Embedder, Engine, Prompt
 from prefcall.errors import ValidationError
 from prefcall.retrieval.hybrid import BM25Index
 from prefcall.retrieval.text import split_identifier
+from prefcall.retrieval.vectors import TOOL_VECTORS
 from prefcall.schemas.model import Catalogue, Function
 from prefcall.storage import fits
 from prefcall.strategies.nlt_models import (
@@ -53,6 +54,7 @@ from prefcall.strategies.nlt_models import (
     as_tool_specs,
 )
 from prefcall.strategies.relevance import function_text
+from prefcall.strategies.shortlist import SHORTLIST_SIZE, Shortlist, fits_context, shortlist
 
 
 # Content-free requests for calibration: empty, a placeholder and a greeting (none of them needs a tool).
@@ -209,6 +211,7 @@ def _generate_mode(engine: Engine, specs: list[ToolSpec], message: str, context:
     names = [s.name for s in specs]
     # Budget: reasoning plus one short line per tool; the finish marker stops generation early.
     budget = 64 + sum(engine.count_tokens(f"{s.name} - YES\n") for s in specs)
+    check_listing_fits(engine, "generate", prompt, budget, len(specs))
     generation = engine.generate(prompt, max_tokens=budget, stop=(FINISH_MARKER,))
     text = generation.text
     if not text.lstrip().lower().startswith("thinking"):
@@ -287,31 +290,6 @@ def lexical_scores(specs: Sequence[ToolSpec], message: str, history: History = (
     if history:
         scores = scores + 0.5 * index.scores(" ".join(text for _, text in history[-2:]))
     return {s.name: float(v) for s, v in zip(specs, scores)}
-
-
-class ToolVectors:
-    """Embeddings of tool texts per embedder name and text (floats only, least recently used dropped past
-    `size`): a catalogue's tools are embedded once, only the request is embedded per call."""
-
-    def __init__(self, size: int = 4096) -> None:
-        self.size = size
-        self._vectors: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
-
-    def get(self, embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
-        keys = [(embedder.name, hashlib.sha256(t.encode("utf-8")).hexdigest()) for t in texts]
-        missing = [t for k, t in zip(keys, texts) if k not in self._vectors]
-        if missing:
-            for text, vector in zip(missing, np.asarray(embedder.embed(missing), dtype=np.float32)):
-                self._vectors[(embedder.name, hashlib.sha256(text.encode("utf-8")).hexdigest())] = vector
-        for key in keys:
-            self._vectors.move_to_end(key)
-        rows = np.stack([self._vectors[k] for k in keys])
-        while len(self._vectors) > self.size:
-            self._vectors.popitem(last=False)
-        return rows
-
-
-TOOL_VECTORS = ToolVectors()
 
 
 def embedding_scores(embedder: Embedder, specs: Sequence[ToolSpec], message: str,
@@ -415,7 +393,8 @@ def rule_for(engine: Engine, calibrated: bool = True, embedder: Embedder | None 
 
 def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: str | None, history: History,
                 threshold: float | None, calibrate: bool, rule: DecisionRule | None,
-                cache: ContentFreeCache | None, embedder: Embedder | None, all_evidence: bool) -> NltResult:
+                cache: ContentFreeCache | None, embedder: Embedder | None, all_evidence: bool,
+                shortlist_size: int = SHORTLIST_SIZE) -> NltResult:
     usage = NltUsage()
     chosen = (rule or rule_for(engine, calibrate, embedder)).model_copy()
     if chosen.embedding_weight and embedder is None:
@@ -427,21 +406,27 @@ def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: st
     # No work whose answer is thrown away: a rule that gives the model no weight never asks it (`all_evidence`
     # asks anyway, to record every kind of evidence for fitting a rule).
     asked = bool(chosen.model_weight) or all_evidence
-    raw = tool_yes_logodds(engine, specs, message, context, usage, history) if asked else None
-    baseline, cached = (content_free_logodds(engine, specs, context, usage, cache) if asked and calibrate
-                        else ({s.name: 0.0 for s in specs}, None))
+    # A large tool list reaches the model shortlisted (strategies.shortlist): a tool left out is not selected.
+    report = None
+    scored = specs
+    if asked:
+        scored, report = shortlist_specs(engine, specs, message, context, history, embedder, shortlist_size)
+    raw = tool_yes_logodds(engine, scored, message, context, usage, history) if asked else None
+    baseline, cached = (content_free_logodds(engine, scored, context, usage, cache) if asked and calibrate
+                        else ({s.name: 0.0 for s in scored}, None))
     lexical = lexical_scores(specs, message, history)
     cosines = embedding_scores(embedder, specs, message, history) \
         if embedder is not None and (chosen.embedding_weight or all_evidence) else None
     decisions = []
     for spec in specs:
-        model = raw[spec.name] - baseline[spec.name] if raw is not None else None
+        left_out = raw is not None and spec.name not in raw
+        model = raw[spec.name] - baseline[spec.name] if raw is not None and not left_out else None
         cosine = cosines[spec.name] if cosines is not None else None
         score = chosen.score(model, lexical[spec.name], cosine)
-        decisions.append(ToolDecision(name=spec.name, selected=score > chosen.threshold, probability=sigmoid(score),
-                                      score=score, model_logodds=model,
-                                      raw_logodds=raw[spec.name] if raw is not None else None,
-                                      lexical=lexical[spec.name], cosine=cosine))
+        decisions.append(ToolDecision(name=spec.name, selected=score > chosen.threshold and not left_out,
+                                      probability=sigmoid(score), score=score, model_logodds=model,
+                                      raw_logodds=raw[spec.name] if raw is not None and not left_out else None,
+                                      lexical=lexical[spec.name], cosine=cosine, shortlisted=not left_out))
     return NltResult(
         mode="score",
         status="ok",
@@ -452,8 +437,35 @@ def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: st
         evidence=chosen.evidence,
         content_free=baseline if asked and calibrate else None,
         calibration_cached=cached,
+        shortlist=report,
         usage=usage,
     )
+
+
+def shortlist_specs(engine: Engine, specs: list[ToolSpec], message: str, context: str | None, history: History,
+                    embedder: Embedder | None, size: int) -> tuple[list[ToolSpec], Shortlist]:
+    """The tools whose YES/NO the model is asked for: all of a list of up to `size` whose prompt fits, else the
+    shortlist (strategies.shortlist) ranked against the message and the last turns."""
+    fits = fits_context(engine)
+    longest = max(specs, key=lambda s: len(s.name))
+
+    def fit(kept: list[ToolSpec]) -> bool:
+        prompt = nlt_prompt(engine, kept, message, context, history).continued(_SKIPPED_THINKING + _tool_line(longest))
+        return fits(prompt)
+
+    query = " ".join([*(text for _, text in history[-2:]), message])
+    return shortlist(specs, [function_text(s.name, s.description) for s in specs], query, embedder, size, fit,
+                     names=[s.name for s in specs])
+
+
+def check_listing_fits(engine: Engine, mode: str, prompt: Prompt, budget: int, tools: int) -> None:
+    """Generate and structured modes list every tool in one prompt and write an answer for each: a list that does
+    not fit is refused in one line, before the model is asked."""
+    needed = engine.prompt_tokens(prompt) + budget
+    if needed > engine.info.n_ctx:
+        raise ValidationError(f"{mode} mode lists all {tools} tools in one prompt and needs {needed} tokens, but the "
+                              f"context holds {engine.info.n_ctx}: use score mode (it shortlists large tool lists), "
+                              "fewer tools or a larger PREFCALL_N_CTX")
 
 
 def _structured_mode(engine: Engine, specs: list[ToolSpec], message: str, context: str | None,
@@ -461,6 +473,7 @@ def _structured_mode(engine: Engine, specs: list[ToolSpec], message: str, contex
     names = [s.name for s in specs]
     prompt = structured_prompt(engine, specs, message, context, history)
     budget = 16 + sum(engine.count_tokens(json.dumps(n)) + 2 for n in names)
+    check_listing_fits(engine, "structured", prompt, budget, len(specs))
     generation = engine.generate(prompt, max_tokens=budget, json_schema=selection_schema(names))
     usage = NltUsage()
     usage.add(generation.usage, generation.completion_tokens)
@@ -495,6 +508,7 @@ def select_tools(
     cache: ContentFreeCache | None = None,
     embedder: Embedder | None = None,
     all_evidence: bool = False,
+    shortlist_size: int = SHORTLIST_SIZE,
 ) -> NltResult:
     """Decide YES/NO for every tool. A parse failure or missing tools show in `status`/`missing`.
 
@@ -503,7 +517,12 @@ def select_tools(
     strictly; `threshold=None` uses the rule fitted for the model (`rule_for`), a number overrides only the
     threshold; `calibrate=False` skips the content-free baseline (and the fitted rule). With an `embedder`, the
     cosine of the request and each tool's text is evidence too (the rule fitted for this model and embedder
-    weighs it); a rule with model weight 0 decides without calling the model unless `all_evidence`."""
+    weighs it); a rule with model weight 0 decides without calling the model unless `all_evidence`. When the model
+    is asked about more than `shortlist_size` tools (or about a list whose prompt outgrows the context), only a
+    shortlist retrieved for the message reaches it (`NltResult.shortlist`); generate and structured modes refuse a
+    list their one prompt cannot hold."""
+    if shortlist_size < 1:
+        raise ValidationError(f"shortlist_size {shortlist_size} must be at least 1")
     specs = as_tool_specs(tools)
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise ValidationError(f"threshold {threshold} is outside [0, 1]: pass a probability")
@@ -513,7 +532,7 @@ def select_tools(
         result = _generate_mode(engine, specs, message, context, history)
     elif mode == "score":
         result = _score_mode(engine, specs, message, context, history, threshold, calibrate, rule, cache, embedder,
-                             all_evidence)
+                             all_evidence, shortlist_size)
     elif mode == "structured":
         result = _structured_mode(engine, specs, message, context, history)
     else:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from prefcall.engine.base import PromptUsage
 from prefcall.errors import ValidationError
 from prefcall.schemas.model import Catalogue, Function
+from prefcall.strategies.shortlist import Shortlist
 
 Mode = Literal["score", "generate", "structured"]
 MODES: tuple[str, ...] = ("score", "generate", "structured")
@@ -35,6 +36,7 @@ class ToolDecision(BaseModel):
     raw_logodds: float | None = None  # log P(YES)/P(NO) as the model gave it
     lexical: float | None = None  # BM25 of the request against the tool's name and description
     cosine: float | None = None  # the embedder's cosine of the request and "humanised name: description"
+    shortlisted: bool = True  # False: a large tool list was shortlisted without it, so the model was not asked
 
 
 class DecisionRule(BaseModel):
@@ -95,6 +97,7 @@ class NltResult(BaseModel):
     evidence: list[str] = Field(default_factory=list)  # score mode: what decided (model, lexical, embedding)
     content_free: dict[str, float] | None = None  # score mode, calibrated: mean content-free log-odds per tool
     calibration_cached: bool | None = None  # score mode: the content-free baseline came from the cache
+    shortlist: Shortlist | None = None  # score mode, model asked: which tools reached the model's prompt
     usage: NltUsage = Field(default_factory=NltUsage)
     seconds: float = 0.0
 

@@ -32,7 +32,7 @@ from prefcall.tagging.tags import TaggedInstruction
 from prefcall.schemas.model import Call, Catalogue, Turn, as_dialogue, render_dialogue
 from prefcall.storage import fits
 from prefcall.storage.demos import DemoStore
-from prefcall.strategies import fnctod, grounded, relevance
+from prefcall.strategies import fnctod, grounded, relevance, shortlist
 from prefcall.strategies.fcicl import DemoQuery, DemoRetriever, HeuristicReranker, Reranker, ScoredDemo
 from prefcall.strategies.pipeline_models import ParseResult, PipelineConfig, Trace
 from prefcall.strategies.postcheck import post_check
@@ -76,6 +76,8 @@ class _Meter:
         self.trace.timings[step] = self.trace.timings.get(step, 0.0) + time.perf_counter() - started
 
 
+# Content-free calibrations kept in memory (catalogues and, for large catalogues, shortlists of them).
+CALIBRATION_CACHE_SIZE = 256
 _SPEAKER_RE = re.compile(r"^(User|Agent|Assistant|System):", re.M)
 
 
@@ -106,7 +108,7 @@ class Pipeline:
         self.data_dir = data_dir  # where calibration.json lives; None: Settings().data_dir
         self._tag_cache: OrderedDict[tuple[str, str, str], TagResult] = OrderedDict()
         self._tag_cache_size = tag_cache_size
-        self._calibration: dict[tuple[str, str, str, bool], list[float]] = {}
+        self._calibration: OrderedDict[tuple[str, str, str, bool], list[float]] = OrderedDict()
         self._lock = threading.Lock()
         self.demos = demos
         self._memories = grounded.MemoryCache()
@@ -259,7 +261,7 @@ class Pipeline:
         started = time.perf_counter()
         checked = post_check(grounded.calls_of(applied.drafts), catalogue)
         result.calls, result.missing, result.question = checked.calls, checked.missing, checked.question
-        result.notes = [f"{n.action} {n.call}: {n.reason}" for n in checked.notes] + unwritten
+        result.notes += [f"{n.action} {n.call}: {n.reason}" for n in checked.notes] + unwritten
         result.decision = checked.decision
         if config.allow_refuse and config.refuse_unfilled and result.decision == "ask" and unsupported:
             # Nothing the user wrote fills any required argument and nothing names the function: the request is
@@ -385,17 +387,38 @@ class Pipeline:
 
     def _select_functions(self, catalogue: Catalogue, ctx: fnctod.CallingContext, config: PipelineConfig,
                           result: ParseResult, meter: _Meter) -> fnctod.StageOutput:
+        listed = self._shortlist(catalogue, ctx, config, result)
         if config.function_selection == "generate":
-            return fnctod.select_functions(self.engine, catalogue, ctx, max_calls=config.max_calls,
-                                           allow_none=config.allow_refuse)
-        calibration = self._calibration_for(catalogue, config.allow_refuse, meter)
-        # Chains come from the plain instruction texts that apply (tagged forms would hide "also").
-        return fnctod.select_by_score(
-            self.engine, catalogue, ctx, calibration=calibration, embedder=self.embedder,
-            use_prior=config.function_selection == "hybrid", prior_weight=config.prior_weight,
-            chain_instructions=result.instructions_used, max_calls=config.max_calls, allow_none=config.allow_refuse,
-            rule=self.selection_rule(), abstention=self.abstention_rule(), none_prior=self.none_prior(),
-            floor=self.calibration_floor())
+            selection = fnctod.select_functions(self.engine, listed, ctx, max_calls=config.max_calls,
+                                                allow_none=config.allow_refuse)
+        else:
+            calibration = self._calibration_for(listed, config.allow_refuse, meter, persist=listed is catalogue)
+            # Chains come from the plain instruction texts that apply (tagged forms would hide "also").
+            selection = fnctod.select_by_score(
+                self.engine, listed, ctx, calibration=calibration, embedder=self.embedder,
+                use_prior=config.function_selection == "hybrid", prior_weight=config.prior_weight,
+                chain_instructions=result.instructions_used, max_calls=config.max_calls,
+                allow_none=config.allow_refuse, rule=self.selection_rule(), abstention=self.abstention_rule(),
+                none_prior=self.none_prior(), floor=self.calibration_floor())
+            if listed is not catalogue and selection.value:
+                # An instruction may chain to a function the shortlist left out: chains read the whole catalogue.
+                selection.value = fnctod.chained_functions(catalogue, result.instructions_used,
+                                                           selection.value[:1])[:config.max_calls]
+        return selection
+
+    def _shortlist(self, catalogue: Catalogue, ctx: fnctod.CallingContext, config: PipelineConfig,
+                   result: ParseResult) -> Catalogue:
+        """The functions stage 1 lists: the catalogue, or for a large one the shortlist retrieved for the user's
+        words (strategies.shortlist), trimmed until the stage's prompt fits the context."""
+        fits = shortlist.fits_context(self.engine, shortlist.CONTEXT_RESERVE * (2 if config.function_selection ==
+                                                                              "generate" else 1))
+        query = fnctod.user_words(ctx.dialogue)
+        listed, report = shortlist.shortlist_catalogue(
+            catalogue, query, self.embedder, config.shortlist_size,
+            lambda sub: fits(fnctod.scoring_prompt(self.engine, sub, ctx.dialogue)))
+        if report.applied:
+            result.notes.append(f"stage 1: {report.describe()}")
+        return listed
 
     def abstention_rule(self) -> fnctod.AbstentionRule | None:
         """Whether any function fits, the model's fitted rule (`prefcall fit --relevance`); None without one (the
@@ -443,8 +466,9 @@ class Pipeline:
                 else fnctod.HAND_RULE
         return self._rule
 
-    def _calibration_for(self, catalogue: Catalogue, allow_none: bool, meter: _Meter) -> list[float]:
-        """Content-free scores per catalogue, computed on first use and cached (they depend only on the listing)."""
+    def _calibration_for(self, catalogue: Catalogue, allow_none: bool, meter: _Meter, persist: bool = True) -> list[float]:
+        """Content-free scores per catalogue, computed on first use and cached (they depend only on the listing);
+        on disk too when `persist` (a whole catalogue, not one request's shortlist of it)."""
         # Keyed by who may read the catalogue and by its content: a user's catalogue (and a replaced one) is never
         # answered from a calibration made from another's.
         content = hashlib.sha256(catalogue.model_dump_json().encode("utf-8")).hexdigest()
@@ -455,14 +479,18 @@ class Pipeline:
             return cached
         started = time.perf_counter()
         # On disk per model file and catalogue: a restarted server skips the content-free prompts.
-        disk = fnctod.CalibrationFile(self._data_dir(), self.engine.info, key)
-        scores = disk.read()
+        disk = fnctod.CalibrationFile(self._data_dir(), self.engine.info, key) if persist else None
+        scores = disk.read() if disk is not None else None
         if scores is None:
             scores = fnctod.content_free_scores(self.engine, catalogue, allow_none=allow_none)
-            disk.write(scores)
+            if disk is not None:
+                disk.write(scores)
             meter.time("calibrate_selection", started)
         with self._lock:
             self._calibration[key] = scores
+            self._calibration.move_to_end(key)
+            while len(self._calibration) > CALIBRATION_CACHE_SIZE:
+                self._calibration.popitem(last=False)
         return scores
 
     def _gate(self, text, chosen, catalogue, config, pool, meter, result, calling):
@@ -550,7 +578,7 @@ class Pipeline:
         if config.post_check:
             checked = post_check(calls, catalogue)
             result.calls, result.missing, result.question = checked.calls, checked.missing, checked.question
-            result.notes = [f"{n.action} {n.call}: {n.reason}" for n in checked.notes]
+            result.notes += [f"{n.action} {n.call}: {n.reason}" for n in checked.notes]
             result.decision = checked.decision
         else:
             result.calls = _dedupe(calls)

@@ -43,6 +43,7 @@ from prefcall.strategies.nlt import select_tools
 from prefcall.strategies.nlt_models import NltUsage
 from prefcall.strategies.qwn_draft import DraftResult, _support_block, draft_call
 from prefcall.strategies.relevance import similarities, unrelated
+from prefcall.strategies.shortlist import SHORTLIST_SIZE, Shortlist, fits_context, shortlist_catalogue
 
 Decision = Literal["question", "continue", "limitation"]
 Policy = Literal["combined", "model", "evidence"]
@@ -60,6 +61,7 @@ class ClarifyResult(BaseModel):
     relevant: list[str] | None = None  # functions that cleared the relevance check (None: not checked)
     draft: Call | None = None
     status: Literal["ok", "parse_error"] = "ok"
+    shortlist: Shortlist | None = None  # a large catalogue: the functions the model's prompts listed
     usage: NltUsage = Field(default_factory=NltUsage)
     seconds: float = 0.0
 
@@ -294,6 +296,7 @@ def _gather_evidence(
     check_relevance: bool,
     relevance_threshold: float | None,
     usage: NltUsage,
+    candidates: list[str] | None = None,
 ) -> _Evidence:
     evidence = _Evidence()
     user_text = "\n".join(t.content for t in turns if t.role == "user")
@@ -313,7 +316,7 @@ def _gather_evidence(
     else:
         ranked = None
     if draft_calls is None:
-        draft = _draft(engine, turns, catalogue, instructions, context, ranked, usage)
+        draft = _draft(engine, turns, catalogue, instructions, context, ranked, usage, candidates)
         if draft.call is None:
             evidence.notes.append(f"draft call failed to parse: {str(draft.raw_text)[:80]!r}")
             return evidence
@@ -343,12 +346,14 @@ def _draft(
     context: str | None,
     ranked: list[str] | None,
     usage: NltUsage,
+    candidates: list[str] | None = None,
 ) -> DraftResult:
-    # The most relevant function is used directly: one grammar step fewer than choosing again.
+    # The most relevant function is used directly: one grammar step fewer than choosing again. Otherwise the
+    # model chooses among `candidates` (a large catalogue's shortlist), else among all.
     function_name = ranked[0] if ranked else None
     draft = draft_call(
-        engine, turns, catalogue, function_name=function_name, instructions=instructions, context=context,
-        keep_required=False,
+        engine, turns, catalogue, function_name=function_name, candidates=candidates, instructions=instructions,
+        context=context, keep_required=False,
     )
     usage.merge(draft.usage)
     return draft
@@ -413,23 +418,34 @@ def clarify(
     policy: Policy = "combined",
     check_relevance: bool = True,
     relevance_threshold: float | None = None,
+    shortlist_size: int = SHORTLIST_SIZE,
 ) -> ClarifyResult:
-    """Ask, continue or admit a limitation; see the module docstring for how model and evidence combine."""
+    """Ask, continue or admit a limitation; see the module docstring for how model and evidence combine. A
+    catalogue of more than `shortlist_size` functions (or one whose decision prompt outgrows the context) reaches
+    the model's prompts shortlisted for the user's words (strategies.shortlist); the relevance evidence and a
+    caller's draft read the whole catalogue."""
     started = time.perf_counter()
     turns = as_dialogue(dialogue)
     asked = list(asked) + [t.content for t in turns if t.role == "assistant" and t.content.strip().endswith("?")]
     usage = NltUsage()
+    fits = fits_context(engine)
+    user_text = "\n".join(t.content for t in turns if t.role == "user")
+    listed, report = shortlist_catalogue(
+        catalogue, user_text, embedder, shortlist_size,
+        lambda sub: fits(qwn_prompt(engine, turns, sub, instructions, asked, context)))
     model_said, model_decision, model_question = None, None, None
     if policy != "evidence":
         model_said, model_decision, model_question = _ask_model(
-            engine, turns, catalogue, instructions, asked, context, usage
+            engine, turns, listed, instructions, asked, context, usage
         )
     evidence = _Evidence()
     if policy != "model":
         evidence = _gather_evidence(
             engine, turns, catalogue, instructions, draft_calls, embedder, context, check_relevance,
-            relevance_threshold, usage,
+            relevance_threshold, usage, listed.names if report.applied else None,
         )
+    if report.applied:
+        evidence.notes.insert(0, f"shortlist: {report.describe()}")
     decision, question, missing, notes = _combine(model_decision, model_question, evidence, asked, policy)
     status: Literal["ok", "parse_error"] = "ok" if decision is not None else "parse_error"
     return ClarifyResult(
@@ -442,6 +458,7 @@ def clarify(
         relevant=evidence.relevant,
         draft=evidence.draft,
         status=status,
+        shortlist=report if report.applied else None,
         usage=usage,
         seconds=time.perf_counter() - started,
     )

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from prefcall.engine.base import Embedder
 from prefcall.retrieval.text import humanise
+from prefcall.retrieval.vectors import TOOL_VECTORS
 from prefcall.schemas.model import Function
 
 RULES_FILE = "relevance.json"
@@ -46,8 +47,9 @@ def similarities(embedder: Embedder, request: str, functions: Sequence[Function]
     """Cosine of the request with each function's "humanised name: description" (the embedder normalises)."""
     if not functions:
         return {}
-    vectors = np.asarray(embedder.embed([request] + [function_text(f.name, f.description) for f in functions]))
-    return {f.name: float(vectors[0] @ vectors[i + 1]) for i, f in enumerate(functions)}
+    tools = TOOL_VECTORS.get(embedder, [function_text(f.name, f.description) for f in functions])
+    query = np.asarray(embedder.embed([request]), dtype=np.float32)[0]
+    return {f.name: float(v) for f, v in zip(functions, tools @ query)}
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,129 @@
+"""Large catalogues: select_tools_nlt and parse_request's stage 1 on 10, 50 and 200 tools (the committed
+tests/data/catalogue200; see its build.py), with the shortlist (strategies/shortlist.py) the default settings apply.
+
+Per size: p50/p95 seconds and exact-set accuracy of select_tools_nlt as shipped (the rule fitted for the model and
+embedder) and with the model asked (a rule that weighs the model: `model_forced`, the fitted rule's weights with
+model weight 1 where it had none), top-1 accuracy and p50/p95 of stage 1 on the requests that need one tool, and
+the shortlist's recall@k on 200 tools. Targets (issue 32): at 200 tools the p50 is within 2x of the 10-tool figure
+and exact-set accuracy falls by at most 0.03. A request's N-tool catalogue is its own domain's 10 tools followed
+by the first N - 10 others (the build's README)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from prefcall.bench.context import REPO_ROOT, BenchContext
+from prefcall.bench.stats import ratio, summarize, target
+from prefcall.evaluation.metrics.intervals import wilson
+from prefcall.schemas.model import Catalogue, Function
+
+DATA = REPO_ROOT / "tests" / "data" / "catalogue200"
+SIZES = (10, 50, 200)
+RECALL_AT = (4, 8, 16, 32)
+
+
+def load(folder: Path = DATA) -> tuple[Catalogue, dict[str, str], list[dict[str, Any]]]:
+    raw = json.loads((folder / "catalogue.json").read_text(encoding="utf-8"))
+    catalogue = Catalogue(name=raw["name"], description=raw["description"],
+                          functions=[Function.model_validate(f) for f in raw["functions"]])
+    requests = [json.loads(line) for line in (folder / "requests.jsonl").read_text(encoding="utf-8").splitlines()
+                if line.strip()]
+    return catalogue, raw["blocks"], requests
+
+
+def sized(catalogue: Catalogue, blocks: dict[str, str], block: str, n: int) -> Catalogue:
+    """The request's N-tool catalogue: its block, then the first n - len(block) others, in catalogue order."""
+    own = [f for f in catalogue.functions if blocks[f.name] == block]
+    others = [f for f in catalogue.functions if blocks[f.name] != block][: max(0, n - len(own))]
+    return catalogue.model_copy(update={"name": f"{catalogue.name}-{block}-{n}", "functions": own + others})
+
+
+def _history(request: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
+    messages = request["messages"]
+    return messages[-1]["content"], [(m["role"], m["content"]) for m in messages[:-1]]
+
+
+def section_catalogue(ctx: BenchContext) -> dict[str, Any]:
+    from prefcall.strategies.nlt import rule_for, select_tools
+    from prefcall.strategies.pipeline import Pipeline
+    from prefcall.strategies.pipeline_models import get_config
+    from prefcall.strategies.shortlist import rank, recall_at
+    from prefcall.strategies.relevance import function_text
+
+    if not DATA.exists():
+        return {"skipped": f"needs a source checkout: {DATA} not found", "figures": {}, "targets": [], "headline": []}
+    catalogue, blocks, requests = load()
+    requests = requests[: 12 if ctx.quick else len(requests)]
+    engine, embedder = ctx.engine(), ctx.embedder()
+    shipped = rule_for(engine, True, embedder)
+    forced = shipped.model_copy(update={"model_weight": shipped.model_weight or 1.0,
+                                        "source": shipped.source + "; model weight 1 (forced)"})
+    size = ctx.settings.shortlist_size
+    config = get_config("full").model_copy(update={"shortlist_size": size, "allow_refuse": False})
+    pipeline = Pipeline(engine, embedder, data_dir=ctx.settings.data_dir)
+    figures: dict[str, Any] = {"requests": len(requests), "shortlist_size": size, "rule": shipped.model_dump(),
+                               "sizes": {}}
+    for n in SIZES:
+        runs: dict[str, list[dict[str, Any]]] = {"nlt": [], "nlt_model_forced": [], "stage1": []}
+        for request in requests:
+            listed = sized(catalogue, blocks, request["block"], n)
+            message, history = _history(request)
+            gold = sorted(request["expected"])
+            for name, rule in (("nlt", shipped), ("nlt_model_forced", forced)):
+                started = time.perf_counter()
+                result = select_tools(engine, message, listed, context=request["context"], history=history,
+                                      embedder=embedder, rule=rule, shortlist_size=size)
+                runs[name].append({"seconds": time.perf_counter() - started, "exact": sorted(result.selected) == gold,
+                                   "no_tool": not gold, "evaluated": result.usage.evaluated,
+                                   "shortlisted": len(result.shortlist.kept) if result.shortlist else n})
+            if len(gold) == 1:
+                dialogue = "\n".join(f"{'User' if r == 'user' else 'Assistant'}: {t}" for r, t in history)
+                dialogue = (dialogue + "\n" if dialogue else "") + f"User: {message}"
+                started = time.perf_counter()
+                stage = pipeline.stage_one(dialogue, listed, config)
+                runs["stage1"].append({"seconds": time.perf_counter() - started,
+                                       "exact": (stage.value or [None])[0] == gold[0]})
+            ctx.log(f"bench: catalogue: {n} tools, {request['id']}")
+        figures["sizes"][n] = {name: _summary(rs) for name, rs in runs.items()}
+    ranked_recall: dict[int, list[float]] = {k: [] for k in RECALL_AT}
+    texts = [function_text(f.name, f.description) for f in catalogue.functions]
+    for request in requests:
+        if not request["expected"]:
+            continue
+        message, history = _history(request)
+        order = rank(texts, " ".join([*(t for _, t in history[-2:]), message]), embedder)
+        names = [catalogue.functions[i].name for i in order]
+        for k in RECALL_AT:
+            ranked_recall[k].append(recall_at(names, request["expected"], k))
+    figures["recall_at_k_200"] = {k: round(sum(v) / len(v), 3) if v else None for k, v in ranked_recall.items()}
+    small, large = figures["sizes"][SIZES[0]], figures["sizes"][SIZES[-1]]
+    targets = []
+    for name in ("nlt", "nlt_model_forced", "stage1"):
+        slow = ratio(large[name]["seconds"].get("p50"), small[name]["seconds"].get("p50"))
+        figures[f"{name}_p50_200_over_10"] = slow
+        targets.append(target(f"catalogue: {name} p50 at 200 tools / at 10", slow, 2.0, unit="x"))
+        drop = None if large[name]["accuracy"] is None else round(small[name]["accuracy"] - large[name]["accuracy"], 3)
+        figures[f"{name}_accuracy_drop_10_to_200"] = drop
+        targets.append(target(f"catalogue: {name} accuracy drop from 10 to 200 tools", drop, 0.03))
+    headline = [(f"{name} p50 s at {n}", figures["sizes"][n][name]["seconds"].get("p50"))
+                for name in ("nlt", "nlt_model_forced", "stage1") for n in SIZES]
+    headline += [(f"{name} accuracy at {n}", figures["sizes"][n][name]["accuracy"])
+                 for name in ("nlt", "nlt_model_forced", "stage1") for n in SIZES]
+    headline += [(f"recall@{k} at 200", v) for k, v in figures["recall_at_k_200"].items()]
+    return {"figures": figures, "targets": targets, "headline": headline}
+
+
+def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    hits = sum(r["exact"] for r in runs)
+    out: dict[str, Any] = {"n": len(runs), "seconds": summarize([r["seconds"] for r in runs]),
+                           "accuracy": round(hits / len(runs), 3) if runs else None,
+                           "interval": [round(x, 3) for x in wilson(hits, len(runs))] if runs else None}
+    if runs and "no_tool" in runs[0]:
+        none = [r for r in runs if r["no_tool"]]
+        out["no_tool_accuracy"] = round(sum(r["exact"] for r in none) / len(none), 3) if none else None
+        out["evaluated"] = summarize([r["evaluated"] for r in runs], digits=1)
+        out["shortlisted"] = summarize([r["shortlisted"] for r in runs], digits=1)
+    return out

@@ -1,0 +1,131 @@
+"""A shortlist for large catalogues: only the tools a request could be about reach the model's prompt.
+
+MCP hosts that connect several servers list 50 to 1000 tools; every model-scored step (NLT's YES/NO in score mode,
+stage 1 of parse_request, clarify's decision prompt) lists the tools it decides between in one prompt, which then
+outgrows the context and costs time in proportion to the catalogue. Here the tools are ranked against the request
+by `retrieval.hybrid.HybridIndex` (BM25 over "name: description" fused with the embedder's cosine, reciprocal-rank
+fusion; BM25 alone without an embedder), and the best `size` of them are kept, in catalogue order, so that two
+requests with the same shortlist share the prompt's prefix (and its content-free calibration, which is cached per
+listing). A catalogue no larger than `size` whose prompt fits is left as it is: no retrieval, the same prompt as
+without a shortlist.
+
+The kept list is then trimmed, worst-ranked first, until the step's prompt fits the model's context with
+`reserve` tokens to spare (`fits`). Only when a single tool does not fit does the engine's ContextOverflowError
+reach the caller: then the request itself is too long.
+
+The size: `SHORTLIST_SIZE` keeps every catalogue the shipped fits were made on (30 functions at most) whole;
+`prefcall bench --only catalogue` reports the shortlist's recall@k on the committed 200-tool catalogue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import numpy as np
+from pydantic import BaseModel
+
+from prefcall.engine.base import Embedder, Engine, Prompt
+from prefcall.retrieval.hybrid import HybridIndex
+from prefcall.retrieval.vectors import TOOL_VECTORS
+from prefcall.schemas.model import Catalogue, Function
+from prefcall.strategies.relevance import function_text
+
+# The most tools one model-scored prompt lists; a larger catalogue is shortlisted. 32 keeps every catalogue the
+# shipped fits were fitted on (NLSI 17, SGD 30, the corpus 16 functions) whole, so their figures do not move.
+SHORTLIST_SIZE = 32
+# Tokens a prompt must leave free in the context: the candidates scored after it and a short answer.
+CONTEXT_RESERVE = 256
+
+T = TypeVar("T")
+
+
+class Shortlist(BaseModel):
+    """Which tools reached the model: `kept` in catalogue order, `ranked` best first (empty when no retrieval
+    ran), `total` the catalogue's size, `trimmed` how many the context budget took off the `size` best."""
+
+    kept: list[str]
+    ranked: list[str] = []
+    total: int
+    size: int
+    trimmed: int = 0
+
+    @property
+    def applied(self) -> bool:
+        return len(self.kept) < self.total
+
+    def describe(self) -> str:
+        if not self.applied:
+            return f"all {self.total} tools"
+        trimmed = f", {self.trimmed} more left out to fit the context" if self.trimmed else ""
+        return f"{len(self.kept)} of {self.total} tools shortlisted by retrieval (size {self.size}{trimmed})"
+
+
+def rank(texts: Sequence[str], query: str, embedder: Embedder | None) -> list[int]:
+    """Indices of `texts`, best match for `query` first: the hybrid index's fused order, then (for tools no
+    method ranked: no shared word and outside the dense pool) catalogue order."""
+    vectors = TOOL_VECTORS.get(embedder, list(texts)) if embedder is not None and texts else None
+    index = HybridIndex(texts, embedder, vectors=vectors, pool=max(100, 4 * SHORTLIST_SIZE))
+    ranked = [hit.index for hit in index.search(query, k=len(texts))] if query.strip() else []
+    seen = set(ranked)
+    return ranked + [i for i in range(len(texts)) if i not in seen]
+
+
+def shortlist(items: Sequence[T], texts: Sequence[str], query: str, embedder: Embedder | None, size: int,
+              fits: Callable[[list[T]], bool] | None = None, names: Sequence[str] | None = None) -> tuple[list[T], Shortlist]:
+    """The items to show the model, in their own order, and what was done. `texts` describe the items (same
+    order); `fits(kept)` says whether the step's prompt with those items fits the context."""
+    labels = list(names) if names is not None else [str(i) for i in range(len(items))]
+    everything = list(items)
+    if len(everything) <= size and (fits is None or fits(everything)):
+        return everything, Shortlist(kept=labels, total=len(everything), size=size)
+    order = rank(texts, query, embedder)
+    best = order[:max(1, size)]
+
+    def keep(n: int) -> list[int]:
+        return sorted(best[:n])
+
+    n = len(best)
+    if fits is not None and not fits([everything[i] for i in keep(n)]):
+        low, high = 1, n - 1  # the largest n whose prompt fits; 1 when none does (the engine then says why)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if fits([everything[i] for i in keep(middle)]):
+                low = middle
+            else:
+                high = middle - 1
+        n = low
+    kept = keep(n)
+    return [everything[i] for i in kept], Shortlist(kept=[labels[i] for i in kept],
+                                                    ranked=[labels[i] for i in best[:n]], total=len(everything),
+                                                    size=size, trimmed=len(best) - n)
+
+
+def fits_context(engine: Engine, reserve: int = CONTEXT_RESERVE) -> Callable[[Prompt], bool]:
+    """Whether a prompt leaves `reserve` tokens of the engine's context free."""
+    n_ctx = engine.info.n_ctx
+
+    def check(prompt: Prompt) -> bool:
+        return engine.prompt_tokens(prompt) + reserve <= n_ctx
+
+    return check
+
+
+def shortlist_catalogue(catalogue: Catalogue, query: str, embedder: Embedder | None, size: int,
+                        fits: Callable[[Catalogue], bool] | None = None) -> tuple[Catalogue, Shortlist]:
+    """The catalogue with only its shortlisted functions (same name and description, functions in their order)."""
+    def sub(functions: list[Function]) -> Catalogue:
+        return catalogue.model_copy(update={"functions": functions})
+
+    kept, report = shortlist(catalogue.functions, [function_text(f.name, f.description) for f in catalogue.functions],
+                             query, embedder, size, (lambda fs: fits(sub(fs))) if fits is not None else None,
+                             names=catalogue.names)
+    return (catalogue if not report.applied else sub(kept)), report
+
+
+def recall_at(ranked: Sequence[str], gold: Sequence[str], k: int) -> float:
+    """Share of the gold tools among the first k ranked (1.0 when there is no gold tool)."""
+    if not gold:
+        return 1.0
+    top = set(ranked[:k])
+    return float(np.mean([g in top for g in gold]))
