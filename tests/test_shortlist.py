@@ -69,14 +69,24 @@ def test_a_small_list_that_fits_is_left_whole_without_retrieval():
 
 
 def test_a_large_list_keeps_the_best_matches_in_their_own_order_and_trims_to_the_context():
-    texts = [f"tool about {w}" for w in ("apples", "ferries", "pears", "ferry tickets", "plums", "ferry timetable")]
-    kept, report = shortlist(list(range(6)), texts, "ferry tickets to the island", None, size=3)
+    texts = [f"tool about {w} number {i}" for i, w in enumerate(["apples", "pears", "plums", "figs"] * 10)]
+    texts[7], texts[21], texts[33] = "tool about ferry tickets", "tool about ferries", "tool about a ferry timetable"
+    kept, report = shortlist(list(range(40)), texts, "ferry tickets to the island", None, size=3)
     assert report.applied and sorted(kept) == kept  # catalogue order: a stable prompt prefix
-    assert 3 in kept and report.ranked[0] == "3"
-    trimmed, report = shortlist(list(range(6)), texts, "ferry tickets to the island", None, size=3,
+    assert 7 in kept and report.ranked[0] == "7" and len(kept) == 3
+    trimmed, report = shortlist(list(range(40)), texts, "ferry tickets to the island", None, size=3,
                                 fits=lambda kept: len(kept) <= 1)
-    assert trimmed == [3] and report.trimmed == 2
-    assert "1 of 6 tools" in report.describe() and "2 more left out" in report.describe()
+    assert trimmed == [7] and report.trimmed == 2
+    assert "1 of 40 tools" in report.describe() and "2 more left out" in report.describe()
+
+
+def test_up_to_32_tools_are_listed_whole_unless_their_prompt_does_not_fit():
+    items = list(range(30))
+    texts = [f"tool {i}" for i in items]
+    kept, report = shortlist(items, texts, "tool 3", None, size=4)
+    assert kept == items and not report.applied
+    kept, report = shortlist(items, texts, "tool 3", None, size=4, fits=lambda kept: len(kept) <= 10)
+    assert report.applied and len(kept) == 4 and 3 in kept
 
 
 def test_recall_at_k_counts_the_gold_tools_in_the_first_k():
@@ -189,3 +199,90 @@ def test_the_200_tool_catalogue_is_what_its_build_writes():
     shipped = json.loads((DATA / "catalogue.json").read_text(encoding="utf-8"))
     assert len(shipped["functions"]) == 200 and len({f["name"] for f in shipped["functions"]}) == 200
     assert [f["name"] for f in shipped["functions"][:10]] == [n for n, b in shipped["blocks"].items() if b == "ide"]
+
+
+# -- calibration under shortlists that change per request -------------------------------------------------------
+def test_nlt_calibrates_each_shortlisted_tool_once_across_requests():
+    engine = FakeEngine(scorer=yes_for("book_ferry_crossing"))
+    specs = [ToolSpec(name=t["name"], description=t["description"]) for t in big_tools()]
+    rule = DecisionRule(model_weight=1.0, threshold=0.0, source="test")
+    cache = nlt.ContentFreeCache()
+
+    def content_free_asks() -> int:
+        return sum(1 for c in engine.calls if "Message: N/A" in c["prompt"] or "Message: hello" in c["prompt"])
+
+    first = nlt.select_tools(engine, "Book me a ferry crossing", specs, rule=rule, cache=cache, shortlist_size=8)
+    asked_first = content_free_asks()
+    assert asked_first == 2 * 8 and first.calibration_cached is False  # "N/A" and "hello" (the empty message is
+    # "Message: " and matches neither) for each of the 8 tools
+    again = nlt.select_tools(engine, "Book me a ferry crossing please", specs, rule=rule, cache=cache,
+                             shortlist_size=8)
+    assert set(again.shortlist.kept) == set(first.shortlist.kept)
+    assert content_free_asks() == asked_first and again.calibration_cached is True
+    other = nlt.select_tools(engine, "weather thermostat invoice", specs, rule=rule, cache=cache, shortlist_size=8)
+    new_tools = set(other.shortlist.kept) - set(first.shortlist.kept)
+    assert content_free_asks() == asked_first + 2 * len(new_tools)
+    assert other.content_free == {n: first.content_free[n] for n in other.shortlist.kept
+                                  if n in first.content_free} | {n: other.content_free[n] for n in new_tools}
+
+
+def test_stage_one_calibrates_each_shortlisted_function_once_across_requests():
+    catalogue = catalogue_of(big_tools(300))
+    engine = FakeEngine(scorer=lambda prompt, candidate: -1.0)
+    pipeline = Pipeline(engine, FakeEmbedder())
+    config = get_config("full").model_copy(update={"shortlist_size": 6})
+
+    def content_free_candidates() -> int:
+        return sum(len(c["candidates"]) for c in engine.calls if c["kind"] == "score"
+                   and ("User: N/A" in c["prompt"] or "User: [MASK]" in c["prompt"]))
+
+    def listed(stage) -> set[str]:
+        return set(json.loads(stage.raw)) - {"None"}
+
+    first = pipeline.stage_one("User: weather invoice", catalogue, config)
+    counted = content_free_candidates()
+    assert counted == 2 * 6 and len(listed(first)) == 6
+    second = pipeline.stage_one("User: invoice", catalogue, config)
+    new = listed(second) - listed(first)
+    assert new and listed(second) & listed(first)  # a shortlist of its own that shares functions with the first
+    assert content_free_candidates() == counted + 2 * len(new)  # only the functions never listed before
+
+
+# -- the fitted size --------------------------------------------------------------------------------------------
+def test_the_fitted_size_is_the_smallest_within_the_tolerance_of_the_best():
+    from prefcall.evaluation.fit_shortlist import fit_size
+
+    curves = {0.5: {4: 0.80, 8: 0.90, 16: 0.95, 32: 0.99}, 1.0: {4: 0.85, 8: 0.97, 16: 0.985, 32: 0.99}}
+    assert fit_size(curves, tolerance=0.01) == (1.0, 16)
+    assert fit_size(curves, tolerance=0.03) == (1.0, 8)
+
+
+def test_the_shipped_shortlist_rule_is_fitted_for_the_embedder_and_names_its_command():
+    from importlib import resources
+
+    from prefcall.strategies.shortlist import rule_for
+
+    shipped = json.loads(resources.files("prefcall").joinpath("data", "shortlist.json").read_text(encoding="utf-8"))
+    entry = shipped["all-MiniLM-L6-v2"]
+    assert entry["source"]["command"].startswith("prefcall fit --shortlist")
+    assert 4 <= entry["size"] <= 32 and entry["recall_tune"][str(entry["size"])] >= 0.95
+
+    class Named(FakeEmbedder):
+        @property
+        def name(self) -> str:
+            return "all-MiniLM-L6-v2"
+
+    assert rule_for(Named()).size == entry["size"] and rule_for(Named(), 5).size == 5
+    assert rule_for(FakeEmbedder()).size == SHORTLIST_SIZE  # no fit for this embedder: the default
+
+
+def test_the_setting_sets_the_shortlist_size_through_mcp(tmp_path: Path):
+    engine = RuleEngine()
+    engine.scorer = yes_for("book_ferry_crossing")
+
+    async def body(session: Session):
+        result = await session.ok("select_tools_nlt", {"message": "Book me a ferry crossing", "tools": big_tools(100)})
+        assert (result["shortlist"] or "").startswith("5 of 100 tools")
+        assert sum(d["shortlisted"] for d in result["decisions"]) == 5
+
+    with_session(make_server(tmp_path, engine=engine, settings={"shortlist_size": 5}), body)

@@ -79,9 +79,9 @@ class Settings(BaseSettings):
                                                                      "counting turn texts and call arguments (JSON)")
     max_dialogue_turns: int = Field(default=200, ge=1, description="most turns in one dialogue")
     max_tools: int = Field(default=1000, ge=1, description="most tools in one catalogue or tool list")
-    shortlist_size: int = Field(default=32, ge=1, description="most tools one model-scored prompt lists (NLT score "
-                                                              "mode, stage 1, clarify); a larger catalogue reaches "
-                                                              "the model shortlisted by retrieval")
+    shortlist_size: int | None = Field(default=None, ge=1, description="tools a large catalogue (over 32) is "
+                                       "shortlisted to for a model-scored prompt (NLT score mode, stage 1, clarify); "
+                                       "default: the size `prefcall fit --shortlist` fitted for the embedder")
     max_schema_bytes: int = Field(default=65_536, ge=256, description="largest argument schema of one tool, in bytes "
                                                                       "of JSON after $ref expansion")
     # 3 MiB: a catalogue at the limit still fits the MCP SDK's 4 MiB HTTP request body with its JSON-RPC envelope.

@@ -61,6 +61,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--nlt-out", metavar="PATH",
                         help="with --nlt: also write the rules into this nlt_rules.json (maintainers: "
                         "src/prefcall/data/nlt_rules.json)")
+    parser.add_argument("--shortlist", action="store_true",
+                        help="fit how large catalogues are shortlisted instead (the shortlist's size and the dense "
+                        "ranking's weight, per embedder; no language model runs): tune requests of the corpus, NLSI "
+                        "and the NLT set ranked against a source checkout's tests/data/catalogue200")
+    parser.add_argument("--shortlist-out", metavar="PATH",
+                        help="with --shortlist: also write the fit into this shortlist.json (maintainers: "
+                        "src/prefcall/data/shortlist.json)")
     parser.set_defaults(handler=run_fit)
 
 
@@ -73,6 +80,8 @@ def run_fit(args: argparse.Namespace) -> int:
     from prefcall.strategies.pipeline import Pipeline
 
     settings = settings_from_args(args)
+    if args.shortlist:
+        return _fit_shortlist(args, settings)
     if args.nlt:
         return _fit_nlt(args, settings)
     if args.relevance:
@@ -313,4 +322,21 @@ def _fit_nlt(args: argparse.Namespace, settings: Settings) -> int:
                       **{k: {**rule.model_dump(), "exact_set_in_sample": round(accuracy, 4)}
                          for k, (rule, accuracy) in fitted.items()},
                       "written": args.nlt_out}, indent=1))
+    return 0
+
+
+def _fit_shortlist(args: argparse.Namespace, settings: Settings) -> int:
+    from importlib import resources
+
+    from prefcall.engine import load_embedder
+    from prefcall.evaluation import fit_shortlist
+    from prefcall.evaluation.runner import git_commit
+
+    fitted = fit_shortlist.fit(load_embedder(settings))
+    note = {"command": "prefcall fit " + " ".join(sys.argv[2:]), "commit": git_commit(),
+            "data": "tune parts of data/splits.json ranked against tests/data/catalogue200", "items": fitted.requests}
+    if args.shortlist_out:
+        base = json.loads((resources.files("prefcall") / "data" / "shortlist.json").read_text(encoding="utf-8"))
+        fit_shortlist.write(Path(args.shortlist_out), fit_shortlist.rules_file(base, fitted, note))
+    print(json.dumps({**fitted.model_dump(), "written": args.shortlist_out}, indent=1))
     return 0

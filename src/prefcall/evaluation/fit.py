@@ -137,8 +137,9 @@ def value_memories(sources: Sequence[str]) -> Any:
     return store
 
 
-def tune_items(sources: Sequence[str] = SOURCES, subset: int | None = None) -> list[TuneItem]:
-    """The tune part of each source, in file order; `subset` keeps every k-th item of each source."""
+def tune_items(sources: Sequence[str] = SOURCES, subset: int | None = None, part: str = "tune") -> list[TuneItem]:
+    """The tune part of each source (`part`: another part, for a report), in file order; `subset` keeps every
+    k-th item of each source."""
     from prefcall.schemas.registry import builtin_catalogue
 
     items: list[TuneItem] = []
@@ -146,9 +147,10 @@ def tune_items(sources: Sequence[str] = SOURCES, subset: int | None = None) -> l
         path = source_path(source)
         catalogue = builtin_catalogue("nlsi") if source == "nlsi" else \
             import_catalogue(corpus.CORPUS_DIR / "catalogue.json", name="corpus")
-        keep = splits.tune_keys(path)
-        if keep is None:
+        found = splits.source_of(path)
+        if found is None:
             raise ConfigError(f"{path} is not a source of the split file: rebuild it with `prefcall split build`")
+        keep = found[1].part(part)
         rows = read_json(path)
         keys = splits.unique_ids(str(r["example_id"]) for r in rows)
         chosen = [TuneItem(key, source, r["user_utterance"], list(r.get("all_standing_instructions") or []),

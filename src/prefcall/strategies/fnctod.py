@@ -407,9 +407,11 @@ def candidate_names(catalogue: Catalogue, allow_none: bool = False) -> list[str]
     return catalogue.names + ([NONE_CANDIDATE] if allow_none and NONE_CANDIDATE not in catalogue.names else [])
 
 
-def content_free_scores(engine: Engine, catalogue: Catalogue, *, allow_none: bool = False) -> list[float]:
-    """Mean log P(name) over content-free dialogues: each name's prior, to subtract. Compute once per catalogue."""
-    names = candidate_names(catalogue, allow_none)
+def content_free_scores(engine: Engine, catalogue: Catalogue, *, allow_none: bool = False,
+                        only: Sequence[str] | None = None) -> list[float]:
+    """Mean log P(name) over content-free dialogues: each name's prior, to subtract. Compute once per catalogue.
+    `only`: score just these candidates (in this order) under the catalogue's listing."""
+    names = list(only) if only is not None else candidate_names(catalogue, allow_none)
     totals = [0.0] * len(names)
     for dialogue in CONTENT_FREE_DIALOGUES:
         scores = engine.score_candidates(scoring_prompt(engine, catalogue, dialogue), [f" {n}" for n in names])

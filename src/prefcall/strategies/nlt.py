@@ -54,7 +54,7 @@ from prefcall.strategies.nlt_models import (
     as_tool_specs,
 )
 from prefcall.strategies.relevance import function_text
-from prefcall.strategies.shortlist import SHORTLIST_SIZE, Shortlist, fits_context, shortlist
+from prefcall.strategies.shortlist import Shortlist, fits_context, shortlist
 
 
 # Content-free requests for calibration: empty, a placeholder and a greeting (none of them needs a tool).
@@ -245,12 +245,14 @@ def _tool_line(spec: ToolSpec) -> str:
 
 
 def tool_yes_logodds(engine: Engine, specs: Sequence[ToolSpec], message: str, context: str | None,
-                     usage: NltUsage, history: History = ()) -> dict[str, float]:
+                     usage: NltUsage, history: History = (), only: set[str] | None = None) -> dict[str, float]:
     """log P(" YES") - log P(" NO") per tool after the forced tool line: the choice restricted to the two
-    answers (the softmax over {YES, NO} is the sigmoid of this)."""
+    answers (the softmax over {YES, NO} is the sigmoid of this). `only`: ask about just these tools (all listed)."""
     prefix = nlt_prompt(engine, specs, message, context, history).continued(_SKIPPED_THINKING)
     out: dict[str, float] = {}
     for spec in specs:
+        if only is not None and spec.name not in only:
+            continue
         scores = engine.score_candidates(prefix.continued(_tool_line(spec)), [" YES", " NO"])
         usage.add(scores.usage)
         out[spec.name] = scores.logprobs[0] - scores.logprobs[1]
@@ -307,10 +309,12 @@ def embedding_scores(embedder: Embedder, specs: Sequence[ToolSpec], message: str
 
 class ContentFreeCache:
     """Content-free log-odds per tool, per engine (weakly: an entry goes with its engine), catalogue, context
-    and prompt version; least recently used catalogues are dropped past `size` per engine."""
+    and prompt version; least recently used catalogues are dropped past `size` per engine. Single tools' baselines
+    (`tool_key`: shortlists of large lists) are kept apart, `tool_size` per engine."""
 
-    def __init__(self, size: int = 64) -> None:
+    def __init__(self, size: int = 64, tool_size: int = 4096) -> None:
         self.size = size
+        self.tool_size = tool_size
         self._by_engine: dict[int, OrderedDict[str, dict[str, float]]] = {}
 
     @staticmethod
@@ -319,29 +323,44 @@ class ContentFreeCache:
                               (context or "").strip()], ensure_ascii=False)
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
+    @staticmethod
+    def tool_key(spec: ToolSpec, context: str | None) -> str:
+        """One tool's baseline under any shortlist of a large list (`content_free_logodds(per_tool=True)`)."""
+        return TOOL_PREFIX + ContentFreeCache.key([spec], context)
+
+    def _entries(self, engine: Engine, key: str, create: bool) -> OrderedDict[str, dict[str, float]] | None:
+        base = _base_engine(engine)
+        slot = 2 * id(base) + key.startswith(TOOL_PREFIX)
+        entries = self._by_engine.get(slot)
+        if entries is None and create:
+            try:
+                weakref.finalize(base, self._by_engine.pop, slot, None)
+            except TypeError:  # not weak-referenceable: never cache what could outlive its engine
+                return None
+            entries = self._by_engine.setdefault(slot, OrderedDict())
+        return entries
+
     def get(self, engine: Engine, key: str) -> dict[str, float] | None:
-        entries = self._by_engine.get(id(_base_engine(engine)))
+        entries = self._entries(engine, key, create=False)
         if entries is None or key not in entries:
             return None
         entries.move_to_end(key)
         return dict(entries[key])
 
     def put(self, engine: Engine, key: str, value: dict[str, float]) -> None:
-        base = _base_engine(engine)
-        entries = self._by_engine.get(id(base))
+        entries = self._entries(engine, key, create=True)
         if entries is None:
-            try:
-                weakref.finalize(base, self._by_engine.pop, id(base), None)
-            except TypeError:  # not weak-referenceable: never cache what could outlive its engine
-                return
-            entries = self._by_engine.setdefault(id(base), OrderedDict())
+            return
         entries[key] = dict(value)
         entries.move_to_end(key)
-        while len(entries) > self.size:
+        while len(entries) > (self.tool_size if key.startswith(TOOL_PREFIX) else self.size):
             entries.popitem(last=False)
 
     def clear(self) -> None:
         self._by_engine.clear()
+
+
+TOOL_PREFIX = "tool:"
 
 
 def _base_engine(engine: Engine) -> Any:
@@ -355,9 +374,27 @@ CONTENT_FREE_CACHE = ContentFreeCache()
 
 
 def content_free_logodds(engine: Engine, specs: Sequence[ToolSpec], context: str | None, usage: NltUsage,
-                         cache: ContentFreeCache | None = None) -> tuple[dict[str, float], bool]:
-    """Mean YES/NO log-odds per tool over the content-free requests; (baseline, taken from the cache)."""
+                         cache: ContentFreeCache | None = None, per_tool: bool = False) -> tuple[dict[str, float], bool]:
+    """Mean YES/NO log-odds per tool over the content-free requests; (baseline, taken from the cache).
+
+    `per_tool` (a shortlist of a large list, which changes with the request): each tool's baseline is kept on its
+    own and reused under later shortlists, so only tools never calibrated before are asked about (under this
+    shortlist's listing); a tool's content-free answer depends mostly on the tool, little on its neighbours."""
     cache = CONTENT_FREE_CACHE if cache is None else cache
+    if per_tool:
+        known: dict[str, float] = {}
+        for spec in specs:
+            found = cache.get(engine, cache.tool_key(spec, context))
+            if found is not None:
+                known[spec.name] = found[spec.name]
+        missing = {s.name for s in specs} - set(known)
+        if missing:
+            runs = [tool_yes_logodds(engine, specs, m, context, usage, only=missing) for m in CONTENT_FREE_MESSAGES]
+            for spec in specs:
+                if spec.name in missing:
+                    known[spec.name] = sum(r[spec.name] for r in runs) / len(runs)
+                    cache.put(engine, cache.tool_key(spec, context), {spec.name: known[spec.name]})
+        return {s.name: known[s.name] for s in specs}, not missing
     key = cache.key(specs, context)
     cached = cache.get(engine, key)
     if cached is not None:
@@ -394,7 +431,7 @@ def rule_for(engine: Engine, calibrated: bool = True, embedder: Embedder | None 
 def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: str | None, history: History,
                 threshold: float | None, calibrate: bool, rule: DecisionRule | None,
                 cache: ContentFreeCache | None, embedder: Embedder | None, all_evidence: bool,
-                shortlist_size: int = SHORTLIST_SIZE) -> NltResult:
+                shortlist_size: int | None = None) -> NltResult:
     usage = NltUsage()
     chosen = (rule or rule_for(engine, calibrate, embedder)).model_copy()
     if chosen.embedding_weight and embedder is None:
@@ -412,7 +449,8 @@ def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: st
     if asked:
         scored, report = shortlist_specs(engine, specs, message, context, history, embedder, shortlist_size)
     raw = tool_yes_logodds(engine, scored, message, context, usage, history) if asked else None
-    baseline, cached = (content_free_logodds(engine, scored, context, usage, cache) if asked and calibrate
+    per_tool = report is not None and report.applied
+    baseline, cached = (content_free_logodds(engine, scored, context, usage, cache, per_tool) if asked and calibrate
                         else ({s.name: 0.0 for s in scored}, None))
     lexical = lexical_scores(specs, message, history)
     cosines = embedding_scores(embedder, specs, message, history) \
@@ -443,7 +481,7 @@ def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: st
 
 
 def shortlist_specs(engine: Engine, specs: list[ToolSpec], message: str, context: str | None, history: History,
-                    embedder: Embedder | None, size: int) -> tuple[list[ToolSpec], Shortlist]:
+                    embedder: Embedder | None, size: int | None) -> tuple[list[ToolSpec], Shortlist]:
     """The tools whose YES/NO the model is asked for: all of a list of up to `size` whose prompt fits, else the
     shortlist (strategies.shortlist) ranked against the message and the last turns."""
     fits = fits_context(engine)
@@ -508,7 +546,7 @@ def select_tools(
     cache: ContentFreeCache | None = None,
     embedder: Embedder | None = None,
     all_evidence: bool = False,
-    shortlist_size: int = SHORTLIST_SIZE,
+    shortlist_size: int | None = None,
 ) -> NltResult:
     """Decide YES/NO for every tool. A parse failure or missing tools show in `status`/`missing`.
 
@@ -518,10 +556,10 @@ def select_tools(
     threshold; `calibrate=False` skips the content-free baseline (and the fitted rule). With an `embedder`, the
     cosine of the request and each tool's text is evidence too (the rule fitted for this model and embedder
     weighs it); a rule with model weight 0 decides without calling the model unless `all_evidence`. When the model
-    is asked about more than `shortlist_size` tools (or about a list whose prompt outgrows the context), only a
-    shortlist retrieved for the message reaches it (`NltResult.shortlist`); generate and structured modes refuse a
+    is asked about more than 32 tools (or about a list whose prompt outgrows the context), only a shortlist of
+    `shortlist_size` tools (None: the size fitted for the embedder) retrieved for the message reaches it (`NltResult.shortlist`); generate and structured modes refuse a
     list their one prompt cannot hold."""
-    if shortlist_size < 1:
+    if shortlist_size is not None and shortlist_size < 1:
         raise ValidationError(f"shortlist_size {shortlist_size} must be at least 1")
     specs = as_tool_specs(tools)
     if threshold is not None and not 0.0 <= threshold <= 1.0:

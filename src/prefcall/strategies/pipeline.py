@@ -76,8 +76,8 @@ class _Meter:
         self.trace.timings[step] = self.trace.timings.get(step, 0.0) + time.perf_counter() - started
 
 
-# Content-free calibrations kept in memory (catalogues and, for large catalogues, shortlists of them).
-CALIBRATION_CACHE_SIZE = 256
+# Content-free calibrations kept in memory: whole catalogues, and single functions of large (shortlisted) ones.
+CALIBRATION_CACHE_SIZE = 4096
 _SPEAKER_RE = re.compile(r"^(User|Agent|Assistant|System):", re.M)
 
 
@@ -392,7 +392,8 @@ class Pipeline:
             selection = fnctod.select_functions(self.engine, listed, ctx, max_calls=config.max_calls,
                                                 allow_none=config.allow_refuse)
         else:
-            calibration = self._calibration_for(listed, config.allow_refuse, meter, persist=listed is catalogue)
+            calibration = self._calibration_for(listed, config.allow_refuse, meter) if listed is catalogue \
+                else self._calibration_per_function(catalogue, listed, config.allow_refuse, meter)
             # Chains come from the plain instruction texts that apply (tagged forms would hide "also").
             selection = fnctod.select_by_score(
                 self.engine, listed, ctx, calibration=calibration, embedder=self.embedder,
@@ -466,9 +467,40 @@ class Pipeline:
                 else fnctod.HAND_RULE
         return self._rule
 
-    def _calibration_for(self, catalogue: Catalogue, allow_none: bool, meter: _Meter, persist: bool = True) -> list[float]:
-        """Content-free scores per catalogue, computed on first use and cached (they depend only on the listing);
-        on disk too when `persist` (a whole catalogue, not one request's shortlist of it)."""
+    def _calibration_per_function(self, catalogue: Catalogue, listed: Catalogue, allow_none: bool,
+                                  meter: _Meter) -> list[float]:
+        """Content-free scores for a shortlist of a large catalogue, per function: a function's score is computed
+        under the first shortlist it appears in and reused under later ones (a request's shortlist changes with the
+        request, and a function's content-free score depends mostly on the function), so a catalogue's functions
+        are calibrated once each, not once per shortlist. "None" is kept per catalogue."""
+        content = hashlib.sha256(catalogue.model_dump_json().encode("utf-8")).hexdigest()
+
+        def key(name: str) -> tuple[str, str, str, bool]:
+            function = listed.function(name)
+            text = function.model_dump_json() if function is not None else f"{fnctod.NONE_CANDIDATE}|{content}"
+            return self.scope.shared, "function", hashlib.sha256(text.encode("utf-8")).hexdigest(), allow_none
+
+        names = fnctod.candidate_names(listed, allow_none)
+        with self._lock:
+            known = {n: self._calibration[key(n)][0] for n in names if key(n) in self._calibration}
+        missing = [n for n in names if n not in known]
+        if missing:
+            started = time.perf_counter()
+            scores = fnctod.content_free_scores(self.engine, listed, allow_none=allow_none, only=missing)
+            meter.time("calibrate_selection", started)
+            known.update(zip(missing, scores))
+            with self._lock:
+                for name, score in zip(missing, scores):
+                    self._calibration[key(name)] = [score]
+                self._trim_calibration()
+        return [known[n] for n in names]
+
+    def _trim_calibration(self) -> None:
+        while len(self._calibration) > CALIBRATION_CACHE_SIZE:
+            self._calibration.popitem(last=False)
+
+    def _calibration_for(self, catalogue: Catalogue, allow_none: bool, meter: _Meter) -> list[float]:
+        """Content-free scores per catalogue, computed on first use and cached (they depend only on the listing)."""
         # Keyed by who may read the catalogue and by its content: a user's catalogue (and a replaced one) is never
         # answered from a calibration made from another's.
         content = hashlib.sha256(catalogue.model_dump_json().encode("utf-8")).hexdigest()
@@ -479,18 +511,16 @@ class Pipeline:
             return cached
         started = time.perf_counter()
         # On disk per model file and catalogue: a restarted server skips the content-free prompts.
-        disk = fnctod.CalibrationFile(self._data_dir(), self.engine.info, key) if persist else None
-        scores = disk.read() if disk is not None else None
+        disk = fnctod.CalibrationFile(self._data_dir(), self.engine.info, key)
+        scores = disk.read()
         if scores is None:
             scores = fnctod.content_free_scores(self.engine, catalogue, allow_none=allow_none)
-            if disk is not None:
-                disk.write(scores)
+            disk.write(scores)
             meter.time("calibrate_selection", started)
         with self._lock:
             self._calibration[key] = scores
             self._calibration.move_to_end(key)
-            while len(self._calibration) > CALIBRATION_CACHE_SIZE:
-                self._calibration.popitem(last=False)
+            self._trim_calibration()
         return scores
 
     def _gate(self, text, chosen, catalogue, config, pool, meter, result, calling):

@@ -10,7 +10,6 @@ from pydantic import ValidationError as PydanticValidationError
 
 from prefcall.errors import ValidationError
 from prefcall.schemas.model import Call, MissingArgument
-from prefcall.strategies.shortlist import SHORTLIST_SIZE
 from prefcall.strategies.taps_gate import MEASURES
 from prefcall.strategies.taps_tagger import TagMode, TagResult
 
@@ -50,8 +49,9 @@ class PipelineConfig(BaseModel):
     # its required arguments. Off: that is an empty fill, not evidence that no function fits (a small model fills
     # nothing in "Remind me to call my mother"); refusals come from relevance evidence only.
     refuse_unfilled: bool = False
-    # stage 1 lists at most this many functions; a larger catalogue is shortlisted by retrieval (strategies.shortlist)
-    shortlist_size: int = Field(default=SHORTLIST_SIZE, ge=1)
+    # stage 1 lists a catalogue of more than 32 functions shortlisted by retrieval to this many (strategies.shortlist;
+    # None: the size fitted for the embedder)
+    shortlist_size: int | None = Field(default=None, ge=1)
     max_calls: int = Field(default=2, ge=1, le=8)  # NLSI gold has at most 2 calls; greedy decoding fills maxItems with repeats
     tag_shots: int = Field(default=4, ge=0, le=10)
     tag_mode: TagMode = "text"  # "text": TAPS free-text tagger; "spans": constrained labels+spans (small models)

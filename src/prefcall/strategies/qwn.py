@@ -43,7 +43,7 @@ from prefcall.strategies.nlt import select_tools
 from prefcall.strategies.nlt_models import NltUsage
 from prefcall.strategies.qwn_draft import DraftResult, _support_block, draft_call
 from prefcall.strategies.relevance import similarities, unrelated
-from prefcall.strategies.shortlist import SHORTLIST_SIZE, Shortlist, fits_context, shortlist_catalogue
+from prefcall.strategies.shortlist import Shortlist, fits_context, shortlist_catalogue
 
 Decision = Literal["question", "continue", "limitation"]
 Policy = Literal["combined", "model", "evidence"]
@@ -418,11 +418,11 @@ def clarify(
     policy: Policy = "combined",
     check_relevance: bool = True,
     relevance_threshold: float | None = None,
-    shortlist_size: int = SHORTLIST_SIZE,
+    shortlist_size: int | None = None,
 ) -> ClarifyResult:
     """Ask, continue or admit a limitation; see the module docstring for how model and evidence combine. A
-    catalogue of more than `shortlist_size` functions (or one whose decision prompt outgrows the context) reaches
-    the model's prompts shortlisted for the user's words (strategies.shortlist); the relevance evidence and a
+    catalogue of more than 32 functions (or one whose decision prompt outgrows the context) reaches the model's
+    prompts shortlisted for the user's words (`shortlist_size` functions; None: the size fitted for the embedder) (strategies.shortlist); the relevance evidence and a
     caller's draft read the whole catalogue."""
     started = time.perf_counter()
     turns = as_dialogue(dialogue)

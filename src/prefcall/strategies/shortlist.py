@@ -13,13 +13,19 @@ The kept list is then trimmed, worst-ranked first, until the step's prompt fits 
 `reserve` tokens to spare (`fits`). Only when a single tool does not fit does the engine's ContextOverflowError
 reach the caller: then the request itself is too long.
 
-The size: `SHORTLIST_SIZE` keeps every catalogue the shipped fits were made on (30 functions at most) whole;
-`prefcall bench --only catalogue` reports the shortlist's recall@k on the committed 200-tool catalogue.
+A catalogue of up to `WHOLE_UP_TO` tools is listed whole (every catalogue the shipped fits were made on has at
+most 30). The shortlist's size and the fusion's dense weight are fitted per embedder by `prefcall fit --shortlist`
+(data/shortlist.json; evaluation/fit_shortlist.py: the smallest size whose recall@k on the tune requests ranked
+against the committed 200-tool catalogue is within 0.01 of the best); a caller's size (PREFCALL_SHORTLIST_SIZE)
+overrides it. `prefcall bench --only catalogue` reports recall@k and latency at 10, 50 and 200 tools.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from functools import lru_cache
+from importlib import resources
 from typing import TypeVar
 
 import numpy as np
@@ -31,9 +37,13 @@ from prefcall.retrieval.vectors import TOOL_VECTORS
 from prefcall.schemas.model import Catalogue, Function
 from prefcall.strategies.relevance import function_text
 
-# The most tools one model-scored prompt lists; a larger catalogue is shortlisted. 32 keeps every catalogue the
-# shipped fits were fitted on (NLSI 17, SGD 30, the corpus 16 functions) whole, so their figures do not move.
+# A catalogue of up to this many tools is listed whole when its prompt fits: every catalogue the shipped fits were
+# fitted on (NLSI 17, SGD 30, the corpus 16 functions) is, so their figures do not move.
+WHOLE_UP_TO = 32
+# Without a fitted rule for the embedder: the shortlist's size and the fusion's weight of the dense ranking.
 SHORTLIST_SIZE = 32
+DENSE_WEIGHT = 0.5
+RULES_FILE = "shortlist.json"
 # Tokens a prompt must leave free in the context: the candidates scored after it and a short answer.
 CONTEXT_RESERVE = 256
 
@@ -61,25 +71,53 @@ class Shortlist(BaseModel):
         return f"{len(self.kept)} of {self.total} tools shortlisted by retrieval (size {self.size}{trimmed})"
 
 
-def rank(texts: Sequence[str], query: str, embedder: Embedder | None) -> list[int]:
+class ShortlistRule(BaseModel):
+    """How large catalogues are shortlisted with one embedder (fitted by `prefcall fit --shortlist`)."""
+
+    size: int = SHORTLIST_SIZE
+    dense_weight: float = DENSE_WEIGHT
+    source: str = "default (no shortlist fitted for this embedder)"
+
+
+@lru_cache(maxsize=1)
+def _packaged_rules() -> dict[str, dict]:
+    text = resources.files("prefcall").joinpath("data", RULES_FILE).read_text(encoding="utf-8")
+    return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
+
+
+def rule_for(embedder: Embedder | None, size: int | None = None) -> ShortlistRule:
+    """The rule fitted for this embedder (BM25 alone without one), with the caller's size when given."""
+    found = _packaged_rules().get(embedder.name) if embedder is not None else None
+    rule = ShortlistRule(size=found["size"], dense_weight=found["dense_weight"],
+                         source=f"fitted for {embedder.name}: {found.get('source', {}).get('command', '')}") \
+        if found else ShortlistRule()
+    return rule.model_copy(update={"size": size}) if size is not None else rule
+
+
+def rank(texts: Sequence[str], query: str, embedder: Embedder | None,
+         dense_weight: float = DENSE_WEIGHT) -> list[int]:
     """Indices of `texts`, best match for `query` first: the hybrid index's fused order, then (for tools no
     method ranked: no shared word and outside the dense pool) catalogue order."""
     vectors = TOOL_VECTORS.get(embedder, list(texts)) if embedder is not None and texts else None
-    index = HybridIndex(texts, embedder, vectors=vectors, pool=max(100, 4 * SHORTLIST_SIZE))
+    index = HybridIndex(texts, embedder, vectors=vectors, pool=max(100, 4 * SHORTLIST_SIZE),
+                        dense_weight=dense_weight)
     ranked = [hit.index for hit in index.search(query, k=len(texts))] if query.strip() else []
     seen = set(ranked)
     return ranked + [i for i in range(len(texts)) if i not in seen]
 
 
-def shortlist(items: Sequence[T], texts: Sequence[str], query: str, embedder: Embedder | None, size: int,
+def shortlist(items: Sequence[T], texts: Sequence[str], query: str, embedder: Embedder | None, size: int | None,
               fits: Callable[[list[T]], bool] | None = None, names: Sequence[str] | None = None) -> tuple[list[T], Shortlist]:
     """The items to show the model, in their own order, and what was done. `texts` describe the items (same
-    order); `fits(kept)` says whether the step's prompt with those items fits the context."""
+    order); `fits(kept)` says whether the step's prompt with those items fits the context; `size` None: the size
+    fitted for the embedder."""
+    rule = rule_for(embedder, size)
+    size = rule.size
     labels = list(names) if names is not None else [str(i) for i in range(len(items))]
     everything = list(items)
-    if len(everything) <= size and (fits is None or fits(everything)):
+    if len(everything) <= max(size, WHOLE_UP_TO) and (fits is None or fits(everything)):
         return everything, Shortlist(kept=labels, total=len(everything), size=size)
-    order = rank(texts, query, embedder)
+    order = rank(texts, query, embedder, rule.dense_weight)
     best = order[:max(1, size)]
 
     def keep(n: int) -> list[int]:
@@ -111,7 +149,7 @@ def fits_context(engine: Engine, reserve: int = CONTEXT_RESERVE) -> Callable[[Pr
     return check
 
 
-def shortlist_catalogue(catalogue: Catalogue, query: str, embedder: Embedder | None, size: int,
+def shortlist_catalogue(catalogue: Catalogue, query: str, embedder: Embedder | None, size: int | None,
                         fits: Callable[[Catalogue], bool] | None = None) -> tuple[Catalogue, Shortlist]:
     """The catalogue with only its shortlisted functions (same name and description, functions in their order)."""
     def sub(functions: list[Function]) -> Catalogue:
