@@ -205,3 +205,43 @@ def DecisionRuleFor(threshold: float):  # noqa: N802 - a rule that decides by it
     from prefcall.strategies.nlt_models import DecisionRule
 
     return DecisionRule(model_weight=0.0, lexical_weight=0.0, threshold=threshold, source="test")
+
+
+# -- retrieval baselines in the same run ---------------------------------------------------------------
+def test_baselines_pick_the_top_k_or_pass_the_fitted_threshold() -> None:
+    evidence = {"tools": {"a": [2.0, 0.1], "b": [0.5, 0.6], "c": [0.0, 0.5]},
+                "threshold_rule": {"model_weight": 0.0, "lexical_weight": 0.0, "embedding_weight": 2.0,
+                                   "threshold": 0.9, "source": "test"}}
+    picked = tools.baseline_selections(evidence, gold_count=1)
+    assert picked == {"bm25_topk_oracle": ["a"], "embedder_topk_oracle": ["b"], "embedder_threshold": ["b", "c"]}
+    none = tools.baseline_selections(evidence, gold_count=0)
+    assert none["bm25_topk_oracle"] is None and none["embedder_topk_oracle"] is None  # oracles need a gold tool
+    assert tools.baseline_selections({**evidence, "threshold_rule": None}, 1)["embedder_threshold"] is None
+
+
+def test_every_report_prints_the_baselines_on_the_same_items(tmp_path: Path) -> None:
+    from prefcall.engine.fake import FakeEmbedder
+
+    engine = FakeEngine()
+    for _ in range(12):  # the structured baseline's answer: no tool (the baselines do not depend on it)
+        engine.reply('{"tools": []}')
+    args = argparse.Namespace(data=None, split="dev", answers=None, limit=12, out=str(tmp_path / "out"),
+                              predictions=None, mode="structured", config=None, threshold=None, calibrate=True)
+    summary = run_eval(nlt_task.TASK, args, engine=engine, embedder=FakeEmbedder(), stdout=io.StringIO(),
+                       stderr=io.StringIO())
+    baselines = summary["metrics"]["baselines"]
+    gold_items = sum(1 for r in (tmp_path / "out" / "results.jsonl").read_text().splitlines()
+                     if json.loads(r)["gold"])
+    assert baselines["bm25_topk_oracle"]["n"] == baselines["embedder_topk_oracle"]["n"] == gold_items
+    assert "rule_exact_set_accuracy" in baselines["bm25_topk_oracle"]
+    assert "baselines/embedder_topk_oracle/exact_set_accuracy" in summary["intervals"]
+
+
+def test_model_based_says_whether_the_rule_that_decided_weighs_the_model() -> None:
+    def scored(weight: float) -> ScoredItem:
+        prediction = {"status": "ok", "selected": [], "rule": {"model_weight": weight}}
+        item = EvalItem(id="x", input={}, gold=[])
+        return ScoredItem(id="x", gold=[], input={}, prediction=prediction, scores=tools.score(item, prediction))
+
+    assert tools.aggregate([scored(0.0)], per_tool=False)["model_based"] is False
+    assert tools.aggregate([scored(0.5)], per_tool=False)["model_based"] is True

@@ -40,3 +40,18 @@ def test_a_rule_that_calls_the_model_ships_only_when_it_earns_the_margin():
     assert written["gguf-sha256:abc|all-MiniLM-L6-v2"]["fit"] == {"command": "c"}
     entry = written["*|all-MiniLM-L6-v2"]  # what rule_for reads back: the rule's own fields
     assert DecisionRule(**{k: v for k, v in entry.items() if k in DecisionRule.model_fields}) == without
+
+
+def test_without_a_model_the_fit_gives_the_rule_for_any_model_and_the_embedder_baseline():
+    items = fit_nlt.nlt_tune_items()[:8]
+    examples = fit_nlt.collect(None, FakeEmbedder(), items)
+    assert all(m is None and c is not None for ev, _ in examples for m, _, c in ev.values())
+    fitted = fit_nlt.fit(examples)
+    assert set(fitted) == {"without_model", "embedder_only"}
+    baseline = fitted["embedder_only"][0]
+    assert baseline.model_weight == 0.0 and baseline.lexical_weight == 0.0 and baseline.embedding_weight > 0
+    assert fit_nlt.chosen(fitted) is fitted["without_model"][0]
+    earlier = {"*|e": {**fitted["without_model"][0].model_dump(), "fit": {"command": "the first fit"}}}
+    written = fit_nlt.rules_file(earlier, fitted, None, "none", "e", {"command": "again"})
+    assert written["*|e"]["fit"] == {"command": "the first fit"}  # the same rule again: its provenance stays
+    assert written["baseline|e"]["fit"] == {"command": "again"} and written["baseline|e"]["lexical_weight"] == 0.0

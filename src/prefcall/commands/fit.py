@@ -51,7 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="with --relevance: run the model on the first N tune requests of each source and kind "
                         "only (a subset for a large model on a CPU; the embedder's threshold still reads them all)")
     parser.add_argument("--embedder-only", action="store_true",
-                        help="with --relevance: fit only the embedder's threshold (no language model runs)")
+                        help="with --relevance: fit only the embedder's threshold; with --nlt: only the rules that "
+                        "do not weigh the model (the rule for any model and the embedder baseline); no language "
+                        "model runs")
     parser.add_argument("--relevance-out", metavar="PATH",
                         help="with --relevance: also write the threshold into this relevance.json (maintainers: "
                         "src/prefcall/data/relevance.json)")
@@ -303,21 +305,22 @@ def _fit_nlt(args: argparse.Namespace, settings: Settings) -> int:
     from prefcall.storage import fits
 
     items = fit_nlt.nlt_tune_items()
-    engine, embedder = load_engine(settings), load_embedder(settings)
+    engine, embedder = (None if args.embedder_only else load_engine(settings)), load_embedder(settings)
     progress = Progress(len(items), sys.stderr, label="fit --nlt")
     examples = fit_nlt.collect(engine, embedder, items, lambda _: progress.advance())
     progress.close()
     fitted = fit_nlt.fit(examples)
-    fingerprint = fits.engine_fingerprint(engine, settings.data_dir)
+    fingerprint = fits.engine_fingerprint(engine, settings.data_dir) if engine is not None else None
+    model = engine.info.model_name if engine is not None else "none (--embedder-only)"
     counts = dict(Counter(relative for relative, _ in items))
     note = {"command": "prefcall fit " + " ".join(sys.argv[2:]), "commit": git_commit(),
             "data": "tune parts of tests/data/nlt and tests/data/nlt2 (prefcall/data/splits.json)", "items": counts}
     if args.nlt_out:
         base = json.loads((resources.files("prefcall") / "data" / "nlt_rules.json").read_text(encoding="utf-8"))
-        Path(args.nlt_out).write_text(json.dumps(fit_nlt.rules_file(base, fitted, fingerprint, engine.info.model_name,
+        Path(args.nlt_out).write_text(json.dumps(fit_nlt.rules_file(base, fitted, fingerprint, model,
                                                                     embedder.name, note), indent=2,
                                                  ensure_ascii=False) + "\n", encoding="utf-8")
-    print(json.dumps({"model": engine.info.model_name, "fingerprint": fingerprint, "embedder": embedder.name,
+    print(json.dumps({"model": model, "fingerprint": fingerprint, "embedder": embedder.name,
                       "items": counts, "shipped_for_this_model": fit_nlt.chosen(fitted).model_dump(),
                       **{k: {**rule.model_dump(), "exact_set_in_sample": round(accuracy, 4)}
                          for k, (rule, accuracy) in fitted.items()},

@@ -4,8 +4,10 @@ The two sets (tests/data/nlt: hand-written, one author; tests/data/nlt2: convert
 IDE, home and telecom catalogues written apart) are each split in the frozen split file; the fit reads their tune
 parts only, so both report parts stay unread. Every item runs score mode with all evidence recorded (the model's
 calibrated YES/NO log-odds, BM25, the embedder's cosine), then `strategies.nlt.fit_rule` picks the weights and
-threshold with the best exact-set accuracy, twice: with every kind of evidence, and with the model's weight held
-at 0 (a rule any model can use with this embedder, and one that never calls the model).
+threshold with the best exact-set accuracy, three times: with every kind of evidence, with the model's weight held
+at 0 (a rule any model can use with this embedder, and one that never calls the model), and with the embedder's
+cosine alone (the baseline every selection report prints beside the shipped rule: `baseline|<embedder>`).
+`--embedder-only` does not ask the model: the last two only.
 """
 
 from __future__ import annotations
@@ -47,14 +49,20 @@ def nlt_tune_items() -> list[tuple[str, EvalItem]]:
     return out
 
 
+# Decides nothing: makes select_tools compute BM25 and the cosine without asking the model (--embedder-only).
+NO_MODEL = DecisionRule(model_weight=0.0, lexical_weight=1.0, embedding_weight=1.0, source="evidence only")
+
+
 def collect(engine: Any, embedder: Any, items: Sequence[tuple[str, EvalItem]],
             progress: Callable[[str], None] | None = None) -> list[tuple[Evidence, set[str]]]:
-    """Every kind of evidence per tool for each item (the model is asked whatever the shipped rule says)."""
+    """Every kind of evidence per tool for each item (the model is asked whatever the shipped rule says; with
+    `engine` None, BM25 and the cosine only)."""
     examples: list[tuple[Evidence, set[str]]] = []
     for _, item in items:
         history = [(str(r), str(t)) for r, t in item.input.get("history") or []]
         result = select_tools(engine, item.input["text"], item.input["tools"], context=item.input.get("context"),
-                              history=history, embedder=embedder, all_evidence=engine is not None)
+                              history=history, embedder=embedder, all_evidence=engine is not None,
+                              rule=NO_MODEL if engine is None else None)
         examples.append(({d.name: (d.model_logodds, float(d.lexical or 0.0), d.cosine) for d in result.decisions},
                          set(item.gold or [])))
         if progress is not None:
@@ -63,16 +71,24 @@ def collect(engine: Any, embedder: Any, items: Sequence[tuple[str, EvalItem]],
 
 
 def fit(examples: Sequence[tuple[Evidence, set[str]]]) -> dict[str, tuple[DecisionRule, float]]:
-    """{"with_model": (rule, in-sample exact set), "without_model": ...}: the best rule on every kind of
-    evidence, and the best that gives the model no weight."""
+    """{"with_model": (rule, in-sample exact set), "without_model": ..., "embedder_only": ...}: the best rule on
+    every kind of evidence (when the model was asked), the best that gives the model no weight, and the best on
+    the embedder's cosine alone."""
     source = f"prefcall fit --nlt: the tune parts of both NLT sets ({len(examples)} items)"
-    return {"with_model": fit_rule(examples, source=source),
-            "without_model": fit_rule(examples, source=source + ", model weight 0", model_weights=(0.0,))}
+    asked = all(m is not None for evidence, _ in examples for m, _, _ in evidence.values())
+    out = {"with_model": fit_rule(examples, source=source)} if asked else {}
+    out["without_model"] = fit_rule(examples, source=source + ", model weight 0", model_weights=(0.0,))
+    out["embedder_only"] = fit_rule(examples, source=source + ", the embedder's cosine alone (a baseline)",
+                                    model_weights=(0.0,), lexical_weights=(0.0,))
+    return out
 
 
 def chosen(fitted: dict[str, tuple[DecisionRule, float]]) -> DecisionRule:
     """The rule to ship for this model: with the model only when it beats the rule without by MODEL_MARGIN."""
-    (with_model, a), (without, b) = fitted["with_model"], fitted["without_model"]
+    without, b = fitted["without_model"]
+    if "with_model" not in fitted:
+        return without
+    with_model, a = fitted["with_model"]
     return with_model if with_model.model_weight and a >= b + MODEL_MARGIN else without
 
 
@@ -82,9 +98,16 @@ def rules_file(base: dict[str, Any], fitted: dict[str, tuple[DecisionRule, float
     model with this embedder (`*|<embedder>`, model weight 0), each saying where it came from."""
     out = dict(base)
     without, without_accuracy = fitted["without_model"]
-    out[f"*|{embedder}"] = {"model": f"any model, with the embedder {embedder}", **without.model_dump(),
-                            "exact_set_in_sample": round(without_accuracy, 4), "fit": note}
-    if fingerprint:
+    earlier = out.get(f"*|{embedder}") or {}
+    if any(earlier.get(k) != v for k, v in without.model_dump(exclude={"source"}).items()):  # a rule that changed
+        out[f"*|{embedder}"] = {"model": f"any model, with the embedder {embedder}", **without.model_dump(),
+                                "exact_set_in_sample": round(without_accuracy, 4), "fit": note}
+    if "embedder_only" in fitted:
+        baseline, baseline_accuracy = fitted["embedder_only"]
+        out[f"baseline|{embedder}"] = {"model": f"none: the embedder {embedder} with its fitted threshold, the "
+                                                "baseline of every selection report", **baseline.model_dump(),
+                                       "exact_set_in_sample": round(baseline_accuracy, 4), "fit": note}
+    if fingerprint and "with_model" in fitted:
         rule = chosen(fitted)
         accuracy = fitted["with_model" if rule is fitted["with_model"][0] else "without_model"][1]
         out[f"{fingerprint}|{embedder}"] = {"model": model, **rule.model_dump(),

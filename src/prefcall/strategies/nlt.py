@@ -428,6 +428,13 @@ def rule_for(engine: Engine, calibrated: bool = True, embedder: Embedder | None 
         else DecisionRule()
 
 
+def baseline_rule(embedder: Embedder | None) -> DecisionRule | None:
+    """The embedder with its fitted threshold, the baseline every selection report prints: the embedder-only rule
+    `prefcall fit --nlt` fitted on the tune parts for this embedder (`baseline|<embedder>`); None without one."""
+    found = _packaged_rules().get(f"baseline|{embedder.name}") if embedder is not None else None
+    return DecisionRule(**{k: v for k, v in found.items() if k in DecisionRule.model_fields}) if found else None
+
+
 def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: str | None, history: History,
                 threshold: float | None, calibrate: bool, rule: DecisionRule | None,
                 cache: ContentFreeCache | None, embedder: Embedder | None, all_evidence: bool,

@@ -88,9 +88,10 @@ def _packaged_rules() -> dict[str, dict]:
 def rule_for(embedder: Embedder | None, size: int | None = None) -> ShortlistRule:
     """The rule fitted for this embedder (BM25 alone without one), with the caller's size when given."""
     found = _packaged_rules().get(embedder.name) if embedder is not None else None
-    rule = ShortlistRule(size=found["size"], dense_weight=found["dense_weight"],
-                         source=f"fitted for {embedder.name}: {found.get('source', {}).get('command', '')}") \
-        if found else ShortlistRule()
+    rule = ShortlistRule.model_validate(
+        {k: found[k] for k in ("size", "dense_weight") if k in found}
+        | {"source": f"fitted for {embedder.name}: {found.get('source', {}).get('command', '')}"}) \
+        if found and embedder is not None else ShortlistRule()
     return rule.model_copy(update={"size": size}) if size is not None else rule
 
 

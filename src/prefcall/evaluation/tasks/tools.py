@@ -8,6 +8,11 @@ generate (the paper), structured (grammar-constrained JSON baseline).
 Metrics: exact-set accuracy with a 95% Wilson interval (a parse error or a partial answer scores as wrong),
 micro precision/recall/F1 over tool decisions, per-tool precision/recall, parse-error and partial rates, mean
 tokens in/out; in score mode also the rule that would fit these items best (fit it on dev items only).
+Baselines on the same items, in the same run, whenever an embedder is loaded (`baselines/...`): BM25 top-k and the
+embedder's top-k with k the gold count (oracles: they are told how many tools to pick; items with a gold tool
+only), and the embedder with its fitted threshold (every tool whose cosine passes the embedder-only rule that
+`prefcall fit --nlt` fitted on the tune parts: `baseline|<embedder>` in data/nlt_rules.json). `model_based` says
+whether the rule that decided weighs the model.
 The selection metrics here are shared by the bfcl task.
 """
 
@@ -23,8 +28,8 @@ from prefcall.errors import ConfigError
 from prefcall.evaluation.metrics.f1 import prf
 from prefcall.evaluation.metrics.intervals import Metric, mean, micro, proportion
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
-from prefcall.strategies.nlt import fit_rule, select_tools
-from prefcall.strategies.nlt_models import DEFAULT_MODE, MODES, DecisionRule, NltResult
+from prefcall.strategies.nlt import baseline_rule, embedding_scores, fit_rule, lexical_scores, select_tools
+from prefcall.strategies.nlt_models import DEFAULT_MODE, MODES, DecisionRule, NltResult, as_tool_specs
 
 NLT_MODES = MODES
 
@@ -110,14 +115,49 @@ def selection_prediction(result: NltResult) -> dict[str, Any]:
 
 def predict(item: EvalItem, engine: Any, mode: str = DEFAULT_MODE, *, threshold: float | None = None,
             calibrate: bool = True, rule: DecisionRule | None = None, embedder: Any = None,
-            all_evidence: bool = False) -> dict[str, Any]:
+            all_evidence: bool = False, baseline_embedder: Any = None) -> dict[str, Any]:
     history = [(str(r), str(t)) for r, t in item.input.get("history") or []]
     result = select_tools(
         engine, item.input["text"], item.input["tools"], mode=mode,  # type: ignore[arg-type]
         context=item.input.get("context"), history=history, threshold=threshold, calibrate=calibrate, rule=rule,
         embedder=embedder, all_evidence=all_evidence,
     )
-    return selection_prediction(result)
+    prediction = selection_prediction(result)
+    if baseline_embedder is not None:
+        prediction["baseline_evidence"] = baseline_evidence(item, baseline_embedder)
+    return prediction
+
+
+# -- retrieval baselines on the same items ---------------------------------------------------------
+BASELINES = ("bm25_topk_oracle", "embedder_topk_oracle", "embedder_threshold")
+
+
+def baseline_evidence(item: EvalItem, embedder: Any) -> dict[str, Any]:
+    """What the baselines decide by: each tool's BM25 and cosine with the request (as select_tools computes them)
+    and the embedder-only rule fitted for this embedder (None when none is)."""
+    specs = as_tool_specs(item.input["tools"])
+    history = [(str(r), str(t)) for r, t in item.input.get("history") or []]
+    lexical = lexical_scores(specs, item.input["text"], history)
+    cosine = embedding_scores(embedder, specs, item.input["text"], history)
+    rule = baseline_rule(embedder)
+    return {"tools": {s.name: [lexical[s.name], cosine[s.name]] for s in specs},
+            "threshold_rule": rule.model_dump() if rule is not None else None}
+
+
+def baseline_selections(evidence: dict[str, Any], gold_count: int) -> dict[str, list[str] | None]:
+    """Each baseline's selected tools; None where a baseline does not apply (an oracle on an item without a gold
+    tool, the threshold baseline without a fitted rule)."""
+    tools = evidence["tools"]
+
+    def top(column: int) -> list[str] | None:
+        return sorted(tools, key=lambda n: (-tools[n][column], n))[:gold_count] if gold_count else None
+
+    rule = evidence.get("threshold_rule")
+    threshold = None
+    if rule is not None:
+        decide = DecisionRule.model_validate(rule)
+        threshold = [n for n, (lex, cos) in tools.items() if decide.score(None, lex, cos) > decide.threshold]
+    return {"bm25_topk_oracle": top(0), "embedder_topk_oracle": top(1), "embedder_threshold": threshold}
 
 
 def selection_scores(predicted: Iterable[str] | None, gold: Iterable[str], status: str = "ok") -> dict[str, float]:
@@ -136,7 +176,14 @@ def selection_scores(predicted: Iterable[str] | None, gold: Iterable[str], statu
 
 
 def score(item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
-    return selection_scores(prediction.get("selected"), item.gold or [], str(prediction.get("status", "ok")))
+    scores = selection_scores(prediction.get("selected"), item.gold or [], str(prediction.get("status", "ok")))
+    evidence = prediction.get("baseline_evidence")
+    if evidence:
+        gold = set(item.gold or [])
+        for name, selected in baseline_selections(evidence, len(gold)).items():
+            if selected is not None:
+                scores[f"baseline/{name}"] = float(set(selected) == gold)
+    return scores
 
 
 def precision_recall(tp: float, fp: float, fn: float) -> dict[str, float]:
@@ -208,11 +255,33 @@ def aggregate(scored: list[ScoredItem], *, per_tool: bool = True) -> dict[str, A
     fit = fitted_rule(scored)
     if fit is not None:
         metrics["fitted_rule"] = fit
+    baselines = baseline_metrics(scored)
+    if baselines:
+        metrics["baselines"] = baselines
+    rules = [i.prediction.get("rule") for i in scored if i.prediction.get("rule")]
+    if rules:
+        metrics["model_based"] = any(float(r.get("model_weight") or 0.0) > 0 for r in rules)
     if per_tool:
         rows = [tool_rows(i) for i in scored]
         metrics["per_tool"] = {name: micro_precision_recall([r.get(name, (0.0, 0.0, 0.0)) for r in rows])
                                for name in sorted(per_tool_counts(scored))}
     return metrics
+
+
+def baseline_metrics(scored: list[ScoredItem]) -> dict[str, Any]:
+    """Per baseline: exact-set accuracy on the items it applies to, and the decided rule's on the same items."""
+    out: dict[str, Any] = {}
+    for name in BASELINES:
+        key = f"baseline/{name}"
+        rows = [i for i in scored if key in i.scores]
+        if not rows:
+            continue
+        out[name] = {"n": len(rows), "exact_set_accuracy": mean(i.scores[key] for i in rows),
+                     "rule_exact_set_accuracy": mean(i.scores.get("exact_set", 0.0) for i in rows)}
+        no_tool = [i for i in rows if not i.gold]
+        if no_tool:
+            out[name]["no_tool_accuracy"] = proportion(sum(i.scores[key] for i in no_tool), len(no_tool))
+    return out
 
 
 def mean_tokens(scored: list[ScoredItem]) -> dict[str, Metric]:
@@ -297,7 +366,7 @@ class ToolsTask(BaseTask):
         embedder = ctx.embedder if mode == "score" and not getattr(args, "no_embedder", False) else None
         return predict(item, ctx.engine, mode, threshold=getattr(args, "threshold", None),
                        calibrate=bool(getattr(args, "calibrate", True)), rule=rule_option(args), embedder=embedder,
-                       all_evidence=bool(getattr(args, "all_evidence", False)))
+                       all_evidence=bool(getattr(args, "all_evidence", False)), baseline_embedder=ctx.embedder)
 
     def score(self, item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
         return score(item, prediction)
