@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from prefcall.engine.fake import FakeEmbedder, FakeEngine
 from prefcall.evaluation import fit_nlt, splits
 from prefcall.strategies.nlt_models import DecisionRule
@@ -55,3 +57,49 @@ def test_without_a_model_the_fit_gives_the_rule_for_any_model_and_the_embedder_b
     written = fit_nlt.rules_file(earlier, fitted, None, "none", "e", {"command": "again"})
     assert written["*|e"]["fit"] == {"command": "the first fit"}  # the same rule again: its provenance stays
     assert written["baseline|e"]["fit"] == {"command": "again"} and written["baseline|e"]["lexical_weight"] == 0.0
+
+
+def test_the_shipped_embedder_baseline_is_read_back_for_its_embedder_only():
+    from prefcall.strategies.nlt import baseline_rule
+
+    class MiniLM(FakeEmbedder):
+        @property
+        def name(self) -> str:
+            return "all-MiniLM-L6-v2"
+
+    rule = baseline_rule(MiniLM())
+    assert rule is not None and rule.model_weight == 0.0 and rule.lexical_weight == 0.0 and rule.embedding_weight > 0
+    assert baseline_rule(FakeEmbedder()) is None and baseline_rule(None) is None
+
+
+def test_large_list_terms_raise_the_threshold_with_the_list_and_keep_tools_near_the_best():
+    rule = DecisionRule(model_weight=0.0, lexical_weight=0.0, embedding_weight=1.0, threshold=0.5, size_slope=1.0,
+                        margin=0.3, source="t")
+    assert rule.threshold_for(4) == rule.threshold_for(10) == 0.5
+    assert abs(rule.threshold_for(100) - (0.5 + math.log(10))) < 1e-9
+    assert rule.selects({"a": 0.9, "b": 0.7, "c": 0.55}) == {"a", "b"}  # c passes the threshold, not the margin
+    assert DecisionRule(threshold=0.5, source="t").selects({"a": 0.9, "b": 0.7, "c": 0.55}) == {"a", "b", "c"}
+
+
+def test_the_size_terms_are_fitted_on_lists_of_every_size_and_left_off_when_they_do_not_help():
+    from prefcall.strategies.nlt import fit_size_terms
+
+    rule = DecisionRule(model_weight=0.0, lexical_weight=0.0, embedding_weight=1.0, threshold=0.5, source="t")
+    small = [({"a": (None, 0.0, 0.9), "b": (None, 0.0, 0.2)}, {"a"})] * 3
+    fitted, accuracy = fit_size_terms(small, rule)
+    assert (fitted.size_slope, fitted.margin) == (0.0, None) and accuracy == 1.0  # nothing to gain: left as it was
+    # A 200-tool list where distractors pass the ten-tool threshold by chance, far under the right tool.
+    large = [({"a": (None, 0.0, 2.0), **{f"x{i}": (None, 0.0, 0.6) for i in range(199)}}, {"a"})] * 3
+    fitted, accuracy = fit_size_terms([*small, *large], rule)
+    assert accuracy == 1.0 and (fitted.size_slope > 0 or fitted.margin is not None)
+    assert (fitted.threshold, fitted.embedding_weight) == (0.5, 1.0)  # the weights stay
+
+
+def test_the_large_list_examples_read_the_tune_requests_only():
+    from prefcall.evaluation import fit_shortlist
+
+    examples = fit_nlt.large_list_examples(FakeEmbedder())
+    _, _, requests = fit_shortlist.load()
+    tune = [r for r in requests if fit_shortlist.split_side(r["id"], "tune")]
+    assert 0 < len(tune) < len(requests) and len(examples) == len(tune) * len(fit_nlt.LIST_SIZES)
+    assert sorted({len(evidence) for evidence, _ in examples}) == list(fit_nlt.LIST_SIZES)

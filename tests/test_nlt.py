@@ -258,7 +258,7 @@ def test_history_reaches_the_prompt_and_the_lexical_prior() -> None:
 def test_packaged_rules_are_valid_and_chosen_by_the_model_files_hash(monkeypatch: pytest.MonkeyPatch,
                                                                       tmp_path) -> None:
     rules = nlt._packaged_rules()
-    assert rules and all(re.fullmatch(r"(gguf-sha256:[0-9a-f]{64}|\*)(\|[\w.-]+)?", key) for key in rules)
+    assert rules and all(re.fullmatch(r"(gguf-sha256:[0-9a-f]{64}|\*|baseline)(\|[\w.-]+)?", key) for key in rules)
     assert all(rule["model_weight"] == 0.0 for key, rule in rules.items() if key.startswith("*|"))
     for key, rule in rules.items():
         parsed = DecisionRule(**{k: v for k, v in rule.items() if k in DecisionRule.model_fields})

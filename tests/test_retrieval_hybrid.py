@@ -169,3 +169,16 @@ def test_scales_to_many_documents_with_correct_results():
     texts[4321] = "unique needle phrase w1 w2"
     index = HybridIndex(texts, FakeEmbedder(dim=64))
     assert index.search("unique needle phrase", k=3)[0].index == 4321
+
+
+def test_idf_read_at_a_reference_size_does_not_grow_with_the_collection():
+    from prefcall.retrieval.hybrid import BM25Index
+
+    def score(n: int, reference: int | None) -> float:
+        index = BM25Index(idf_documents=reference)
+        # one document in ten holds the word, whatever the collection's size
+        index.add([("ferry crossing" if i % 10 == 0 else f"parking permit {i}") for i in range(n)])
+        return float(index.scores("ferry")[0])
+
+    assert score(200, None) > 1.1 * score(10, None)  # plain BM25: the same share weighs more in a larger collection
+    assert abs(score(200, 10) - score(10, 10)) < 1e-5 and score(10, 10) == score(10, None)

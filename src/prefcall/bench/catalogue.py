@@ -11,35 +11,16 @@ by the first N - 10 others (the build's README)."""
 
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 from typing import Any
 
 from prefcall.bench.context import REPO_ROOT, BenchContext
 from prefcall.bench.stats import ratio, summarize, target
 from prefcall.evaluation.metrics.intervals import wilson
-from prefcall.schemas.model import Catalogue, Function
 
 DATA = REPO_ROOT / "tests" / "data" / "catalogue200"
 SIZES = (10, 50, 200)
 RECALL_AT = (4, 8, 12, 16, 24, 32)
-
-
-def load(folder: Path = DATA) -> tuple[Catalogue, dict[str, str], list[dict[str, Any]]]:
-    raw = json.loads((folder / "catalogue.json").read_text(encoding="utf-8"))
-    catalogue = Catalogue(name=raw["name"], description=raw["description"],
-                          functions=[Function.model_validate(f) for f in raw["functions"]])
-    requests = [json.loads(line) for line in (folder / "requests.jsonl").read_text(encoding="utf-8").splitlines()
-                if line.strip()]
-    return catalogue, raw["blocks"], requests
-
-
-def sized(catalogue: Catalogue, blocks: dict[str, str], block: str, n: int) -> Catalogue:
-    """The request's N-tool catalogue: its block, then the first n - len(block) others, in catalogue order."""
-    own = [f for f in catalogue.functions if blocks[f.name] == block]
-    others = [f for f in catalogue.functions if blocks[f.name] != block][: max(0, n - len(own))]
-    return catalogue.model_copy(update={"name": f"{catalogue.name}-{block}-{n}", "functions": own + others})
 
 
 def _history(request: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
@@ -56,7 +37,8 @@ def section_catalogue(ctx: BenchContext) -> dict[str, Any]:
 
     if not DATA.exists():
         return {"skipped": f"needs a source checkout: {DATA} not found", "figures": {}, "targets": [], "headline": []}
-    catalogue, blocks, requests = load()
+    catalogue, blocks, requests = fit_shortlist.load()
+    sized = fit_shortlist.sized
     if ctx.quick:  # twelve, spread over the three domains
         requests = requests[:: max(1, len(requests) // 12)][:12]
     engine, embedder = ctx.engine(), ctx.embedder()

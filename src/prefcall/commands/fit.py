@@ -309,12 +309,15 @@ def _fit_nlt(args: argparse.Namespace, settings: Settings) -> int:
     progress = Progress(len(items), sys.stderr, label="fit --nlt")
     examples = fit_nlt.collect(engine, embedder, items, lambda _: progress.advance())
     progress.close()
-    fitted = fit_nlt.fit(examples)
+    large = fit_nlt.large_list_examples(embedder)
+    fitted = fit_nlt.fit(examples, large)
     fingerprint = fits.engine_fingerprint(engine, settings.data_dir) if engine is not None else None
     model = engine.info.model_name if engine is not None else "none (--embedder-only)"
     counts = dict(Counter(relative for relative, _ in items))
     note = {"command": "prefcall fit " + " ".join(sys.argv[2:]), "commit": git_commit(),
-            "data": "tune parts of tests/data/nlt and tests/data/nlt2 (prefcall/data/splits.json)", "items": counts}
+            "data": "tune parts of tests/data/nlt and tests/data/nlt2 (prefcall/data/splits.json); the large-list "
+                    "terms also read the tune requests of tests/data/catalogue200 against 10, 50 and 200 tools",
+            "items": {**counts, "tests/data/catalogue200 lists": len(large)}}
     if args.nlt_out:
         base = json.loads((resources.files("prefcall") / "data" / "nlt_rules.json").read_text(encoding="utf-8"))
         Path(args.nlt_out).write_text(json.dumps(fit_nlt.rules_file(base, fitted, fingerprint, model,

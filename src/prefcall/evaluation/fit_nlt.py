@@ -8,6 +8,10 @@ threshold with the best exact-set accuracy, three times: with every kind of evid
 at 0 (a rule any model can use with this embedder, and one that never calls the model), and with the embedder's
 cosine alone (the baseline every selection report prints beside the shipped rule: `baseline|<embedder>`).
 `--embedder-only` does not ask the model: the last two only.
+
+The two rules that do not weigh the model then get their large-list terms (DecisionRule.size_slope and margin):
+fitted on the same items plus the tune requests of tests/data/catalogue200 against 10, 50 and 200 of its tools
+(no model is asked for those), so that a rule fitted on ten-tool lists keeps its precision on 200.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from prefcall.errors import ConfigError
 from prefcall.evaluation import splits
 from prefcall.evaluation.task import EvalItem
 from prefcall.evaluation.tasks.tools import load_items
-from prefcall.strategies.nlt import Evidence, fit_rule, select_tools
+from prefcall.strategies.nlt import Evidence, fit_rule, fit_size_terms, select_tools
 from prefcall.strategies.nlt_models import DecisionRule
 
 NLT_FILES = ("tests/data/nlt/dev.jsonl", "tests/data/nlt2/items.jsonl")
@@ -70,17 +74,59 @@ def collect(engine: Any, embedder: Any, items: Sequence[tuple[str, EvalItem]],
     return examples
 
 
-def fit(examples: Sequence[tuple[Evidence, set[str]]]) -> dict[str, tuple[DecisionRule, float]]:
+LIST_SIZES = (10, 50, 200)
+
+
+def large_list_examples(embedder: Any, progress: Callable[[str], None] | None = None
+                        ) -> list[tuple[Evidence, set[str]]]:
+    """BM25 and the cosine (no model) for the tune requests of tests/data/catalogue200 against 10, 50 and 200 of
+    its tools (fit_shortlist.sized)."""
+    from prefcall.evaluation import fit_shortlist
+
+    catalogue, blocks, requests = fit_shortlist.load()
+    examples: list[tuple[Evidence, set[str]]] = []
+    for request in requests:
+        if not fit_shortlist.split_side(request["id"], "tune"):
+            continue
+        messages = request["messages"]
+        history = [(m["role"], m["content"]) for m in messages[:-1]]
+        for n in LIST_SIZES:
+            result = select_tools(None, messages[-1]["content"],  # type: ignore[arg-type]
+                                  fit_shortlist.sized(catalogue, blocks, request["block"], n),
+                                  context=request["context"], history=history, embedder=embedder, rule=NO_MODEL)
+            examples.append(({d.name: (None, float(d.lexical or 0.0), d.cosine) for d in result.decisions},
+                             set(request["expected"])))
+        if progress is not None:
+            progress(request["id"])
+    return examples
+
+
+def fit(examples: Sequence[tuple[Evidence, set[str]]],
+        large: Sequence[tuple[Evidence, set[str]]] = ()) -> dict[str, tuple[DecisionRule, float]]:
     """{"with_model": (rule, in-sample exact set), "without_model": ..., "embedder_only": ...}: the best rule on
     every kind of evidence (when the model was asked), the best that gives the model no weight, and the best on
-    the embedder's cosine alone."""
+    the embedder's cosine alone; the last two with their large-list terms fitted on `examples` and `large`
+    (the accuracy given is on `examples`, as the first's, so that `chosen` compares like with like)."""
     source = f"prefcall fit --nlt: the tune parts of both NLT sets ({len(examples)} items)"
     asked = all(m is not None for evidence, _ in examples for m, _, _ in evidence.values())
     out = {"with_model": fit_rule(examples, source=source)} if asked else {}
     out["without_model"] = fit_rule(examples, source=source + ", model weight 0", model_weights=(0.0,))
     out["embedder_only"] = fit_rule(examples, source=source + ", the embedder's cosine alone (a baseline)",
                                     model_weights=(0.0,), lexical_weights=(0.0,))
+    if large:
+        note = f"; size slope and margin on these and {len(large)} lists of 10, 50 and 200 tools"
+        for key in ("without_model", "embedder_only"):
+            rule = out[key][0].model_copy(update={"source": out[key][0].source + note})
+            fitted_rule, _ = fit_size_terms([*examples, *large], rule)
+            out[key] = (fitted_rule, exact_set(fitted_rule, examples))
     return out
+
+
+def exact_set(rule: DecisionRule, examples: Sequence[tuple[Evidence, set[str]]]) -> float:
+    """The rule's exact-set accuracy on the examples."""
+    hits = sum(rule.selects({n: rule.score(m, lex, cos) for n, (m, lex, cos) in evidence.items()}) == gold
+               for evidence, gold in examples)
+    return hits / len(examples) if examples else 0.0
 
 
 def chosen(fitted: dict[str, tuple[DecisionRule, float]]) -> DecisionRule:

@@ -55,9 +55,32 @@ class ShortlistFit(BaseModel):
 
 
 def load_catalogue() -> Catalogue:
+    return load()[0]
+
+
+def load() -> tuple[Catalogue, dict[str, str], list[dict[str, Any]]]:
+    """tests/data/catalogue200: the catalogue, each tool's block (its domain) and the requests."""
     raw = json.loads(checkout_file(CATALOGUE).read_text(encoding="utf-8"))
-    return Catalogue(name=raw["name"], description=raw["description"],
-                     functions=[Function.model_validate(f) for f in raw["functions"]])
+    catalogue = Catalogue(name=raw["name"], description=raw["description"],
+                          functions=[Function.model_validate(f) for f in raw["functions"]])
+    requests = [json.loads(line) for line in checkout_file(REQUESTS).read_text(encoding="utf-8").splitlines()
+                if line.strip()]
+    return catalogue, raw["blocks"], requests
+
+
+def sized(catalogue: Catalogue, blocks: dict[str, str], block: str, n: int) -> Catalogue:
+    """A request's N-tool catalogue: its block, then the first n - len(block) others, in catalogue order."""
+    own = [f for f in catalogue.functions if blocks[f.name] == block]
+    others = [f for f in catalogue.functions if blocks[f.name] != block][: max(0, n - len(own))]
+    return catalogue.model_copy(update={"name": f"{catalogue.name}-{block}-{n}", "functions": own + others})
+
+
+def split_side(request_id: str, part: str) -> bool:
+    """Whether a catalogue200 request (an nlt2 item) is on this part of the frozen split."""
+    found = splits.source_of(checkout_file(NLT2))
+    if found is None:
+        raise ConfigError(f"{NLT2} is not a source of the split file: rebuild it with `prefcall split build`")
+    return request_id in found[1].part(part)
 
 
 def tune_requests(catalogue: Catalogue, sources: Sequence[str] = ("catalogue200", "corpus", "nlsi"),

@@ -46,9 +46,14 @@ class Hit:
 class BM25Index:
     """Okapi BM25 over an inverted index; scoring touches only the query terms' postings."""
 
-    def __init__(self, *, k1: float = 1.5, b: float = 0.75, tokenizer: Callable[[str], list[str]] = tokenize):
+    def __init__(self, *, k1: float = 1.5, b: float = 0.75, tokenizer: Callable[[str], list[str]] = tokenize,
+                 idf_documents: int | None = None):
         self.k1 = k1
         self.b = b
+        # Past this many documents, idf is computed as if the collection had this many, with each term's document
+        # frequency scaled to it: a term's weight then depends on the share of documents holding it, not on the
+        # collection's size (a rule fitted on scores of small tool lists still reads those of a large one).
+        self.idf_documents = idf_documents
         self._tokenize = tokenizer
         self._postings: dict[str, tuple[list[int], list[int]]] = {}
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # frozen copies of postings, rebuilt lazily
@@ -97,8 +102,10 @@ class BM25Index:
             if length_norm is None:
                 length_norm = self.k1 * (1.0 - self.b + self.b * self._doc_len_array / avgdl)
             docs, tfs = arrays
-            df = len(docs)
-            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+            df, size = float(len(docs)), float(n)
+            if self.idf_documents is not None and n > self.idf_documents:
+                df, size = df * self.idf_documents / n, float(self.idf_documents)
+            idf = math.log(1.0 + (size - df + 0.5) / (df + 0.5))
             out[docs] += idf * tfs * (self.k1 + 1.0) / (tfs + length_norm[docs])
         return out
 

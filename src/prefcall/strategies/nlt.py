@@ -44,6 +44,7 @@ from prefcall.schemas.model import Catalogue, Function
 from prefcall.storage import fits
 from prefcall.strategies.nlt_models import (
     DEFAULT_MODE,
+    FITTED_LIST_SIZE,
     DecisionRule,
     Mode,
     NltResult,
@@ -285,8 +286,10 @@ def calibrate_probability(p_yes: float, p_yes_content_free: float) -> float:
 
 def lexical_scores(specs: Sequence[ToolSpec], message: str, history: History = ()) -> dict[str, float]:
     """BM25 of the request against each tool's split name and description, within this catalogue. Earlier
-    turns count at half weight, so "yes, please do that" inherits the topic of the question it answers."""
-    index = BM25Index()
+    turns count at half weight, so "yes, please do that" inherits the topic of the question it answers. Past
+    FITTED_LIST_SIZE tools, idf is read at that size (BM25Index.idf_documents): a word's weight depends on the share
+    of tools holding it, so a rule fitted on ten-tool lists reads a 200-tool list's scores on the same scale."""
+    index = BM25Index(idf_documents=FITTED_LIST_SIZE)
     index.add([f"{split_identifier(s.name)} {s.description}" for s in specs])
     scores = index.scores(message)
     if history:
@@ -468,10 +471,15 @@ def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: st
         model = raw[spec.name] - baseline[spec.name] if raw is not None and not left_out else None
         cosine = cosines[spec.name] if cosines is not None else None
         score = chosen.score(model, lexical[spec.name], cosine)
-        decisions.append(ToolDecision(name=spec.name, selected=score > chosen.threshold and not left_out,
-                                      probability=sigmoid(score), score=score, model_logodds=model,
+        decisions.append(ToolDecision(name=spec.name, selected=False, score=score, model_logodds=model,
                                       raw_logodds=raw[spec.name] if raw is not None and not left_out else None,
                                       lexical=lexical[spec.name], cosine=cosine, shortlisted=not left_out))
+    # The list's size sets the threshold (DecisionRule.size_slope); a tool the shortlist left out is never selected.
+    cut = chosen.threshold_for(len(specs))
+    picked = chosen.selects({d.name: d.score for d in decisions if d.shortlisted}) if decisions else set()
+    for decision in decisions:
+        decision.selected = decision.name in picked
+        decision.probability = sigmoid(decision.score - cut + chosen.threshold)
     return NltResult(
         mode="score",
         status="ok",
@@ -639,6 +647,30 @@ def fit_rule(examples: Sequence[tuple[Evidence, set[str]]], *, source: str = "fi
                 if best is None or key > best[0]:
                     best = (key, DecisionRule(model_weight=a, lexical_weight=w, embedding_weight=e,
                                               threshold=round(t, 4), source=source))
+    assert best is not None
+    return best[1], best[0][0] / len(examples)
+
+
+SIZE_SLOPES = (0.0, 0.25, 0.5, 0.75, 1.0)
+MARGINS: tuple[float | None, ...] = (None, 0.5, 1.0, 1.5, 2.0, 3.0)
+
+
+def fit_size_terms(examples: Sequence[tuple[Evidence, set[str]]], rule: DecisionRule) -> tuple[DecisionRule, float]:
+    """`rule` with the size slope and margin (DecisionRule) that give the best exact-set accuracy on `examples`
+    (lists of every size), its weights and threshold kept; ties go to the smaller slope, then to no margin, then
+    to the wider margin. Returns the rule and its exact-set accuracy on the examples."""
+    if not examples:
+        raise ValidationError("no examples to fit the size terms on")
+    scored = [({n: rule.score(m, lex, cos) for n, (m, lex, cos) in evidence.items()}, gold)
+              for evidence, gold in examples]
+    best: tuple[tuple[float, ...], DecisionRule] | None = None
+    for slope in SIZE_SLOPES:
+        for margin in MARGINS:
+            candidate = rule.model_copy(update={"size_slope": slope, "margin": margin})
+            exact = sum(candidate.selects(scores) == gold for scores, gold in scored)
+            key = (float(exact), -slope, float(margin is None), margin or 0.0)
+            if best is None or key > best[0]:
+                best = (key, candidate)
     assert best is not None
     return best[1], best[0][0] / len(examples)
 

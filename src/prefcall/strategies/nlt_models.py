@@ -3,6 +3,7 @@ result (`NltResult` with its decisions and token usage). The selection itself is
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -39,16 +40,39 @@ class ToolDecision(BaseModel):
     shortlisted: bool = True  # False: a large tool list was shortlisted without it, so the model was not asked
 
 
+# Tool lists up to this size are what the rules were fitted on; past it, `DecisionRule.size_slope` applies.
+FITTED_LIST_SIZE = 10
+
+
 class DecisionRule(BaseModel):
     """How score mode turns per-tool evidence into a decision: select when `model_weight * model_logodds +
     lexical_weight * lexical + embedding_weight * cosine > threshold` (log-odds units). A rule whose model weight
-    is 0 never calls the model (nor its content-free baseline)."""
+    is 0 never calls the model (nor its content-free baseline).
+
+    Large lists: the more tools, the more of them come close to a request by chance, so past FITTED_LIST_SIZE tools
+    the threshold rises by `size_slope` per unit of ln(tools / FITTED_LIST_SIZE), and with a `margin` a tool is
+    selected only when its score is within `margin` of the best tool's (both fitted by `prefcall fit --nlt` on
+    tune requests against 10, 50 and 200 tools; 0 and None leave the rule as it was)."""
 
     model_weight: float = 1.0
     lexical_weight: float = 0.0
     embedding_weight: float = 0.0
     threshold: float = 0.0
+    size_slope: float = 0.0
+    margin: float | None = None
     source: str = "default (no rule fitted for this model): calibrated P(YES) > 0.5"
+
+    def threshold_for(self, tools: int) -> float:
+        """The threshold for a list of `tools` tools."""
+        return self.threshold + self.size_slope * math.log(max(tools, FITTED_LIST_SIZE) / FITTED_LIST_SIZE)
+
+    def selects(self, scores: dict[str, float]) -> set[str]:
+        """The tools this rule selects, given every tool's score in one list."""
+        if not scores:
+            return set()
+        cut, best = self.threshold_for(len(scores)), max(scores.values())
+        return {name for name, score in scores.items()
+                if score > cut and (self.margin is None or score >= best - self.margin)}
 
     def score(self, model_logodds: float | None, lexical: float, cosine: float | None = None) -> float:
         return (self.model_weight * (model_logodds or 0.0) + self.lexical_weight * lexical
