@@ -58,3 +58,11 @@ def import_catalogue_file(path: Path, name: str) -> Catalogue:
     if not path.exists():
         raise ConfigError(f"schema file {path} does not exist; pass an existing --schema FILE")
     return import_catalogue(path, name=name)
+
+
+def checkout_file(relative: str) -> Path:
+    """A file of the source checkout (the NLT sets live under tests/, not in the installed package)."""
+    for base in (Path(__file__).resolve().parents[3], Path.cwd()):
+        if (base / relative).is_file():
+            return base / relative
+    raise ConfigError(f"{relative} is not here: run this command from a source checkout of prefcall")

@@ -17,11 +17,11 @@ fitted on the same items plus the tune requests of tests/data/catalogue200 again
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from prefcall.errors import ConfigError
 from prefcall.evaluation import splits
+from prefcall.evaluation.data import checkout_file
 from prefcall.evaluation.task import EvalItem
 from prefcall.evaluation.tasks.tools import load_items
 from prefcall.strategies.nlt import Evidence, fit_rule, fit_size_terms, select_tools
@@ -31,14 +31,6 @@ NLT_FILES = ("tests/data/nlt/dev.jsonl", "tests/data/nlt2/items.jsonl")
 # A rule that calls the model must earn it: its exact-set accuracy on the tune items must beat the rule without
 # the model by this much (in-sample gains of a few items did not carry to the other set; RESULTS.md).
 MODEL_MARGIN = 0.02
-
-
-def checkout_file(relative: str) -> Path:
-    """A file of the source checkout (the NLT sets live under tests/, not in the installed package)."""
-    for base in (Path(__file__).resolve().parents[3], Path.cwd()):
-        if (base / relative).is_file():
-            return base / relative
-    raise ConfigError(f"{relative} is not here: run `prefcall fit --nlt` from a source checkout of prefcall")
 
 
 def nlt_tune_items() -> list[tuple[str, EvalItem]]:

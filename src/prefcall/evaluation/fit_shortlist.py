@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from prefcall.engine.base import Embedder
 from prefcall.errors import ConfigError
 from prefcall.evaluation import splits
-from prefcall.evaluation.fit_nlt import checkout_file
+from prefcall.evaluation.data import checkout_file
 from prefcall.evaluation.metrics.calls import calls_from_any
 from prefcall.schemas.model import Catalogue, Function
 from prefcall.strategies.relevance import function_text

@@ -115,8 +115,10 @@ class ToolDecisionOut(BaseModel):
     name: str
     selected: bool
     probability: float | None = Field(default=None, description="score mode only: the decision probability "
-                                                                "(the rule's weighted evidence, squashed); the tool "
-                                                                "is selected when it passes the rule's threshold")
+                                                                "(the rule's weighted evidence against the list's "
+                                                                "threshold, squashed); the tool is selected when it "
+                                                                "passes the rule's threshold and, for a rule with a "
+                                                                "margin, scores within it of the best tool")
     score: float | None = Field(default=None, description="score mode: the rule's log-odds (model + lexical + "
                                                           "embedding, each by its weight)")
     model_logodds: float | None = Field(default=None, description="score mode: log P(YES)/P(NO), minus the "
