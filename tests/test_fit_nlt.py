@@ -77,8 +77,13 @@ def test_large_list_terms_raise_the_threshold_with_the_list_and_keep_tools_near_
                         margin=0.3, source="t")
     assert rule.threshold_for(4) == rule.threshold_for(10) == 0.5
     assert abs(rule.threshold_for(100) - (0.5 + math.log(10))) < 1e-9
-    assert rule.selects({"a": 0.9, "b": 0.7, "c": 0.55}) == {"a", "b"}  # c passes the threshold, not the margin
-    assert DecisionRule(threshold=0.5, source="t").selects({"a": 0.9, "b": 0.7, "c": 0.55}) == {"a", "b", "c"}
+    small = {"a": 0.9, "b": 0.7, "c": 0.55}
+    assert rule.selects(small) == {"a", "b", "c"}  # ten tools or fewer: decided as the rule was fitted
+    large = {**small, **{f"x{i}": 0.0 for i in range(20)}}
+    flat = rule.model_copy(update={"size_slope": 0.0})
+    assert flat.selects(large) == {"a", "b"}  # c passes the threshold, not the margin
+    assert rule.selects(large) == set()  # 23 tools: the threshold is 0.5 + ln(2.3) = 1.33, over every score
+    assert DecisionRule(threshold=0.5, source="t").selects(large) == {"a", "b", "c"}
 
 
 def test_the_size_terms_are_fitted_on_lists_of_every_size_and_left_off_when_they_do_not_help():

@@ -52,7 +52,8 @@ class DecisionRule(BaseModel):
     Large lists: the more tools, the more of them come close to a request by chance, so past FITTED_LIST_SIZE tools
     the threshold rises by `size_slope` per unit of ln(tools / FITTED_LIST_SIZE), and with a `margin` a tool is
     selected only when its score is within `margin` of the best tool's (both fitted by `prefcall fit --nlt` on
-    tune requests against 10, 50 and 200 tools; 0 and None leave the rule as it was)."""
+    tune requests against 10, 50 and 200 tools; 0 and None leave the rule as it was). Both act on lists of more
+    than FITTED_LIST_SIZE tools only: a list of the size the rule was fitted on is decided as before."""
 
     model_weight: float = 1.0
     lexical_weight: float = 0.0
@@ -71,8 +72,8 @@ class DecisionRule(BaseModel):
         if not scores:
             return set()
         cut, best = self.threshold_for(len(scores)), max(scores.values())
-        return {name for name, score in scores.items()
-                if score > cut and (self.margin is None or score >= best - self.margin)}
+        margin = self.margin if len(scores) > FITTED_LIST_SIZE else None
+        return {name for name, score in scores.items() if score > cut and (margin is None or score >= best - margin)}
 
     def score(self, model_logodds: float | None, lexical: float, cosine: float | None = None) -> float:
         return (self.model_weight * (model_logodds or 0.0) + self.lexical_weight * lexical
