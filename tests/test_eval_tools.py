@@ -245,3 +245,13 @@ def test_model_based_says_whether_the_rule_that_decided_weighs_the_model() -> No
 
     assert tools.aggregate([scored(0.0)], per_tool=False)["model_based"] is False
     assert tools.aggregate([scored(0.5)], per_tool=False)["model_based"] is True
+
+
+def test_the_threshold_baseline_decides_with_its_rule_s_large_list_terms() -> None:
+    rule = {"model_weight": 0.0, "lexical_weight": 0.0, "embedding_weight": 1.0, "threshold": 0.3, "margin": 0.2,
+            "source": "test"}
+    tools_evidence = {"a": [0.0, 0.9], "b": [0.0, 0.6], **{f"x{i}": [0.0, 0.0] for i in range(12)}}
+    large = tools.baseline_selections({"tools": tools_evidence, "threshold_rule": rule}, gold_count=1)
+    assert large["embedder_threshold"] == ["a"]  # b passes the threshold, not the margin under a
+    small = {"a": [0.0, 0.9], "b": [0.0, 0.6]}
+    assert tools.baseline_selections({"tools": small, "threshold_rule": rule}, 1)["embedder_threshold"] == ["a", "b"]

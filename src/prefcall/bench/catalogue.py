@@ -5,8 +5,9 @@ Per size: p50/p95 seconds and exact-set accuracy of select_tools_nlt as shipped 
 embedder) and with the model asked (a rule that weighs the model: `model_forced`, the fitted rule's weights with
 model weight 1 where it had none), top-1 accuracy and p50/p95 of stage 1 on the requests that need one tool, and
 the shortlist's recall@k on 200 tools for the report parts of the frozen split (the catalogue's own requests, the
-corpus's and, with ../shared/data, NLSI dev's: evaluation/fit_shortlist.py; the fit read the tune parts). Targets (issue 32): at 200 tools the p50 is within 2x of the 10-tool figure
-and exact-set accuracy falls by at most 0.03. A request's N-tool catalogue is its own domain's 10 tools followed
+corpus's and, with ../shared/data, NLSI dev's: evaluation/fit_shortlist.py; the fit read the tune parts).
+Targets (issue 32): at 200 tools the p50 is within 2x of the 10-tool figure and exact-set accuracy falls by at
+most 0.03. A request's N-tool catalogue is its own domain's 10 tools followed
 by the first N - 10 others (the build's README)."""
 
 from __future__ import annotations
@@ -23,16 +24,12 @@ SIZES = (10, 50, 200)
 RECALL_AT = (4, 8, 12, 16, 24, 32)
 
 
-def _history(request: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
-    messages = request["messages"]
-    return messages[-1]["content"], [(m["role"], m["content"]) for m in messages[:-1]]
-
-
 def section_catalogue(ctx: BenchContext) -> dict[str, Any]:
     from prefcall.strategies.nlt import rule_for, select_tools
     from prefcall.strategies.pipeline import Pipeline
     from prefcall.strategies.pipeline_models import get_config
     from prefcall.evaluation import fit_shortlist
+    from prefcall.evaluation.tasks.tools import message_and_history
     from prefcall.strategies.shortlist import rule_for as shortlist_rule
 
     if not DATA.exists():
@@ -55,7 +52,7 @@ def section_catalogue(ctx: BenchContext) -> dict[str, Any]:
         runs: dict[str, list[dict[str, Any]]] = {"nlt": [], "nlt_model_forced": [], "stage1": []}
         for request in requests:
             listed = sized(catalogue, blocks, request["block"], n)
-            message, history = _history(request)
+            message, history = message_and_history(request, request["id"])
             gold = sorted(request["expected"])
             for name, rule in (("nlt", shipped), ("nlt_model_forced", forced)):
                 started = time.perf_counter()

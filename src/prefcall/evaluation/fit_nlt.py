@@ -23,7 +23,7 @@ from prefcall.errors import ConfigError
 from prefcall.evaluation import splits
 from prefcall.evaluation.data import checkout_file
 from prefcall.evaluation.task import EvalItem
-from prefcall.evaluation.tasks.tools import load_items
+from prefcall.evaluation.tasks.tools import load_items, message_and_history
 from prefcall.strategies.nlt import Evidence, fit_rule, fit_size_terms, select_tools
 from prefcall.strategies.nlt_models import DecisionRule
 
@@ -80,10 +80,9 @@ def large_list_examples(embedder: Any, progress: Callable[[str], None] | None = 
     for request in requests:
         if not fit_shortlist.split_side(request["id"], "tune"):
             continue
-        messages = request["messages"]
-        history = [(m["role"], m["content"]) for m in messages[:-1]]
+        message, history = message_and_history(request, request["id"])
         for n in LIST_SIZES:
-            result = select_tools(None, messages[-1]["content"],  # type: ignore[arg-type]
+            result = select_tools(None, message,  # type: ignore[arg-type]
                                   fit_shortlist.sized(catalogue, blocks, request["block"], n),
                                   context=request["context"], history=history, embedder=embedder, rule=NO_MODEL)
             examples.append(({d.name: (None, float(d.lexical or 0.0), d.cosine) for d in result.decisions},
@@ -116,8 +115,7 @@ def fit(examples: Sequence[tuple[Evidence, set[str]]],
 
 def exact_set(rule: DecisionRule, examples: Sequence[tuple[Evidence, set[str]]]) -> float:
     """The rule's exact-set accuracy on the examples."""
-    hits = sum(rule.selects({n: rule.score(m, lex, cos) for n, (m, lex, cos) in evidence.items()}) == gold
-               for evidence, gold in examples)
+    hits = sum(rule.decide(evidence) == gold for evidence, gold in examples)
     return hits / len(examples) if examples else 0.0
 
 

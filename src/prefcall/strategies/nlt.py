@@ -497,8 +497,8 @@ def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: st
 
 def shortlist_specs(engine: Engine, specs: list[ToolSpec], message: str, context: str | None, history: History,
                     embedder: Embedder | None, size: int | None) -> tuple[list[ToolSpec], Shortlist]:
-    """The tools whose YES/NO the model is asked for: all of a list of up to `size` whose prompt fits, else the
-    shortlist (strategies.shortlist) ranked against the message and the last turns."""
+    """The tools whose YES/NO the model is asked for: a list of up to 32 whose prompt fits whole, else the shortlist
+    of `size` (strategies.shortlist) ranked against the message and the last turns."""
     fits = fits_context(engine)
     longest = max(specs, key=lambda s: len(s.name))
 
@@ -572,8 +572,8 @@ def select_tools(
     cosine of the request and each tool's text is evidence too (the rule fitted for this model and embedder
     weighs it); a rule with model weight 0 decides without calling the model unless `all_evidence`. When the model
     is asked about more than 32 tools (or about a list whose prompt outgrows the context), only a shortlist of
-    `shortlist_size` tools (None: the size fitted for the embedder) retrieved for the message reaches it (`NltResult.shortlist`); generate and structured modes refuse a
-    list their one prompt cannot hold."""
+    `shortlist_size` tools (None: the size fitted for the embedder) retrieved for the message reaches it
+    (`NltResult.shortlist`); generate and structured modes refuse a list their one prompt cannot hold."""
     if shortlist_size is not None and shortlist_size < 1:
         raise ValidationError(f"shortlist_size {shortlist_size} must be at least 1")
     specs = as_tool_specs(tools)

@@ -67,6 +67,10 @@ class DecisionRule(BaseModel):
         """The threshold for a list of `tools` tools."""
         return self.threshold + self.size_slope * math.log(max(tools, FITTED_LIST_SIZE) / FITTED_LIST_SIZE)
 
+    def decide(self, evidence: dict[str, tuple[float | None, float, float | None]]) -> set[str]:
+        """The tools this rule selects from each tool's (model log-odds, BM25, cosine) in one list."""
+        return self.selects({name: self.score(*parts) for name, parts in evidence.items()})
+
     def selects(self, scores: dict[str, float]) -> set[str]:
         """The tools this rule selects, given every tool's score in one list."""
         if not scores:

@@ -154,9 +154,9 @@ def baseline_selections(evidence: dict[str, Any], gold_count: int) -> dict[str, 
 
     rule = evidence.get("threshold_rule")
     threshold = None
-    if rule is not None:
-        decide = DecisionRule.model_validate(rule)
-        threshold = [n for n, (lex, cos) in tools.items() if decide.score(None, lex, cos) > decide.threshold]
+    if rule is not None:  # the fitted rule decides, its large-list terms included
+        threshold = sorted(DecisionRule.model_validate(rule).decide({n: (None, lex, cos)
+                                                                     for n, (lex, cos) in tools.items()}))
     return {"bm25_topk_oracle": top(0), "embedder_topk_oracle": top(1), "embedder_threshold": threshold}
 
 
