@@ -389,6 +389,75 @@ def test_two_unconditional_instructions_for_one_argument_give_one_call_per_value
     assert [c.arguments for d in applied.drafts for c in d.calls()] == [{"city": "Fremont"}]
 
 
+def test_an_instruction_whose_condition_cannot_be_checked_yields_to_every_other_one():
+    """"If you're after seafood, Akiko's is the place" with no tagged value in its condition: it cannot be checked,
+    so it comes after the others and adds no second value beside theirs (given first or last)."""
+    from prefcall.strategies.preferences import preference_from_tags
+    from prefcall.tagging.tags import parse_tags
+
+    seafood = Preference(instruction="When I search for Restaurants, my preferred cuisine is seafood.",
+                         function="GetRestaurants", actions={"cuisine": ["seafood"]})
+    text = "If you're after seafood, Sushi is the place to go."
+    unchecked = preference_from_tags(text, parse_tags(f"[IN:GET_RESTAURANTS If you're after seafood, "
+                                                      f"[SL:CUISINE Sushi ] is the place to go. ]"), CATALOGUE)
+    assert unchecked is not None and unchecked.unchecked_condition and not unchecked.conditions
+    for order in ([unchecked, seafood], [seafood, unchecked]):
+        applied = apply_preferences([Draft(name="GetRestaurants")], order, CATALOGUE)
+        assert [c.arguments for d in applied.drafts for c in d.calls()] == [{"cuisine": "seafood"}]
+    alone = apply_preferences([Draft(name="GetRestaurants")], [unchecked], CATALOGUE)
+    assert [c.arguments for d in alone.drafts for c in d.calls()] == [{"cuisine": "Sushi"}]
+    plain = preference_from_tags("I like [SL:CUISINE Sushi ]", parse_tags(
+        "[IN:GET_RESTAURANTS I like [SL:CUISINE Sushi ] ]"), CATALOGUE)
+    assert plain is not None and not plain.unchecked_condition
+
+
+def test_values_joined_by_and_are_one_value_alternatives_two():
+    """"pizza and pasta" names one cuisine (the span covering both is the value); "pizza or pasta" two calls."""
+    joined = parse(FakeEngine(scorer=scorer("GetRestaurants", city="Boston", cuisine=["pizza", "pasta"])),
+                   "User: somewhere with pizza and pasta in Boston")
+    assert joined.calls == [Call(name="GetRestaurants", arguments={"city": "Boston", "cuisine": "pizza and pasta"})]
+    either = parse(FakeEngine(scorer=scorer("GetRestaurants", city="Boston", cuisine=["pizza", "pasta"])),
+                   "User: somewhere with pizza or pasta in Boston")
+    assert sorted(c.arguments["cuisine"] for c in either.calls) == ["pasta", "pizza"]
+
+
+def test_an_enum_value_written_in_a_derived_form_is_written():
+    """"a sporting event" writes Sports, "a musical" Music; a shorter form ("check") does not write "checking"."""
+    from prefcall.strategies.grounding.values import enum_candidates
+
+    sources = [Source("user", "Find me a sporting event or a musical, and check my balance")]
+    found = {c.value: c.text for c in enum_candidates({"enum": ["Music", "Sports", "checking"]}, sources)}
+    assert found == {"Music": "musical", "Sports": "sporting", "checking": ""}
+    exact = enum_candidates({"enum": ["Sports"]}, [Source("user", "sports tonight, not sporting goods")])
+    assert exact[0].text == "sports" and exact[0].start == 0
+
+
+def test_the_argument_an_instruction_names_is_cued_even_across_a_clause():
+    """"My preferred city for a Dentist is Napa": the owner words ("my preferred") name the city, so the span gets
+    the city's cue; "Dentist" just before "is" names the request (GetDentists), not the dentist's name."""
+    from prefcall.strategies.grounding.evidence import FeatureContext, features, FEATURES
+
+    dentists = Function(name="GetDentists", description="Find a dentist.", parameters={
+        "type": "object", "properties": {"city": {"type": "string"}, "dentist_name": {"type": "string"}}})
+    text = "My preferred city for a Dentist is Napa."
+    start = text.index("Napa")
+    napa = fill.Candidate("Napa", "Napa", Source("instruction", text, text), start, start + 4)
+    ctx = FeatureContext(function=dentists, embedder=None)
+    cue = FEATURES.index("cue")
+    city = features(ctx, "city", dentists.properties["city"], [napa])[0, cue]
+    name = features(ctx, "dentist_name", dentists.properties["dentist_name"], [napa])[0, cue]
+    assert city > 0 and name == 0
+    # The argument's own words still cue directly; another sentence's owner words do not.
+    other = "Find a dentist. My preferred city: Napa."
+    start = other.index("Napa")
+    direct = fill.Candidate("Napa", "Napa", Source("instruction", other, other), start, start + 4)
+    assert features(ctx, "city", dentists.properties["city"], [direct])[0, cue] > 0
+    far = "My preferred city is near. A Dentist is Napa."
+    start = far.index("Napa")
+    cut = fill.Candidate("Napa", "Napa", Source("instruction", far, far), start, start + 4)
+    assert features(ctx, "city", dentists.properties["city"], [cut])[0, cue] == 0
+
+
 DISTANCE = Function(name="euclidean_distance", description="Distance between two points.", parameters={
     "type": "object", "properties": {
         "pointA": {"type": "array", "items": {"type": "integer"}, "description": "Coordinates of point A."},

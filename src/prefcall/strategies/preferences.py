@@ -11,7 +11,8 @@ it asks to call as well (`also`: "If I ask for Travel, then also look at Hotels"
   contradicts does not apply;
 - two unconditional instructions that give one argument different values ("my stylist is Ana", "Ben is fine
   too") are two wishes, not a conflict: the call is made once per value, each value with its own instruction
-  (a conditional instruction never adds a value beside another instruction's: the first one to set it wins);
+  (a conditional instruction never adds a value beside another instruction's: the first one to set it wins; one
+  whose condition clause has no tagged value, so cannot be checked, comes after all others);
 - conditions may be met by values other preferences set ("Request Sports events" + "If event type is Sports then
   look for category as Baseball"), hence the fixpoint;
 - `also` adds a call of the named function (once) when a call of the preference's function is made;
@@ -56,6 +57,10 @@ class Preference(BaseModel):
     conditions: dict[str, Any] = Field(default_factory=dict)
     actions: dict[str, list[Any]] = Field(default_factory=dict)
     also: dict[str, dict[str, list[Any]]] = Field(default_factory=dict)  # function -> its actions
+    # The instruction has a condition clause about a value ("If you're after seafood, ...") but no value of it was
+    # tagged: the condition cannot be checked, so it is applied after every other preference and sets only
+    # arguments nothing else set.
+    unchecked_condition: bool = False
 
     @property
     def empty(self) -> bool:
@@ -103,6 +108,7 @@ def preference_from_tags(instruction: str, tree: TagTree, catalogue: Catalogue) 
         if function is not None and function.name != main.name:
             preference.also.setdefault(function.name, {})
             _collect(other.children, main, function, preference, instruction, condition_range, catalogue)
+    preference.unchecked_condition = condition_range is not None and not preference.conditions
     return preference
 
 
@@ -155,10 +161,11 @@ def apply_preferences(drafts: list[Draft], preferences: Sequence[Preference], ca
     drafts = [d.model_copy(deep=True) for d in drafts]
     used: list[str] = []
     skipped: dict[str, str] = {}
-    conditional = {p.instruction: bool(p.conditions) for p in preferences}
+    conditional = {p.instruction: bool(p.conditions) or p.unchecked_condition for p in preferences}
+    ordered = sorted(preferences, key=lambda p: p.unchecked_condition)  # stable: otherwise in the given order
     for _ in range(max_rounds):
         changed = False
-        for preference in preferences:
+        for preference in ordered:
             for draft in [d for d in drafts if d.name == preference.function]:
                 unmet = _unmet(preference, draft)
                 if unmet:
@@ -208,7 +215,7 @@ def apply_preferences(drafts: list[Draft], preferences: Sequence[Preference], ca
 def _another_wish(preference: Preference, earlier: Provenance, conditional: dict[str, bool]) -> bool:
     """Both this preference and the instruction that set the argument are unconditional, and they differ."""
     return (earlier.origin == "instruction" and earlier.instruction is not None
-            and earlier.instruction != preference.instruction and not preference.conditions
+            and earlier.instruction != preference.instruction and not conditional.get(preference.instruction, True)
             and not conditional.get(earlier.instruction, True))
 
 

@@ -3,7 +3,8 @@
 Each (argument, candidate) pair gets a feature vector; a logistic model (weights in data/grounding.json, fitted
 by `prefcall fit --structure` on the tuning split) turns it into a log-odds. The features:
 - cue: the argument's own name words right before the span ("my preferred city is X") or right after it
-  ("X as my city"), with only connective words between; 1 / (1 + words between);
+  ("X as my city"), with only connective words between; 1 / (1 + words between); 0.5 for "my preferred <name
+  words> ... is X" in one sentence. Words that also name the function count only in that last form;
 - memory: the nearest value of the same argument among the demonstrations the caller may read (cosine of
   sentence embeddings) and whether the exact value was seen; a flag says whether any memory exists, so the
   model also learns what to do without it;
@@ -131,8 +132,17 @@ class ValueMemory:
 
 
 # ---------------------------------------------------------------------------- features
-def _cue(candidate: Candidate, name_words: set[str]) -> float:
-    """Argument name words just before the span (over connectives) or just after it."""
+# Words that open a noun phrase naming what a preference is about: "my preferred city ... is X".
+OWNERS = frozenset("my your our preferred usual favourite favorite go-to desired default regular".split())
+COPULAS = frozenset({"is", "are", "=", ":", "be"})
+_ARTICLES = frozenset({"a", "an", "the"})
+
+
+def _cue(candidate: Candidate, name_words: set[str], function_words: frozenset[str] = frozenset()) -> float:
+    """Argument name words just before the span (over connectives) or just after it; and "my preferred <name
+    words> <anything in the sentence> is <span>" ("My preferred city for a Dentist is Napa": the city). Words
+    that also name the function (doctor in GetDoctors' doctor_name) are a cue only in that second form: "a Dentist
+    is Napa" is about the request, not the dentist's name."""
     if candidate.source is None or candidate.start < 0:
         return 0.0
     tokens = [(w.lower(), s, e) for w, s, e in words(candidate.source.text)]
@@ -140,24 +150,47 @@ def _cue(candidate: Candidate, name_words: set[str]) -> float:
     last = max((i for i, t in enumerate(tokens) if t[2] <= candidate.end), default=None)
     if first is None or last is None:
         return 0.0
+    own = name_words - function_words or name_words
     best, between = 0.0, 0
     for i in range(first - 1, max(-1, first - 8), -1):
         word = tokens[i][0]
-        if word in name_words:
+        if word in own:
             best = max(best, 1.0 / (1 + between))
             continue
         if word not in CONNECTIVES and not word.startswith("prefer"):
             break
         between += 1
+    best = max(best, _owned_cue(candidate.source.text, tokens, first, name_words))
     between = 0
     for i in range(last + 1, min(len(tokens), last + 6)):
         word = tokens[i][0]
-        if word in name_words:
+        if word in own:
             return max(best, 0.8 / (1 + between))
         if word not in CONNECTIVES:
             break
         between += 1
     return best
+
+
+def _owned_cue(text: str, tokens: list[tuple[str, int, int]], first: int, name_words: set[str],
+               reach: int = 12) -> float:
+    """0.5 when the span follows a copula ("is", ":") whose sentence, within `reach` words, opens with an owner
+    word directly followed by the argument's name words ("my preferred restaurant name when I ask ... is 1760")."""
+    i = first - 1
+    while i >= 0 and tokens[i][0] in _ARTICLES:
+        i -= 1
+    if i < 0 or tokens[i][0] not in COPULAS:
+        return 0.0
+    for j in range(i - 1, max(-1, i - reach), -1):
+        if any(mark in text[tokens[j][2]:tokens[j + 1][1]] for mark in ".;!?"):
+            return 0.0  # another sentence
+        if tokens[j][0] in OWNERS:
+            k = j + 1
+            while k < i and tokens[k][0] in OWNERS:
+                k += 1
+            if k < i and tokens[k][0] in name_words:
+                return 0.5
+    return 0.0
 
 
 def _shape(candidate: Candidate) -> dict[str, float]:
@@ -216,6 +249,7 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
         return np.zeros((0, len(FEATURES)), dtype=np.float32)
     name_words = set(split_identifier(argument).lower().split())
     name_words |= {w + "s" for w in name_words} | {w[:-1] for w in name_words if w.endswith("s")}
+    function_words = frozenset(ctx._domain | {w + "s" for w in ctx._domain})
     klass = argument_class(argument, schema)
     texts = [c.text or str(c.value) for c in candidates]
     description = context = memory = None
@@ -244,7 +278,7 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
         kind = c.source.kind if c.source is not None else ""
         m = float(memory[i]) if memory is not None else 0.0
         row = {
-            "cue": _cue(c, name_words),
+            "cue": _cue(c, name_words, function_words),
             "memory": m, "memory_sq": m * m, "memory_exact": memory_exact[i], "has_memory": has_memory,
             "description": float(description[i]) if description is not None else 0.0,
             "context": float(context[i]) if context is not None else 0.0,

@@ -11,7 +11,8 @@ For one function and the text the caller sent (user turns, applicable instructio
    log-odds of the candidate against null; a value is set when its probability passes 0.5;
 5. one span of a source fills at most one argument (the more probable keeps it); a second value of the same
    argument is kept only when the text coordinates it with the first ("Italian or Mexican") and it passes too or
-   the model prefers it to null.
+   the model prefers it to null; values joined only by "and" / "&" are one value, the span covering them
+   ("pizza and pasta").
 Values are grounded by construction: the model chooses among candidates read from the request, never writes one.
 
 Free arguments (arrays, objects, syntax strings: `values.argument_kind`) have no candidates to choose from: the
@@ -57,6 +58,7 @@ SYSTEM = (
     "You fill in the arguments of the API function {name} from a user's request. Each argument is either words "
     "copied exactly from the request or its standing instructions, or null when they do not give it.\n\n{spec}"
 )
+_JOINED = re.compile(r"^\s*(and|&)\s*$", re.I)  # no comma: "A, B and C" is a list
 _COORDINATION = re.compile(r"^\s*(,\s*)?(or|and|,|/)\s*(maybe\s+|perhaps\s+)?$", re.I)
 
 
@@ -251,10 +253,14 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
             null_share = 1.0 - sum(scored) if scored else None
             # A bare comma also joins a place to its region ("Toronto, Canada"): there only a value that passes on
             # its own is a second value; "or" / "and" let the model's preference over null decide.
-            picks += [(p, c) for p, c, m in ranked if c is not candidate and _coordinated(candidate, c)
-                      and (p >= 0.5 or (m is not None and null_share is not None and m > null_share
-                                        and not _comma_only(candidate, c)))
-                      and not _overlaps(c, taken)]
+            for p, c, m in ranked:
+                if (c is not candidate and _coordinated(candidate, c)
+                        and (p >= 0.5 or (m is not None and null_share is not None and m > null_share
+                                          and not _comma_only(candidate, c)))
+                        and not _overlaps(c, taken) and not _overlaps(c, [(k.source, k.start, k.end)
+                                                                          for _, k in picks])):
+                    picks.append((p, c))
+            picks = _joined(picks, pool, probability)
         for _, c in picks:
             if c.source is not None:
                 taken.append((c.source, c.start, c.end))
@@ -428,6 +434,22 @@ def _comma_only(first: Candidate, other: Candidate) -> bool:
     """The two spans are joined by a comma and no coordinating word."""
     gap = _between(first, other)
     return gap is not None and gap.strip() == ","
+
+
+def _joined(picks: list[tuple[float, Candidate]], pool: ArgumentCandidates,
+            probability: float) -> list[tuple[float, Candidate]]:
+    """Values joined only by "and" / "&" name one thing ("pizza and pasta", "Dr. Keller and Dr. Burk", "rock and
+    roll"): the span that covers them is the one value, when it is a candidate. Alternatives ("Italian or
+    Mexican"), lists ("A, B and C") and values of separate instructions stay one call each."""
+    if len(picks) < 2:
+        return picks
+    ordered = sorted((c for _, c in picks), key=lambda c: c.start)
+    if any(not _JOINED.match(_between(a, b) or "") for a, b in zip(ordered, ordered[1:])):
+        return picks
+    first, last = ordered[0], ordered[-1]
+    covering = next((c for c in pool.candidates if c.source is first.source and c.start == first.start
+                     and c.end == last.end), None)
+    return picks if covering is None else [(probability, covering)]
 
 
 def _coordinated(first: Candidate, other: Candidate) -> bool:

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from prefcall.retrieval.text import NUMBER_WORDS, STOP_WORDS, tokenize
+from prefcall.retrieval.text import NUMBER_WORDS, STOP_WORDS, normalise_word, stem, tokenize
 
 SourceKind = Literal["user", "instruction", "call", "profile"]
 ArgumentKind = Literal["span", "enum", "boolean", "number", "free"]
@@ -209,7 +209,8 @@ def origin_like(name: str, schema: dict[str, Any]) -> bool:
 
 
 def enum_candidates(schema: dict[str, Any], sources: Sequence[Source]) -> list[Candidate]:
-    """Every enum value; those written in a source carry where (case, plural and punctuation folded)."""
+    """Every enum value; those written in a source carry where (case, plural and punctuation folded), else where
+    a form derived from it is written ("a sporting event" writes Sports, "a musical" Music: `_derived_match`)."""
     out = []
     for option in schema.get("enum") or []:
         if option is None:
@@ -223,8 +224,31 @@ def enum_candidates(schema: dict[str, Any], sources: Sequence[Source]) -> list[C
                 if match:
                     found = Candidate(option, match.group(), source, match.start(), match.end())
                     break
+            for source in sources if found is None else ():
+                if (span := _derived_match(key.split(), source.text)) is not None:
+                    found = Candidate(option, source.text[span[0]:span[1]], source, *span)
+                    break
         out.append(found or Candidate(option, ""))
     return out
+
+
+def _word_root(word: str) -> str:
+    return stem(normalise_word(word.lower()))
+
+
+def _derived_match(option_words: list[str], text: str) -> tuple[int, int] | None:
+    """Where the text writes the option's words in derived forms: each word shares its root with the option's
+    word and is at least as long ("sporting" for "sports", "musical" for "music"). A shorter form is not the value
+    ("check my balance" does not write "checking"), and a word of three letters or fewer never matches by root."""
+    tokens = words(text)
+    n = len(option_words)
+    roots = [_word_root(w) for w in option_words]
+    for i in range(len(tokens) - n + 1):
+        window = tokens[i:i + n]
+        if all(len(option) > 3 and len(word) >= len(option) and _word_root(word) == root
+               for (word, _, _), option, root in zip(window, option_words, roots)):
+            return window[0][1], window[-1][2]
+    return None
 
 
 def boolean_candidates() -> list[Candidate]:
