@@ -458,6 +458,19 @@ def test_the_argument_an_instruction_names_is_cued_even_across_a_clause():
     assert features(ctx, "city", dentists.properties["city"], [cut])[0, cue] == 0
 
 
+def test_an_enum_value_written_after_its_arguments_name_goes_to_that_argument():
+    """"my preferred event type is Music": the string argument `category` would take any span, but the instruction
+    names event_type, whose enum holds Music."""
+    events = Function(name="GetEvents", description="Find events.", parameters={"type": "object", "properties": {
+        "category": {"type": "string"}, "event_type": {"enum": ["Music", "Sports"]}}})
+    engine = FakeEngine(scorer=scorer("GetEvents", category="Music", event_type="Music"))  # both sure
+    text = "If I ask for Events, my preferred event type is Music"
+    filled = fill.fill_arguments(engine, events, [Source("instruction", text, text)], text,
+                                 fill.FeatureContext(function=events, embedder=FakeEmbedder()),
+                                 grounded.load_weights())
+    assert {c.argument: c.values for c in filled.choices} == {"event_type": ["Music"]}
+
+
 DISTANCE = Function(name="euclidean_distance", description="Distance between two points.", parameters={
     "type": "object", "properties": {
         "pointA": {"type": "array", "items": {"type": "integer"}, "description": "Coordinates of point A."},

@@ -236,6 +236,16 @@ class FeatureContext:
     _domain: set[str] = field(default_factory=set)
     _enums: dict[str, set[str]] = field(default_factory=dict)
 
+    def name_words(self, argument: str) -> tuple[set[str], frozenset[str]]:
+        """The argument's name words (with and without a plural "s") and the function's own name words."""
+        words_ = set(split_identifier(argument).lower().split())
+        words_ |= {w + "s" for w in words_} | {w[:-1] for w in words_ if w.endswith("s")}
+        return words_, frozenset(self._domain | {w + "s" for w in self._domain})
+
+    def cue(self, argument: str, candidate: Candidate) -> float:
+        """The `cue` feature of one candidate as a value of `argument`."""
+        return _cue(candidate, *self.name_words(argument))
+
     def __post_init__(self) -> None:
         self._domain = set(tokenize(self.function.name)) - {"get", "find", "search", "book", "make", "check"}
         self._enums = {a: {normal(v) for v in s.get("enum") or [] if v is not None}
@@ -247,9 +257,7 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
     """One row of FEATURES per candidate (grounded spans; other candidates get source-free defaults)."""
     if not candidates:
         return np.zeros((0, len(FEATURES)), dtype=np.float32)
-    name_words = set(split_identifier(argument).lower().split())
-    name_words |= {w + "s" for w in name_words} | {w[:-1] for w in name_words if w.endswith("s")}
-    function_words = frozenset(ctx._domain | {w + "s" for w in ctx._domain})
+    name_words, function_words = ctx.name_words(argument)
     klass = argument_class(argument, schema)
     texts = [c.text or str(c.value) for c in candidates]
     description = context = memory = None

@@ -227,12 +227,15 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
     scorer = _Scorer(engine if weights.use_model else None, function, context, result)
     pending: list[tuple[float, str, list[tuple[float, Candidate, float | None]], ArgumentCandidates]] = []
     avoided = {normal_text(v) for v in avoid}
-    for name, schema in function.properties.items():
-        if name in skip:
-            continue
-        pool = argument_candidates(name, schema, sources)
+    pools = {name: argument_candidates(name, schema, sources)
+             for name, schema in function.properties.items() if name not in skip}
+    named = _named_enum_spans(pools, features_ctx)
+    for name, pool in pools.items():
+        schema = pool.schema
         if avoided and pool.kind == "span" and not origin_like(name, schema):
             pool.candidates = [c for c in pool.candidates if normal_text(c.text) not in avoided]
+        if named and pool.kind == "span":
+            pool.candidates = [c for c in pool.candidates if not _overlaps(c, named)]
         ranked = _rank(pool, features_ctx, weights, scorer, result,
                        None if record is None else _Rows(record, function.name, name, pool.kind))
         if ranked:
@@ -434,6 +437,14 @@ def _comma_only(first: Candidate, other: Candidate) -> bool:
     """The two spans are joined by a comma and no coordinating word."""
     gap = _between(first, other)
     return gap is not None and gap.strip() == ","
+
+
+def _named_enum_spans(pools: dict[str, ArgumentCandidates],
+                      ctx: FeatureContext) -> list[tuple[Source | None, int, int]]:
+    """Where an enum value is written right after its argument's own name ("my preferred event type is Music"):
+    the instruction names the argument, so no string argument takes that span ("category")."""
+    return [(c.source, c.start, c.end) for name, pool in pools.items() if pool.kind == "enum"
+            for c in pool.candidates if c.source is not None and ctx.cue(name, c) > 0]
 
 
 def _joined(picks: list[tuple[float, Candidate]], pool: ArgumentCandidates,
