@@ -471,6 +471,33 @@ def test_an_enum_value_written_after_its_arguments_name_goes_to_that_argument():
     assert {c.argument: c.values for c in filled.choices} == {"event_type": ["Music"]}
 
 
+def test_a_span_that_is_probably_some_arguments_value_goes_to_the_most_probable_one():
+    """The model reads "Walnut Creek" as a city, an address or a restaurant's name, none alone past 0.5; the three
+    readings exclude each other and add up to a value: the city's. A span that is probably no value stays out."""
+    places = Function(name="FindPlaces", description="Find places.", parameters={"type": "object", "properties": {
+        "city": {"type": "string"}, "street_address": {"type": "string"}, "restaurant_name": {"type": "string"}}})
+    text = "a spot in Walnut Creek"
+
+    def fill_with(pooled: bool, null: float = -0.6):
+        def score(prompt: str, candidate: str) -> float:
+            argument = re.search(r'\{"(\w+)": $', prompt)
+            odds = {"city": -0.9, "street_address": -1.4, "restaurant_name": -2.2}.get(
+                argument.group(1) if argument else "")
+            if odds is None:
+                return -0.1
+            return odds if candidate == '"Walnut Creek"' else null if candidate == "null" else -9.0
+
+        weights = grounded.load_weights().model_copy(update={"span": (0.0, 1.0, 0.0), "pooled_spans": pooled})
+        return fill.fill_arguments(FakeEngine(scorer=score), places, [Source("user", text, "turn 1")], text,
+                                   fill.FeatureContext(function=places, embedder=FakeEmbedder()), weights)
+
+    alone = fill_with(False)
+    assert alone.choices == [] and 0.3 < alone.considered["city"] < 0.5
+    pooled = fill_with(True)
+    assert [(c.argument, c.values) for c in pooled.choices] == [("city", ["Walnut Creek"])]
+    assert fill_with(True, null=0.5).choices == []  # 0.2 + 0.13 + 0.06: probably no value
+
+
 DISTANCE = Function(name="euclidean_distance", description="Distance between two points.", parameters={
     "type": "object", "properties": {
         "pointA": {"type": "array", "items": {"type": "integer"}, "description": "Coordinates of point A."},
