@@ -498,6 +498,16 @@ def test_a_span_that_is_probably_some_arguments_value_goes_to_the_most_probable_
     assert fill_with(True, null=0.5).choices == []  # 0.2 + 0.13 + 0.06: probably no value
 
 
+def test_a_flag_is_named_by_its_thing_not_by_its_relation_verb():
+    """serves_alcohol: "serves freshwater fish" names no alcohol, so the flag stays unset even for a model that
+    says yes to it; "serves alcohol" sets it."""
+    yes = scorer("GetRestaurants", city="Fremont", cuisine="freshwater fish", serves_alcohol=True)
+    fish = parse(FakeEngine(scorer=yes), "User: a restaurant in Fremont that serves freshwater fish")
+    assert fish.calls and "serves_alcohol" not in fish.calls[0].arguments
+    drinks = parse(FakeEngine(scorer=yes), "User: a restaurant in Fremont that serves alcohol")
+    assert drinks.calls and drinks.calls[0].arguments.get("serves_alcohol") is True
+
+
 DISTANCE = Function(name="euclidean_distance", description="Distance between two points.", parameters={
     "type": "object", "properties": {
         "pointA": {"type": "array", "items": {"type": "integer"}, "description": "Coordinates of point A."},

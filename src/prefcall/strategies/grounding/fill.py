@@ -390,12 +390,21 @@ def _record(result: FillResult, lm: np.ndarray | None) -> None:
 _NEGATION = re.compile(r"\b(no|not|without|don't|dont|doesn't|never|non)\b", re.I)
 
 
-def _flag_words(argument: str) -> list[str]:
-    return [w for w in argument_words(argument, {}).split() if len(w) > 2 and w not in ("has", "is", "are")]
+# Verbs that say how a flag's thing relates to the item (serves_alcohol, offers_delivery, allows_pets): the thing
+# names the flag, the verb does not ("serves freshwater fish" says nothing of alcohol).
+RELATION_WORDS = frozenset("has have is are can does serves serve offers offer allows allow includes include accepts "
+                           "accept supports support provides provide requires require needs need with".split())
 
 
-def _hits(argument: str, text: str) -> list[re.Match[str]]:
-    words = _flag_words(argument)
+def _flag_words(argument: str, relations: bool = False) -> list[str]:
+    """The words that name a flag: without relation verbs unless they are all it has (or `relations`)."""
+    found = [w for w in argument_words(argument, {}).split() if len(w) > 2]
+    content = [w for w in found if w not in RELATION_WORDS]
+    return found if relations and content else content or [w for w in found if w not in ("has", "is", "are")]
+
+
+def _hits(argument: str, text: str, relations: bool = False) -> list[re.Match[str]]:
+    words = _flag_words(argument, relations)
     if not words or not text:
         return []
     return list(re.finditer(r"\b(" + "|".join(map(re.escape, words)) + r")\w*", text, re.I))
@@ -414,9 +423,9 @@ def _named(pool: ArgumentCandidates, ctx: FeatureContext, candidate: Candidate) 
 def flag_mention(argument: str, text: str, max_gap: int = 3) -> str | None:
     """The words of `text` that name a boolean argument ("serves alcohol" for serves_alcohol): from the first
     mention of one of its words to the last one within `max_gap` words of it; None when nothing names it."""
-    hits = _hits(argument, text)
-    if not hits:
+    if not _hits(argument, text):  # only relation verbs ("serves fish") name no flag
         return None
+    hits = _hits(argument, text, relations=True)
     start, end = hits[0].start(), hits[0].end()
     for hit in hits[1:]:
         if len(text[end:hit.start()].split()) > max_gap:
