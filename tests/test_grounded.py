@@ -508,6 +508,31 @@ def test_a_flag_is_named_by_its_thing_not_by_its_relation_verb():
     assert drinks.calls and drinks.calls[0].arguments.get("serves_alcohol") is True
 
 
+def test_an_instruction_about_another_kind_of_the_request_gives_none_of_its_values():
+    """"Search for Sushi restaurants that serve alcohol": about Sushi restaurants. A request for a Diner takes none
+    of its values; a request that names no cuisine takes them all; "I like Sushi" is no kind of request."""
+    from prefcall.strategies.preferences import preference_from_tags
+    from prefcall.tagging.tags import parse_tags
+
+    text = "Search for Sushi restaurants that serve alcohol."
+    sushi = preference_from_tags(text, parse_tags("[IN:GET_RESTAURANTS Search for [SL:CUISINE Sushi ] restaurants "
+                                                  "that [SL:SERVES_ALCOHOL serve alcohol ] . ]"), CATALOGUE)
+    assert sushi is not None and sushi.kinds == {"cuisine": "Sushi"}
+    diner = Draft(name="GetRestaurants")
+    diner.set("cuisine", ["Diner"], Provenance(argument="cuisine", value="Diner", origin="user"))
+    applied = apply_preferences([diner], [sushi], CATALOGUE)
+    assert [c.arguments for d in applied.drafts for c in d.calls()] == [{"cuisine": "Diner"}]
+    assert text in applied.skipped
+    open_request = apply_preferences([Draft(name="GetRestaurants")], [sushi], CATALOGUE)
+    assert [c.arguments for d in open_request.drafts for c in d.calls()] == [{"cuisine": "Sushi",
+                                                                              "serves_alcohol": True}]
+    plain = preference_from_tags("I like Sushi with alcohol", parse_tags(
+        "[IN:GET_RESTAURANTS I like [SL:CUISINE Sushi ] with [SL:SERVES_ALCOHOL alcohol ] ]"), CATALOGUE)
+    assert plain is not None and plain.kinds == {}
+    applied = apply_preferences([diner], [plain], CATALOGUE)
+    assert [c.arguments for d in applied.drafts for c in d.calls()] == [{"cuisine": "Diner", "serves_alcohol": True}]
+
+
 DISTANCE = Function(name="euclidean_distance", description="Distance between two points.", parameters={
     "type": "object", "properties": {
         "pointA": {"type": "array", "items": {"type": "integer"}, "description": "Coordinates of point A."},

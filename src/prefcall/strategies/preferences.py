@@ -8,7 +8,8 @@ it asks to call as well (`also`: "If I ask for Travel, then also look at Hotels"
 `apply_preferences` runs the rules to a fixpoint over the calls the dialogue produced:
 - a preference applies to a call of its function when every condition holds on that call's values;
 - the dialogue wins: an argument the user stated is never overwritten, and a preference whose condition the user
-  contradicts does not apply;
+  contradicts does not apply, nor one about another kind of the request than the user asked for ("Search for
+  Sushi restaurants that serve alcohol" when the user wants a Diner);
 - two unconditional instructions that give one argument different values ("my stylist is Ana", "Ben is fine
   too") are two wishes, not a conflict: the call is made once per value, each value with its own instruction
   (a conditional instruction never adds a value beside another instruction's: the first one to set it wins; one
@@ -30,6 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from prefcall.schemas.model import Call, Catalogue, Function
+from prefcall.retrieval.text import NAME_VERBS, tokenize
 from prefcall.strategies.selection import DomainModel, domain_condition, split_condition
 from prefcall.tagging.tags import (
     TagNode,
@@ -61,6 +63,9 @@ class Preference(BaseModel):
     # tagged: the condition cannot be checked, so it is applied after every other preference and sets only
     # arguments nothing else set.
     unchecked_condition: bool = False
+    # Values written as a kind of the request ("Search for Sushi restaurants that serve alcohol"): the instruction
+    # is about that kind, so a request for another kind ("a Diner") takes none of its values.
+    kinds: dict[str, Any] = Field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -144,8 +149,17 @@ def _collect(children: Sequence[TagNode | str], main: Function, intent: Function
             preference.also.setdefault(intent.name, {}).setdefault(argument, []).append(value)
         elif in_condition:
             preference.conditions[argument] = value
-        elif value not in preference.actions.setdefault(argument, []):
-            preference.actions[argument].append(value)
+        else:
+            if value not in preference.actions.setdefault(argument, []):
+                preference.actions[argument].append(value)
+            if position >= 0 and _names_request(instruction[position + len(span):], main):
+                preference.kinds[argument] = value
+
+
+def _names_request(after: str, function: Function) -> bool:
+    """The word after a value names the request's function ("Sushi *restaurants*"): the value is a kind of it."""
+    following = tokenize(after, drop_stop_words=False)[:1]
+    return bool(following) and following[0] in {w for w in tokenize(function.name) if w not in NAME_VERBS}
 
 
 # ---------------------------------------------------------------------------- application
@@ -236,6 +250,11 @@ def _one_call_per_value(drafts: list[Draft], draft: Draft, argument: str, values
 
 
 def _unmet(preference: Preference, draft: Draft) -> str | None:
+    for argument, kind in preference.kinds.items():
+        stated = draft.provenance.get(argument)
+        if stated is not None and stated.origin == "user" and not any(same_value(v, kind)
+                                                                       for v in draft.values.get(argument, [])):
+            return f"about {argument}={kind!r}, the user asked for {draft.values[argument][0]!r}"
     for argument, wanted in preference.conditions.items():
         have = draft.values.get(argument)
         if not have:
