@@ -409,6 +409,14 @@ def test_an_instruction_whose_condition_cannot_be_checked_yields_to_every_other_
     plain = preference_from_tags("I like [SL:CUISINE Sushi ]", parse_tags(
         "[IN:GET_RESTAURANTS I like [SL:CUISINE Sushi ] ]"), CATALOGUE)
     assert plain is not None and not plain.unchecked_condition
+    # A clause that names the request in other words is no condition: two such wishes are two calls.
+    visit = preference_from_tags("When I visit attractions, I want Oakland.", parse_tags(
+        "[IN:GET_TRAVEL When I visit attractions, I want [SL:LOCATION Oakland ] . ]"), CATALOGUE)
+    berkeley = Preference(instruction="Berkeley is also fine for attractions", function="GetTravel",
+                          actions={"location": ["Berkeley"]})
+    assert visit is not None and not visit.unchecked_condition
+    applied = apply_preferences([Draft(name="GetTravel")], [visit, berkeley], CATALOGUE)
+    assert [c.arguments["location"] for d in applied.drafts for c in d.calls()] == ["Oakland", "Berkeley"]
 
 
 def test_values_joined_by_and_are_one_value_alternatives_two():

@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field
 
 from prefcall.schemas.model import Call, Catalogue, Function
 from prefcall.retrieval.text import NAME_VERBS, tokenize
-from prefcall.strategies.selection import DomainModel, domain_condition, split_condition
+from prefcall.strategies.selection import DomainModel, condition_values, domain_condition, split_condition
 from prefcall.tagging.tags import (
     TagNode,
     TagTree,
@@ -113,7 +113,11 @@ def preference_from_tags(instruction: str, tree: TagTree, catalogue: Catalogue) 
         if function is not None and function.name != main.name:
             preference.also.setdefault(function.name, {})
             _collect(other.children, main, function, preference, instruction, condition_range, catalogue)
-    preference.unchecked_condition = condition_range is not None and not preference.conditions
+    if condition_range is not None and not preference.conditions:
+        # A condition clause with value words ("If you're after seafood") that no tag checks; one that only
+        # names the request in other words ("When I reserve parking") is no condition.
+        condition = instruction[condition_range[0]:condition_range[1]]
+        preference.unchecked_condition = bool(condition_values(condition, DomainModel.build(catalogue)))
     return preference
 
 
