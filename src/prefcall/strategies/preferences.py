@@ -30,8 +30,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from prefcall.retrieval.text import tokenize
 from prefcall.schemas.model import Call, Catalogue, Function
-from prefcall.retrieval.text import NAME_VERBS, tokenize
 from prefcall.strategies.selection import DomainModel, condition_values, domain_condition, split_condition
 from prefcall.tagging.tags import (
     TagNode,
@@ -105,32 +105,34 @@ def preference_from_tags(instruction: str, tree: TagTree, catalogue: Catalogue) 
     main = function_for_intent(tops[0].label, catalogue)
     if main is None:
         return None
-    condition_range = _condition_range(instruction, catalogue)
+    domains = DomainModel.build(catalogue)
+    condition_range = _condition_range(instruction, domains)
     preference = Preference(instruction=instruction, function=main.name)
-    _collect(tops[0].children, main, main, preference, instruction, condition_range, catalogue)
+    _collect(tops[0].children, main, main, preference, instruction, condition_range, catalogue, domains)
     for other in tops[1:]:  # side-by-side intents: "Check out both RentalCars and Hotels"
         function = function_for_intent(other.label, catalogue)
         if function is not None and function.name != main.name:
             preference.also.setdefault(function.name, {})
-            _collect(other.children, main, function, preference, instruction, condition_range, catalogue)
+            _collect(other.children, main, function, preference, instruction, condition_range, catalogue, domains)
     if condition_range is not None and not preference.conditions:
         # A condition clause with value words ("If you're after seafood") that no tag checks; one that only
         # names the request in other words ("When I reserve parking") is no condition.
         condition = instruction[condition_range[0]:condition_range[1]]
-        preference.unchecked_condition = bool(condition_values(condition, DomainModel.build(catalogue)))
+        preference.unchecked_condition = bool(condition_values(condition, domains))
     return preference
 
 
-def _condition_range(instruction: str, catalogue: Catalogue) -> tuple[int, int] | None:
+def _condition_range(instruction: str, domains: DomainModel) -> tuple[int, int] | None:
     condition, _ = split_condition(instruction)
-    if not condition or domain_condition(condition, DomainModel.build(catalogue)):
+    if not condition or domain_condition(condition, domains):
         return None
     start = instruction.find(condition)
     return (start, start + len(condition)) if start >= 0 else None
 
 
 def _collect(children: Sequence[TagNode | str], main: Function, intent: Function, preference: Preference,
-             instruction: str, condition_range: tuple[int, int] | None, catalogue: Catalogue) -> None:
+             instruction: str, condition_range: tuple[int, int] | None, catalogue: Catalogue,
+             domains: DomainModel) -> None:
     for child in children:
         if isinstance(child, str):
             continue
@@ -140,7 +142,7 @@ def _collect(children: Sequence[TagNode | str], main: Function, intent: Function
                 continue
             if function.name != main.name:
                 preference.also.setdefault(function.name, {})
-            _collect(child.children, main, function, preference, instruction, condition_range, catalogue)
+            _collect(child.children, main, function, preference, instruction, condition_range, catalogue, domains)
             continue
         argument = argument_for_slot(child.label, intent)
         span = child.text().strip(_EDGE)
@@ -156,14 +158,14 @@ def _collect(children: Sequence[TagNode | str], main: Function, intent: Function
         else:
             if value not in preference.actions.setdefault(argument, []):
                 preference.actions[argument].append(value)
-            if position >= 0 and _names_request(instruction[position + len(span):], main):
+            if position >= 0 and _names_request(instruction[position + len(span):], domains.name_words[main.name]):
                 preference.kinds[argument] = value
 
 
-def _names_request(after: str, function: Function) -> bool:
+def _names_request(after: str, name_words: set[str]) -> bool:
     """The word after a value names the request's function ("Sushi *restaurants*"): the value is a kind of it."""
     following = tokenize(after, drop_stop_words=False)[:1]
-    return bool(following) and following[0] in {w for w in tokenize(function.name) if w not in NAME_VERBS}
+    return bool(following) and following[0] in name_words
 
 
 # ---------------------------------------------------------------------------- application
