@@ -235,12 +235,13 @@ class FeatureContext:
         return np.stack([self._vectors[t] for t in texts])
     _domain: set[str] = field(default_factory=set)
     _enums: dict[str, set[str]] = field(default_factory=dict)
+    _function_words: frozenset[str] = frozenset()
 
     def name_words(self, argument: str) -> tuple[set[str], frozenset[str]]:
         """The argument's name words (with and without a plural "s") and the function's own name words."""
         words_ = set(split_identifier(argument).lower().split())
         words_ |= {w + "s" for w in words_} | {w[:-1] for w in words_ if w.endswith("s")}
-        return words_, frozenset(self._domain | {w + "s" for w in self._domain})
+        return words_, self._function_words
 
     def cue(self, argument: str, candidate: Candidate) -> float:
         """The `cue` feature of one candidate as a value of `argument`."""
@@ -248,6 +249,7 @@ class FeatureContext:
 
     def __post_init__(self) -> None:
         self._domain = set(tokenize(self.function.name)) - {"get", "find", "search", "book", "make", "check"}
+        self._function_words = frozenset(self._domain | {w + "s" for w in self._domain})
         self._enums = {a: {normal(v) for v in s.get("enum") or [] if v is not None}
                        for a, s in self.function.properties.items()}
 
