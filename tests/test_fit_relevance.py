@@ -33,9 +33,28 @@ def test_the_threshold_keeps_the_share_of_every_relevant_source_not_only_of_all(
     assert threshold == 0.1
     far = [c for c, i in zip(cosines, items) if i.source == "far"]
     assert sum(c >= threshold for c in far) >= 19
-    report = fit_relevance.fit("emb", cosines, items)
-    assert report.sources["far"].kept >= 0.95 and report.sources["none"].relevant is False
-    assert report.refused_irrelevant == 0.0  # at 0.1 none of them is under it: the fit says so
+
+
+def _evidence(cosine: float, word_share: float) -> list[float]:
+    from prefcall.strategies.relevance import FEATURES
+
+    row = [cosine if name.endswith("cosine") else 0.0 for name in FEATURES]
+    row[FEATURES.index("word_share")] = word_share
+    return row
+
+
+def test_the_embedders_rule_weighs_the_evidence_the_best_cosine_cannot_separate():
+    # Relevant and irrelevant requests share their cosines; only the share of a function's words tells them apart.
+    items = [_request("near", i, True) for i in range(100)] + [_request("far", i, True) for i in range(20)] + \
+        [_request("none", i, False) for i in range(50)]
+    features = [_evidence(0.2 + (i % 10) / 30, 0.4 + (i % 3) / 10) for i in range(120)] + \
+        [_evidence(0.2 + (i % 10) / 30, 0.05 * (i % 2)) for i in range(50)]
+    report = fit_relevance.fit("emb", features, items)
+    assert report.cosine_auc == 0.5 and report.auc == 1.0
+    scores = fit_relevance.rule_scores(report.weights, features)
+    assert all(s >= report.threshold for s in scores[:120])
+    assert report.refused_irrelevant == 1.0 and report.sources["none"].relevant is False
+    assert report.sources["far"].kept == 1.0
 
 
 def test_a_fit_without_relevant_requests_is_a_one_line_error():

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from prefcall.engine.fake import FakeEmbedder, FakeEngine, fake_tokenize
+from prefcall.errors import ConfigError
 from prefcall.schemas.model import Call, Catalogue, Function, Turn
 from prefcall.strategies import grounded, relevance
 from prefcall.strategies.grounding import fill
@@ -314,7 +315,7 @@ def test_a_request_no_function_is_about_is_refused_whatever_the_filler_found(rea
     assert relevance.ask_rule(FakeEmbedder()) is None  # an embedder without a fitted threshold: answers stand
     fitted = relevance.ask_rule(real_embedder)
     monkeypatch.setattr(relevance, "ask_rule",
-                        lambda embedder: fitted.model_copy(update={"threshold": round((far + near) / 2, 3)}))
+                        lambda embedder: fitted.model_copy(update={"threshold": round((far + near) / 2, 3), "weights": None}))
 
     def parse(text: str, **filled):
         pipeline = Pipeline(FakeEngine(scorer=scorer("calculate_time", **filled)), real_embedder)
@@ -329,6 +330,28 @@ def test_a_request_no_function_is_about_is_refused_whatever_the_filler_found(rea
     ablation = Pipeline(FakeEngine(scorer=scorer("calculate_time")), real_embedder).parse(
         f"User: {off}", [], catalogue, get_config("full", allow_refuse=True, ask_relevance=False))
     assert ablation.decision == "ask"
+
+
+@pytest.mark.embedder
+def test_the_shipped_rule_weighs_more_than_the_best_cosine(real_embedder):
+    # "Who won the football match yesterday?" is as near the weather function's text as the cosine-only rule
+    # (0.12) allowed; the fitted rule also reads that the request uses none of the function's words and is far
+    # from its description and arguments, and refuses it. A real weather request stays, however it is worded.
+    weather = Function(name="get_current_weather", description="Get the current weather in a given location",
+                       parameters={"type": "object", "properties": {
+                           "location": {"type": "string", "description": "The city and state, e.g. San Francisco, CA"},
+                           "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["location"]})
+    rule = relevance.ask_rule(real_embedder)
+    assert rule is not None and rule.weights is not None
+    off = "Who won the football match yesterday?"
+    assert relevance.similarities(real_embedder, off, [weather])["get_current_weather"] >= 0.12
+    found = relevance.unrelated(real_embedder, off, [weather])
+    assert found is not None and found.closest == "get_current_weather" and "relevance score" in found.describe()
+    for on in ("What are the current weather conditions in Tel Aviv?", "Is it raining in Oslo right now?"):
+        assert relevance.unrelated(real_embedder, on, [weather]) is None, on
+    stale = rule.model_copy(update={"features": ["cosine"]})
+    with pytest.raises(ConfigError, match="refit it with `prefcall fit --relevance`"):
+        stale.score(relevance.evidence(real_embedder, off, [weather]))
 
 
 @pytest.mark.embedder
@@ -355,7 +378,7 @@ def test_a_request_worded_far_from_its_function_is_not_refused_by_the_shipped_th
     # The older scope reads only asks that fill no required argument: this one fills one, so even a high
     # threshold leaves it alone there.
     fitted = relevance.ask_rule(real_embedder)
-    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: fitted.model_copy(update={"threshold": 0.6}))
+    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: fitted.model_copy(update={"threshold": 0.6, "weights": None}))
     old = pipeline.parse(text, [], catalogue, get_config("full", allow_refuse=True, relevance_scope="unfilled_asks"))
     assert old.decision == "ask"
     assert pipeline.parse(text, [], catalogue, get_config("full", allow_refuse=True)).decision == "refuse"

@@ -252,7 +252,7 @@ def test_after_the_draft_an_ask_for_a_function_the_request_is_not_about_is_a_lim
     from prefcall.strategies import relevance
 
     fitted = relevance.ask_rule(real_embedder)
-    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: fitted.model_copy(update={"threshold": 0.44}))
+    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: fitted.model_copy(update={"threshold": 0.44, "weights": None}))
     boiling = Function(name="calculate_boiling_point", description="Calculates the boiling point of a substance at "
                        "a given pressure.", parameters={"type": "object", "properties": {
                            "substance": {"type": "string"}, "pressure": {"type": "number"}},

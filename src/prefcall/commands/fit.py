@@ -43,9 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "score, the request's cosine to each function, the catalogue words it contains); only stage "
                         "1 runs. Stored with the model's fit")
     parser.add_argument("--relevance", action="store_true",
-                        help="fit whether any function fits a request instead: the model's rule (the embedder's "
-                        "cosine and the model's own 'None' score; stage 1 runs on every request, stored with the "
-                        "model's fit) and the embedder's threshold for models without one, on the tune parts of "
+                        help="fit whether any function fits a request instead: the embedder's rule for models without "
+                        "one (weights of the request's relevance evidence and a threshold) and the model's rule (its "
+                        "own 'None' score with the embedder's; stage 1 runs on every request, stored with the "
+                        "model's fit), on the tune parts of "
                         "BFCL, ACEBench, NLSI, SGD, the corpus and the NLT sets")
     parser.add_argument("--per-source", type=int, default=None, metavar="N",
                         help="with --relevance: run the model on the first N tune requests of each source and kind "
@@ -213,36 +214,40 @@ def _store_parts(settings: Settings, engine: object, fingerprint: str | None, fi
 
 
 def _fit_relevance(args: argparse.Namespace, settings: Settings) -> int:
-    """`prefcall fit --relevance`: the embedder's threshold (evaluation.fit_relevance), printed; with
-    --relevance-out, written into a relevance.json (the shipped one's other embedders stay)."""
+    """`prefcall fit --relevance`: the embedder's rule (evaluation.fit_relevance: weights and threshold), printed;
+    with --relevance-out, written into a relevance.json (the shipped one's other embedders stay)."""
     import datetime as dt
     from importlib import resources
 
     from prefcall.engine import load_embedder
     from prefcall.evaluation import fit_relevance
     from prefcall.evaluation.runner import Progress, git_commit
+    from prefcall.strategies import relevance
 
     items = fit_relevance.requests("tune")
     embedder = load_embedder(settings)
     progress = Progress(len(items), sys.stderr, label="fit --relevance")
-    cosines = fit_relevance.best_cosines(embedder, items, lambda _: progress.advance())
+    features = fit_relevance.evidence_of(embedder, items, lambda _: progress.advance())
     progress.close()
-    result = fit_relevance.fit(embedder.name, cosines, items)
+    result = fit_relevance.fit(embedder.name, features, items)
+    scores = fit_relevance.rule_scores(result.weights, features)
     counts = dict(Counter(f"{i.source} ({'relevant' if i.relevant else 'irrelevant'})" for i in items))
     command = "prefcall " + " ".join(getattr(args, "argv", sys.argv[1:]))
     subset = fit_relevance.first_per_source(items, args.per_source)
     model = None if args.embedder_only else _fit_model_relevance(
         args, settings, embedder, [items[i] for i in subset], command,
         dict(Counter(f"{items[i].source} ({'relevant' if items[i].relevant else 'irrelevant'})" for i in subset)),
-        [cosines[i] for i in subset], result.threshold)
+        [scores[i] for i in subset], result.threshold)
     source = (f"{command} ({dt.date.today().isoformat()}, commit {git_commit()}): "
               f"the tune part of data/splits.json, {result.n_relevant} requests a function fits and "
-              f"{result.n_irrelevant} that none fits, from {len(result.sources)} sources; AUC {result.auc}; keeps "
+              f"{result.n_irrelevant} that none fits, from {len(result.sources)} sources; AUC {result.auc} (the best "
+              f"cosine alone {result.cosine_auc}); keeps "
               f"{result.kept_relevant:.1%} of the fitting requests (at least {fit_relevance.KEEP_PER_SOURCE:.0%} of "
               f"each source), refuses {result.refused_irrelevant:.1%} of the others on those items")
     if args.relevance_out:
         base = json.loads((resources.files("prefcall") / "data" / "relevance.json").read_text(encoding="utf-8"))
-        base[embedder.name] = {"threshold": result.threshold, "source": source,
+        base[embedder.name] = {"threshold": result.threshold, "weights": result.weights,
+                               "features": list(relevance.FEATURES), "source": source,
                                "sources": {k: v.model_dump() for k, v in result.sources.items()}}
         Path(args.relevance_out).write_text(json.dumps(base, indent=2) + "\n", encoding="utf-8")
     print(json.dumps({"embedder_threshold": {**result.model_dump(), "source": source, "written": args.relevance_out},

@@ -1,8 +1,10 @@
-"""`prefcall fit --relevance`: the embedder's threshold under which a request is about no function of its catalogue.
+"""`prefcall fit --relevance`: the embedder's rule under which a request is about no function of its catalogue.
 
-The grounded pipeline refuses a request (strategies.relevance) when its cosine with every function of the catalogue
-("humanised name: description") is under a threshold fitted per embedder. The decision uses relevance evidence
-only, never what the filler could fill, and it is checked for every answer, a call as much as an ask.
+The grounded pipeline refuses a request (strategies.relevance) when the logistic score of its relevance evidence
+(`relevance.FEATURES`: cosines with the functions' texts, names, descriptions and arguments, and the share of a
+function's words it uses) is under a threshold; weights and threshold are fitted per embedder. The decision uses
+relevance evidence only, never what the filler could fill, and it is checked for every answer, a call as much as
+an ask.
 
 Steps:
 1. Requests, each with the catalogue it was sent with, from the tune part of the frozen split (splits.json) of
@@ -10,10 +12,12 @@ Steps:
    that need no tool) and requests a function fits (BFCL simple and multiple, ACEBench special_incomplete, NLSI
    dev, the first user turn with an intent of SGD dialogues, the bundled corpus, the NLT sets' other messages).
    A source with no tune part (BFCL live_relevance, ACEBench special_irrelevant) is read only by reports.
-2. Each request's largest cosine over its catalogue's functions, with the shipped embedder (no language model).
-3. Rule: the largest threshold (two decimals, rounded down) that keeps at least KEEP of the relevant requests
+2. Each request's evidence against its catalogue's functions, with the shipped embedder (no language model).
+3. Rule: a logistic regression of "a function fits" on the evidence (ridge RIDGE: the features overlap), then the
+   largest threshold on its score (two decimals, rounded down) that keeps at least KEEP of the relevant requests
    pooled and at least KEEP_PER_SOURCE of each relevant source (a source worded far from its catalogue, such as
-   SGD's first turns, must not pay for the others). The report gives, per source, the share kept or refused.
+   SGD's first turns, must not pay for the others). The report gives, per source, the share kept or refused, and
+   the AUC of the best cosine alone beside the rule's.
 
 `requests(part)` also gives the report part, for `prefcall eval relevance`.
 """
@@ -38,6 +42,7 @@ from prefcall.schemas.model import Catalogue, Function, Turn
 
 KEEP = 0.98
 KEEP_PER_SOURCE = 0.95
+RIDGE = 0.1
 REPO_DATA = Path(__file__).resolve().parents[3] / "tests" / "data"  # a source checkout's NLT sets
 
 
@@ -218,15 +223,16 @@ def requests(part: str = "tune", *, require: bool = True) -> list[Request]:
     return out
 
 
-def best_cosines(embedder: Any, items: Sequence[Request],
-                 progress: Callable[[str], None] | None = None) -> list[float]:
-    """Each request's largest cosine over its functions (strategies.relevance.similarities)."""
-    from prefcall.strategies.relevance import similarities
+def evidence_of(embedder: Any, items: Sequence[Request],
+                progress: Callable[[str], None] | None = None) -> list[list[float]]:
+    """Each request's relevance.FEATURES against its catalogue's functions (strategies.relevance.evidence)."""
+    from prefcall.strategies.relevance import FEATURES, evidence
 
     out = []
     for item in items:
-        scores = similarities(embedder, item.text, item.catalogue.functions)
-        out.append(max(scores.values()) if scores else 0.0)
+        functions = item.catalogue.functions
+        out.append(evidence(embedder, item.text, functions).features if functions and item.text.strip()
+                   else [0.0] * len(FEATURES))
         if progress is not None:
             progress(item.id)
     return out
@@ -241,7 +247,9 @@ class SourceShare(BaseModel):
 class RelevanceFit(BaseModel):
     embedder: str
     threshold: float
+    weights: list[float]  # bias, then one per relevance.FEATURES
     auc: float
+    cosine_auc: float  # the best cosine alone, on the same requests
     n_relevant: int
     n_irrelevant: int
     kept_relevant: float
@@ -276,9 +284,27 @@ def _keeping(values: Sequence[float], share: float) -> float:
     return math.floor(sorted(values, reverse=True)[need - 1] * 100) / 100
 
 
-def fit(embedder_name: str, cosines: Sequence[float], items: Sequence[Request]) -> RelevanceFit:
-    threshold = threshold_for(cosines, items)
-    return RelevanceFit(embedder=embedder_name, threshold=threshold, **shares(cosines, items, threshold))
+def fit(embedder_name: str, features: Sequence[Sequence[float]], items: Sequence[Request]) -> RelevanceFit:
+    """Weights of the evidence and the keep rule's threshold on their score (step 3)."""
+    from prefcall.evaluation.fit import logistic
+
+    if not any(i.relevant for i in items) or all(i.relevant for i in items):
+        raise ConfigError("the relevance fit needs tuning requests of both kinds (some a function fits, some none)")
+    x = np.asarray(features, dtype=float)
+    w = logistic(x, np.asarray([float(i.relevant) for i in items]), ridge=RIDGE)
+    weights = [round(float(w[-1]), 4), *(round(float(v), 4) for v in w[:-1])]
+    scores = rule_scores(weights, features)
+    threshold = threshold_for(scores, items)
+    cosine = shares(list(x[:, 0]), items, 0.0)["auc"]
+    return RelevanceFit(embedder=embedder_name, threshold=threshold, weights=weights, cosine_auc=cosine,
+                        **shares(scores, items, threshold))
+
+
+def rule_scores(weights: Sequence[float], features: Sequence[Sequence[float]]) -> list[float]:
+    """The fitted rule's score of each request (relevance.RelevanceRule.score)."""
+    if not len(features):
+        return []
+    return [float(v) for v in weights[0] + np.asarray(features, dtype=float) @ np.asarray(weights[1:], dtype=float)]
 
 
 def shares(cosines: Sequence[float], items: Sequence[Request] | Sequence[RelevanceRow], threshold: float) -> dict[str, Any]:
@@ -316,7 +342,7 @@ class RelevanceRow(BaseModel):
     # what the None prior is weighed against (FunctionScores.none_prior_inputs): the None candidate's model score,
     # the best function's combined score, the best cosine, whether a function is named (1.0) or not (0.0)
     none_inputs: list[float] | None = None
-    gate_cosine: float | None = None  # the embedder check's cosine (best_cosines), when the fit computed it
+    gate_cosine: float | None = None  # the embedder check's score (its rule's, rule_scores), when the fit computed it
 
 
 class ModelRelevanceFit(BaseModel):
@@ -338,7 +364,8 @@ class ModelRelevanceFit(BaseModel):
 def collect(pipeline: Any, items: Sequence[Request], progress: Callable[[str], None] | None = None,
             gate_cosines: Sequence[float] | None = None) -> list[RelevanceRow]:
     """Stage 1 (the `full` config with refusals allowed, as the MCP server runs it) on each request; with
-    `gate_cosines` (best_cosines of the same items), each row also carries the embedder check's cosine."""
+    `gate_cosines` (the embedder rule's scores of the same items, rule_scores), each row also carries the embedder
+    check's score."""
     from prefcall.strategies.fnctod import NONE_CANDIDATE, FunctionScores
     from prefcall.strategies.pipeline_models import get_config
 
