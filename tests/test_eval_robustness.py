@@ -308,16 +308,19 @@ def test_dst_predicted_history_replays_the_models_own_calls_and_state(tmp_path: 
         return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
 
     oracle = run("oracle", tmp_path / "oracle")
-    assert all("carried" not in r["prediction"] for r in oracle)
     predicted = run("predicted", tmp_path / "predicted")
     first, second = predicted
-    assert first["prediction"]["carried"] == {}
     calls = first["prediction"]["calls"]
     assert [c["name"] for c in calls] == ["FindTrains"]
-    service = next(iter(second["prediction"]["carried"]))
-    # The state the model's own turn-1 call set (not the gold call of the oracle history).
-    assert second["prediction"]["carried"] == {service: {"intent": "FindTrains", "slots": calls[0]["arguments"]}}
+    assert first["prediction"]["state"]["active"] == "FindTrains" and first["prediction"]["state"]["turn"] == 0
+    # The scored state is the one parse_request returned. Predicted history: the model's own turn-1 call (no
+    # values) is all turn 2 carries; oracle history: the gold turn-1 call's values, carried from turn 0.
+    assert second["prediction"]["state"]["functions"]["FindTrains"]["arguments"] == {}
+    carried = oracle[1]["prediction"]["state"]["functions"]["FindTrains"]["arguments"]
     gold = DST.load(dst_namespace(schema=str(SGD / "schema_trains.json")))[1].meta["carried"]
-    assert gold[service]["slots"] and gold != second["prediction"]["carried"]  # the oracle state differs
+    service = next(iter(gold))
+    assert {k: v["value"] for k, v in carried.items()} == gold[service]["slots"]
+    assert all(v["turn"] == 0 and v["origin"] == "call" for v in carried.values())
+    assert oracle[1]["scores"]["slot_recall"] > second["scores"]["slot_recall"]  # the carried values are scored
     again = run("predicted", tmp_path / "predicted")  # resumed: nothing to predict, history read back
     assert [r["prediction"] for r in again] == [r["prediction"] for r in predicted]

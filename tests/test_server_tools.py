@@ -157,6 +157,47 @@ def test_parse_request_accepts_turns_with_earlier_calls_and_the_full_config(tmp_
     with_session(make_server(tmp_path, engine=engine), body)
 
 
+def test_parse_request_returns_the_conversations_state_and_takes_it_back_for_the_next_turn(tmp_path: Path) -> None:
+    engine = travel_engine()
+    engine.scorer = _prefers("GetFlights", destination_city="Boston", origin_city="Denver", airlines="Delta")
+
+    async def body(session: Session):
+        await seeded(session)
+        first = await session.ok("parse_request", {"user_id": "alice", "dialogue": "Find me a flight to Boston",
+                                                   "catalogue": "travel", "config": "full"})
+        state = first["state"]
+        assert state["active"] == "GetFlights" and state["turn"] == 0
+        held = state["functions"]["GetFlights"]["arguments"]
+        assert held["destination_city"] == {"value": "Boston", "origin": "user", "turn": 0, "instruction": None,
+                                            "source": held["destination_city"]["source"]}
+        assert held["airlines"]["origin"] == "instruction" and held["airlines"]["instruction"] == DELTA
+        # Stateless: the next turn alone, with the state the first one returned. The new value is added with its
+        # turn; the city from turn 0 stays, with its turn and source.
+        second = await session.ok("parse_request", {"user_id": "alice", "dialogue": "Leaving from Denver",
+                                                    "catalogue": "travel", "config": "full", "state": state})
+        after = second["state"]["functions"]["GetFlights"]["arguments"]
+        assert second["state"]["turn"] == 1
+        assert (after["origin_city"]["value"], after["origin_city"]["turn"], after["origin_city"]["origin"]) == \
+            ("Denver", 1, "user")
+        assert (after["destination_city"]["value"], after["destination_city"]["turn"]) == ("Boston", 0)
+        # The same conversation sent whole, with the first turn's call on the assistant turn: the same answer.
+        whole = await session.ok("parse_request", {"user_id": "alice", "catalogue": "travel", "config": "full",
+                                                   "dialogue": [
+            {"role": "user", "content": "Find me a flight to Boston"},
+            {"role": "assistant", "content": "Here are flights.", "calls": first["calls"]},
+            {"role": "user", "content": "Leaving from Denver"}]})
+        assert whole["calls"] == second["calls"]
+        assert {k: v["value"] for k, v in whole["state"]["functions"]["GetFlights"]["arguments"].items()} == \
+            {k: v["value"] for k, v in after.items()}
+        # A state for another catalogue is refused, in one line.
+        wrong = {**state, "functions": {"BookTrain": {"arguments": {}, "turn": 0}}}
+        message = await session.error("parse_request", {"user_id": "alice", "dialogue": "Leaving from Denver",
+                                                        "catalogue": "travel", "state": wrong})
+        assert "BookTrain" in message and "travel" in message
+
+    with_session(make_server(tmp_path, engine=engine), body)
+
+
 def test_select_tools_nlt_with_a_tool_list_and_with_a_catalogue(tmp_path: Path) -> None:
     engine = RuleEngine([("Message:", "Thinking: flights are asked for.\nGetFlights - YES\nGetHotels - NO\n"
                                       "Assessment finished.")])

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from prefcall.schemas.model import MissingArgument
+from prefcall.schemas.state import DialogueState
 
 
 class CallIn(BaseModel):
@@ -106,6 +107,10 @@ class ParseRequestResult(BaseModel):
                                               description="who set each value: the user's words, an earlier call, "
                                                           "or which standing instruction")
     skipped: dict[str, str] = Field(default_factory=dict, description="instruction -> why it did not apply")
+    state: DialogueState | None = Field(
+        default=None, description="the conversation's state after this turn: per function, every argument set so "
+                                  "far with the user turn and the source it came from; send it back as `state` with "
+                                  "the next turn instead of the earlier calls")
     trace: Trace = Field(default_factory=Trace)
     errors: list[str] = Field(default_factory=list)
     raw: list[str] = Field(default_factory=list, description="raw model outputs, for debugging parse errors")

@@ -25,8 +25,10 @@ from prefcall.engine.loader import ModelLoader, ProgressFn
 from prefcall.errors import NotFoundError, PrefcallError
 from prefcall.schemas.model import Call, Catalogue, Function, Turn, render_dialogue
 from prefcall.schemas.registry import BUILTIN_NAMES, CatalogueRegistry
+from prefcall.schemas.state import DialogueState
 from prefcall.server import models as m
 from prefcall.server.runtime import ModelQueue, Worker
+from prefcall.server.validation import check_state_functions
 from prefcall.storage.db import LOCAL_OWNER
 from prefcall.storage.demos import Demonstration, DemoStore, add_demonstration
 from prefcall.storage.profiles import Instruction, ProfileStore
@@ -122,6 +124,7 @@ def parse_result_out(result: ParseResult, *, user_id: str, catalogue: str, confi
         notes=list(result.notes),
         provenance=[m.ValueProvenance(**p) for p in result.provenance],
         skipped=dict(result.skipped),
+        state=result.state,
         errors=list(result.errors),
         raw=[r for r in result.raw if r],
     )
@@ -351,10 +354,11 @@ class Services:
                     "fit it on the bundled tuning data (README: Fitting a model)", pipeline.engine.info.model_name)
 
     def _parse(self, turns: list[Turn], instructions: list[Instruction], catalogue: Catalogue, config: str,
-               overrides: dict[str, bool], applicable: list[str] | None, scope: Scope) -> ParseResult:
+               overrides: dict[str, bool], applicable: list[str] | None, scope: Scope,
+               state: DialogueState | None = None) -> ParseResult:
         chosen = get_config(config, **{"shortlist_size": self.settings.shortlist_size, **overrides})
         return self._get_pipeline().scoped(scope).parse(turns, tagged_instructions(instructions), catalogue, chosen,
-                                                        applicable=applicable)
+                                                        applicable=applicable, state=state)
 
     def _cache_tags(self, instructions: list[Instruction], tags: list[TagResult], model: str) -> None:
         """Store valid tags the pipeline produced for untagged instructions (saves tagging them next time)."""
@@ -366,13 +370,17 @@ class Services:
 
     async def parse(self, user_id: str, turns: list[Turn], catalogue_name: str, config: str,
                     overrides: dict[str, bool], applicable: list[str] | None,
-                    progress: ProgressFn | None = None, caller: Caller = LOCAL_CALLER) -> m.ParseRequestResult:
+                    progress: ProgressFn | None = None, caller: Caller = LOCAL_CALLER,
+                    state: DialogueState | None = None) -> m.ParseRequestResult:
+        """`state`: the one the previous turn's result carried (its functions must be this catalogue's)."""
         instructions = await self.db.call(self._instructions, user_id)
         catalogue = await self.catalogue(catalogue_name, caller)
+        if state is not None:
+            check_state_functions(state, catalogue)
         engine, _ = await self.ready(progress)
         scope = caller.scope(self.is_builtin(catalogue))
         result = await self.model.call(self._parse, turns, instructions, catalogue, config, overrides, applicable,
-                                       scope)
+                                       scope, state)
         if result.tags:
             try:
                 await self.db.call(self._cache_tags, instructions, result.tags, engine.info.model_name)

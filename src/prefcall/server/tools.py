@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, create_model
 from prefcall.config import Settings
 from prefcall.errors import LimitError, ValidationError
 from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, Turn
+from prefcall.schemas.state import DialogueState
 from prefcall.server import models as m
 from prefcall.server.auth import current_user, resolve_user
 from prefcall.server.reporting import progress_for, resource_errors, tell, tool_errors
@@ -29,6 +30,7 @@ from prefcall.server.validation import (
     check_unique_names,
     dialogue_turns,
     json_size,
+    state_in,
     tool_parameters,
 )
 
@@ -124,18 +126,25 @@ def register_tools(server: MCPServer, services: Services, settings: Settings) ->
         applicable: Annotated[
             list[str] | None, Field(description="standing instructions known to apply (skips selection)")
         ] = None,
+        state: Annotated[
+            DialogueState | None,
+            Field(description="the `state` the previous turn's result carried: stands for the earlier calls, so "
+                              "the dialogue may be just the new turn (the conversation's state comes back updated)")
+        ] = None,
     ) -> m.ParseRequestResult:
         """The calls to make for the user's request, filled from the request AND the user's standing
-        instructions; or a clarifying question (decision 'ask'); or 'refuse' when no function fits."""
+        instructions; or a clarifying question (decision 'ask'); or 'refuse' when no function fits. The result's
+        `state` is the conversation's state after this turn (per function, every value so far and its source)."""
         with tool_errors():
             user = resolve_user(user_id)
             turns = turns_of(dialogue)
+            state = state_in(state, settings.max_dialogue_chars)
             if applicable is not None:
                 check_unicode(applicable, "applicable")
                 check_applicable(applicable)
             await tell(ctx, "info", f"parse_request for {user} on {catalogue} ({config})")
             result = await services.parse(user, turns, catalogue, config, {"allow_refuse": allow_refuse},
-                                          applicable, progress_for(ctx), caller=request_caller())
+                                          applicable, progress_for(ctx), caller=request_caller(), state=state)
             await tell(ctx, "info", f"decision {result.decision}: {len(result.calls)} call(s), "
                                     f"{result.trace.evaluated} tokens evaluated, {result.trace.reused} reused")
             return result

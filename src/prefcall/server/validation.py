@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from prefcall.errors import LimitError, ValidationError
-from prefcall.schemas.model import Call, Turn
+from prefcall.schemas.model import Call, Catalogue, Turn
+from prefcall.schemas.state import DialogueState
 from prefcall.server.models import ToolIn, TurnIn
 
 
@@ -65,6 +66,25 @@ def dialogue_turns(dialogue: str | Sequence[TurnIn], max_chars: int, max_turns: 
         raise LimitError(f"dialogue is {size} characters (turn texts and call arguments)",
                          max_chars, "max_dialogue_chars")
     return turns
+
+
+def state_in(state: DialogueState | None, max_chars: int) -> DialogueState | None:
+    """A host's dialogue state (the one a previous parse_request returned), after size and content checks."""
+    if state is None:
+        return None
+    check_unicode(state.model_dump(), "state")
+    size = json_size(state.model_dump())
+    if size > max_chars:
+        raise LimitError(f"state is {size} characters", max_chars, "max_dialogue_chars")
+    return state
+
+
+def check_state_functions(state: DialogueState, catalogue: Catalogue) -> None:
+    unknown = sorted(set(state.functions) - set(catalogue.names) |
+                     ({state.active} - set(catalogue.names) if state.active else set()))
+    if unknown:
+        raise ValidationError(f"state names {', '.join(unknown)}, not in catalogue {catalogue.name}: send the state "
+                              "that parse_request returned for this catalogue")
 
 
 def check_unique_names(names: Sequence[str], what: str = "tool") -> None:

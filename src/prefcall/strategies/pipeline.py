@@ -30,6 +30,7 @@ from prefcall.engine.base import LOCAL, Embedder, Engine, Generation, Scope, Sco
 from prefcall.errors import StoreError, ValidationError
 from prefcall.tagging.tags import TaggedInstruction
 from prefcall.schemas.model import Call, Catalogue, Turn, as_dialogue, render_dialogue
+from prefcall.schemas.state import DialogueState, user_turn_index
 from prefcall.storage import fits
 from prefcall.storage.demos import DemoStore
 from prefcall.strategies import fnctod, grounded, relevance, shortlist
@@ -92,6 +93,17 @@ def _as_tagged(items: Iterable[str | TaggedInstruction]) -> list[TaggedInstructi
     return [i if isinstance(i, TaggedInstruction) else TaggedInstruction(instruction=str(i)) for i in items]
 
 
+def with_state(turns: list[Turn], state: DialogueState) -> list[Turn]:
+    """The dialogue with `state` in place of the calls its assistant turns carry: one assistant turn with the
+    state's calls just before the last user turn (what the filler and stage 1 read as earlier calls)."""
+    plain = [t.model_copy(update={"calls": []}) if t.calls else t for t in turns]
+    calls = state.calls()
+    if not calls:
+        return plain
+    last = max((i for i, t in enumerate(plain) if t.role == "user"), default=len(plain))
+    return [*plain[:last], Turn(role="assistant", content="", calls=calls), *plain[last:]]
+
+
 class Pipeline:
     """Composes the strategies; thread-safe as long as the engine is (the tag cache is locked).
 
@@ -146,7 +158,31 @@ class Pipeline:
 
     def parse(self, dialogue: list[Turn] | str, instructions: Sequence[str] | Sequence[TaggedInstruction],
               catalogue: Catalogue, config: PipelineConfig, *, applicable: list[str] | None = None,
-              exclude_demo_ids: set[str] | frozenset[str] = frozenset()) -> ParseResult:
+              exclude_demo_ids: set[str] | frozenset[str] = frozenset(),
+              state: DialogueState | None = None) -> ParseResult:
+        """The calls for the dialogue's last user turn, and the conversation's state after it (`result.state`).
+        `state`, the state a host got back with the previous turn, stands for the calls of earlier turns: the
+        answer is the one the same dialogue with those calls on its assistant turns gets (`with_state`)."""
+        turns = grounded.split_turns(dialogue)
+        if state is not None:
+            turns = with_state(turns, state)
+        previous = state if state is not None else DialogueState.from_turns(turns)
+        # A turn of a conversation about one of the catalogue's functions is about the catalogue: a follow-up
+        # ("Leaving from Denver") names no function, and refusing it would drop the conversation.
+        continuing = config.allow_refuse and previous.active is not None
+        result = self._parse(turns if state is not None else dialogue, instructions, catalogue,
+                             config.model_copy(update={"allow_refuse": False}) if continuing else config,
+                             applicable=applicable, exclude_demo_ids=exclude_demo_ids)
+        if continuing:
+            result.notes.append(f"no refusal: the conversation is about {previous.active} (its state)")
+        turn = max(user_turn_index(turns), previous.turn + 1 if state is not None else 0)
+        made = result.calls if result.decision in ("call", "ask") else []
+        result.state = previous.updated(made, turn, result.provenance)
+        return result
+
+    def _parse(self, dialogue: list[Turn] | str, instructions: Sequence[str] | Sequence[TaggedInstruction],
+               catalogue: Catalogue, config: PipelineConfig, *, applicable: list[str] | None,
+               exclude_demo_ids: set[str] | frozenset[str]) -> ParseResult:
         result = ParseResult(config=config.name)
         meter = _Meter(result.trace)
         started = time.perf_counter()

@@ -10,6 +10,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from prefcall.errors import ValidationError
 from prefcall.schemas.model import Call, MissingArgument
+from prefcall.schemas.state import DialogueState
 from prefcall.strategies.taps_gate import MEASURES
 from prefcall.strategies.taps_tagger import TagMode, TagResult
 
@@ -124,3 +125,4 @@ class ParseResult(BaseModel):
     variants: dict[str, list[Call]] = Field(default_factory=dict)  # gated: {"untagged": [...], "tagged": [...]}
     provenance: list[dict[str, Any]] = Field(default_factory=list)  # grounded: who set each value
     skipped: dict[str, str] = Field(default_factory=dict)  # grounded: instruction -> why it did not apply
+    state: DialogueState | None = None  # the conversation's state after this turn (schemas.state)

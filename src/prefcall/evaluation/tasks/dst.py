@@ -2,8 +2,10 @@
 
 One item per user turn. The model sees the dialogue up to that turn; earlier system turns carry the GOLD calls of
 the preceding user turns (FnCTOD keeps previous calls in the dialogue; using gold ones keeps items independent
-and resumable - an "oracle history" setting, stated in every report). The call made at the turn gives the
-predicted state of its service: intent = function, slot values = arguments.
+and resumable - an "oracle history" setting, stated in every report; `--history predicted` puts the model's own
+calls there instead). The scored state is the one parse_request returns (schemas.state: per function, the values
+the dialogue's calls and this turn's set); intent = the function this turn called (a turn with no call gets no
+intent), slot values = the state's arguments.
 
 Schema: `--schema FILE`, the SGD schema of the split (default: <split>_schema.json, else schema.json, beside
 --data: dev_schema.json for the shared dev_dialogues_001.json), is both the
@@ -37,6 +39,7 @@ from prefcall.evaluation.tasks.nlsi import (
     slot_counts,
 )
 from prefcall.schemas.model import Call, Turn
+from prefcall.schemas.state import DialogueState
 
 ZERO = {"joint_goal_accuracy": 0.0, "slot_precision": 0.0, "slot_recall": 0.0, "slot_f1": 0.0, "intent_accuracy": 0.0}
 MEAN_KEYS = ("joint_goal_accuracy", "slot_precision", "slot_recall", "slot_f1", "intent_accuracy")
@@ -103,12 +106,10 @@ class DstTask(BaseTask):
         dialogue = [Turn.model_validate(t) for t in turns]
         result = pipe.parse(dialogue, [], catalogue, config, applicable=None, exclude_demo_ids={item.id})
         prediction = prediction_from_result(result)
+        if result.state is not None:
+            prediction["state"] = result.state.model_dump()  # what parse_request returns: the scored state
         if predicted:
             store[item.id] = prediction.get("calls", [])
-            carried: dict[str, dict[str, Any]] = {}
-            for calls in earlier:
-                carried = predicted_state(calls_from_any(calls), item.meta.get("functions", {}), carried)
-            prediction["carried"] = carried  # the state the model's own earlier calls set
         return prediction
 
     def catalogue(self, args: argparse.Namespace) -> Any:
@@ -129,18 +130,21 @@ class DstTask(BaseTask):
         if prediction.get("status", "ok") != "ok":
             return dict(ZERO) | {"tp": 0.0, "n_pred": 0.0,
                                  "n_gold": float(sum(len(f["slots"]) for f in gold.values()))}
-        # The state is cumulative: a service not called this turn keeps what earlier calls set (FnCTOD).
-        source = prediction["carried"] if "carried" in prediction else item.meta.get("carried")
-        # A service of this dialogue that this turn's gold does not list was set earlier and is not scored here;
-        # a service the dialogue never uses was a wrong prediction and stays one (its slots are false positives).
-        services = set(item.input.get("services") or [])
-        carried = {s: v for s, v in (source or {}).items() if s in gold or s not in services}
         calls = calls_from_any(prediction.get("calls"))
         functions = item.meta.get("functions", {})
-        scores = score_turn(predicted_state(calls, functions, carried), gold)
-        # Function selection is judged on this turn's calls; only a turn with no call continues the carried intent.
-        if calls:
-            scores["intent_accuracy"] = score_turn(predicted_state(calls, functions), gold)["intent_accuracy"]
+        services = set(item.input.get("services") or [])
+        if "state" in prediction:
+            # The state parse_request returned (every function of the conversation with its values so far).
+            state = predicted_state(DialogueState.model_validate(prediction["state"]).calls(), functions)
+        else:
+            # An older run without one: this turn's calls on top of the state the history's calls set.
+            source = prediction["carried"] if "carried" in prediction else item.meta.get("carried")
+            state = predicted_state(calls, functions, source or {})
+        # A service of this dialogue that this turn's gold does not list was set earlier and is not scored here;
+        # a service the dialogue never uses was a wrong prediction and stays one (its slots are false positives).
+        scores = score_turn({s: v for s, v in state.items() if s in gold or s not in services}, gold)
+        # Function selection is judged on this turn's calls only: a turn with no call is not credited an intent.
+        scores["intent_accuracy"] = score_turn(predicted_state(calls, functions), gold)["intent_accuracy"]
         return scores
 
     def aggregate(self, items: list[ScoredItem]) -> dict[str, Any]:
