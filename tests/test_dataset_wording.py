@@ -29,6 +29,7 @@ RULE_CODE = ("strategies/**/*.py", "profiles/*.py", "retrieval/*.py")
 # English words the BERT vocabulary splits into pieces, each with why a rule names it.
 ENGLISH = {
     "calories": "a plural that keeps its -ie (retrieval.text)",
+    "cosine": "the name of a measure (relevance.FEATURES), never matched against a request",
     "delete": "a verb of API names",
     "json": "the name of a format",
     "lookup": "a verb of API names (lookupUser)",

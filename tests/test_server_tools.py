@@ -198,6 +198,67 @@ def test_parse_request_returns_the_conversations_state_and_takes_it_back_for_the
     with_session(make_server(tmp_path, engine=engine), body)
 
 
+def test_parse_request_keeps_a_named_conversations_state_per_user_and_gives_the_stateless_answer(
+        tmp_path: Path) -> None:
+    engine = travel_engine()
+    engine.scorer = _prefers("GetFlights", destination_city="Boston", origin_city="Denver", airlines="Delta")
+
+    async def body(session: Session):
+        await seeded(session)
+        await session.ok("add_instruction", {"user_id": "bob", "text": DELTA})
+        ask = {"catalogue": "travel", "config": "full"}
+        first = await session.ok("parse_request", {**ask, "user_id": "alice", "dialogue": "Find me a flight to Boston",
+                                                   "conversation_id": "trip"})
+        stateless = await session.ok("parse_request", {**ask, "user_id": "alice", "dialogue": "Leaving from Denver",
+                                                       "state": first["state"]})
+        kept = await session.ok("parse_request", {**ask, "user_id": "alice", "dialogue": "Leaving from Denver",
+                                                  "conversation_id": "trip"})
+        assert kept["calls"] == stateless["calls"] and kept["state"] == stateless["state"]
+        assert kept["state"]["functions"]["GetFlights"]["arguments"]["destination_city"]["turn"] == 0
+        # Another user's conversation of the same name starts afresh.
+        other = await session.ok("parse_request", {**ask, "user_id": "bob", "dialogue": "Leaving from Denver",
+                                                   "conversation_id": "trip"})
+        assert other["state"]["turn"] == 0 and "destination_city" not in \
+            other["state"]["functions"].get("GetFlights", {}).get("arguments", {})
+        message = await session.error("parse_request", {**ask, "user_id": "alice", "dialogue": "Leaving from Denver",
+                                                        "conversation_id": "trip", "state": first["state"]})
+        assert "not both" in message
+
+    with_session(make_server(tmp_path, engine=engine), body)
+
+
+def test_two_turns_of_one_conversation_at_once_run_one_after_the_other() -> None:
+    from prefcall.schemas.model import Call
+    from prefcall.schemas.state import DialogueState
+    from prefcall.server.conversations import Conversations
+
+    now = [0.0]
+    kept = Conversations(limit=2, ttl_s=60.0, clock=lambda: now[0])
+    key = ("local", "alice", "travel", "trip")
+    order: list[str] = []
+
+    async def turn(name: str, call: Call) -> None:
+        async with kept.turn(key):
+            state = kept.get(key) or DialogueState()
+            order.append(f"{name} read {len(state.functions)}")
+            await anyio.sleep(0.01)
+            kept.put(key, state.updated([call], state.turn + 1))
+
+    async def both() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(turn, "a", Call(name="GetFlights", arguments={"destination_city": "Boston"}))
+            group.start_soon(turn, "b", Call(name="GetHotels", arguments={"location": "Boston"}))
+
+    run(both)
+    assert sorted(order) == ["a read 0", "b read 1"] or sorted(order) == ["a read 1", "b read 0"]
+    assert set(kept.get(key).functions) == {"GetFlights", "GetHotels"}  # neither turn's values were lost
+    now[0] = 61.0  # past the expiry: the conversation starts afresh
+    assert kept.get(key) is None and len(kept) == 0
+    for n in range(3):  # bounded: the least recently used goes first
+        kept.put(("local", "alice", "travel", str(n)), DialogueState())
+    assert len(kept) == 2 and kept.get(("local", "alice", "travel", "0")) is None
+
+
 def test_select_tools_nlt_with_a_tool_list_and_with_a_catalogue(tmp_path: Path) -> None:
     engine = RuleEngine([("Message:", "Thinking: flights are asked for.\nGetFlights - YES\nGetHotels - NO\n"
                                       "Assessment finished.")])

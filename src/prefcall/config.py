@@ -91,6 +91,10 @@ class Settings(BaseSettings):
     max_ref_depth: int = Field(default=32, ge=1, description="deepest chain of nested $ref expansions")
     max_feedback_bytes: int = Field(default=65_536, ge=1024, description="largest report_feedback (dialogue, "
                                                                          "instructions and calls), in bytes of JSON")
+    conversation_limit: int = Field(default=1_000, ge=1, description="conversations whose state prefcall keeps for "
+                                    "parse_request's conversation_id (in memory; the least recently used goes first)")
+    conversation_ttl_s: float = Field(default=3_600.0, gt=0, description="seconds a kept conversation's state lives "
+                                                                        "after its last turn")
     max_instructions: int = Field(default=1_000, ge=1, description="most standing instructions per user")
     max_instruction_chars: int = Field(default=2_000, ge=10, description="longest standing instruction")
     tokens: str | None = Field(default=None, description="HTTP bearer tokens as 'token:user_id,token2:user2'")

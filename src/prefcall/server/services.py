@@ -22,11 +22,12 @@ from typing import TypeVar
 from prefcall.config import Settings
 from prefcall.engine.base import LOCAL, Embedder, Engine, Scope, ScopedEngine
 from prefcall.engine.loader import ModelLoader, ProgressFn
-from prefcall.errors import NotFoundError, PrefcallError
+from prefcall.errors import NotFoundError, PrefcallError, ValidationError
 from prefcall.schemas.model import Call, Catalogue, Function, Turn, render_dialogue
 from prefcall.schemas.registry import BUILTIN_NAMES, CatalogueRegistry
 from prefcall.schemas.state import DialogueState
 from prefcall.server import models as m
+from prefcall.server.conversations import Conversations
 from prefcall.server.runtime import ModelQueue, Worker
 from prefcall.server.validation import check_state_functions
 from prefcall.storage.db import LOCAL_OWNER
@@ -219,6 +220,7 @@ class Services:
         self._pipeline: Pipeline | None = None
         self._tag_examples: TagExamples | None = None
         self._clarify_cache: OrderedDict[str, m.ClarifyOutcome] = OrderedDict()
+        self.conversations = Conversations(settings.conversation_limit, settings.conversation_ttl_s)
 
     def close(self) -> None:
         self.db.shutdown()
@@ -371,8 +373,26 @@ class Services:
     async def parse(self, user_id: str, turns: list[Turn], catalogue_name: str, config: str,
                     overrides: dict[str, bool], applicable: list[str] | None,
                     progress: ProgressFn | None = None, caller: Caller = LOCAL_CALLER,
-                    state: DialogueState | None = None) -> m.ParseRequestResult:
-        """`state`: the one the previous turn's result carried (its functions must be this catalogue's)."""
+                    state: DialogueState | None = None, conversation: str | None = None) -> m.ParseRequestResult:
+        """`state`: the one the previous turn's result carried (its functions must be this catalogue's);
+        `conversation`: a conversation id whose state prefcall keeps (server.conversations), instead."""
+        if conversation is None:
+            return await self._parse_turn(user_id, turns, catalogue_name, config, overrides, applicable, progress,
+                                          caller, state)
+        if state is not None:
+            raise ValidationError("send either state (the host keeps it) or conversation_id (prefcall keeps it), "
+                                  "not both")
+        key = (caller.owner, user_id, catalogue_name, conversation)
+        async with self.conversations.turn(key):
+            out = await self._parse_turn(user_id, turns, catalogue_name, config, overrides, applicable, progress,
+                                         caller, self.conversations.get(key))
+            if out.state is not None:
+                self.conversations.put(key, out.state)
+            return out
+
+    async def _parse_turn(self, user_id: str, turns: list[Turn], catalogue_name: str, config: str,
+                          overrides: dict[str, bool], applicable: list[str] | None, progress: ProgressFn | None,
+                          caller: Caller, state: DialogueState | None) -> m.ParseRequestResult:
         instructions = await self.db.call(self._instructions, user_id)
         catalogue = await self.catalogue(catalogue_name, caller)
         if state is not None:

@@ -131,6 +131,12 @@ def register_tools(server: MCPServer, services: Services, settings: Settings) ->
             Field(description="the `state` the previous turn's result carried: stands for the earlier calls, so "
                               "the dialogue may be just the new turn (the conversation's state comes back updated)")
         ] = None,
+        conversation_id: Annotated[
+            str | None,
+            Field(min_length=1, max_length=200,
+                  description="or name the conversation and prefcall keeps its state between turns (per user, in "
+                              "memory, for PREFCALL_CONVERSATION_TTL_S after its last turn): send only the new turn")
+        ] = None,
     ) -> m.ParseRequestResult:
         """The calls to make for the user's request, filled from the request AND the user's standing
         instructions; or a clarifying question (decision 'ask'); or 'refuse' when no function fits. The result's
@@ -144,7 +150,8 @@ def register_tools(server: MCPServer, services: Services, settings: Settings) ->
                 check_applicable(applicable)
             await tell(ctx, "info", f"parse_request for {user} on {catalogue} ({config})")
             result = await services.parse(user, turns, catalogue, config, {"allow_refuse": allow_refuse},
-                                          applicable, progress_for(ctx), caller=request_caller(), state=state)
+                                          applicable, progress_for(ctx), caller=request_caller(), state=state,
+                                          conversation=conversation_id)
             await tell(ctx, "info", f"decision {result.decision}: {len(result.calls)} call(s), "
                                     f"{result.trace.evaluated} tokens evaluated, {result.trace.reused} reused")
             return result
