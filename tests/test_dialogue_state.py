@@ -45,3 +45,35 @@ def test_the_state_of_a_dialogue_comes_from_the_calls_its_assistant_turns_carry(
         "date": ("March 8th", 0, "call"), "restaurant": ("P.f. Chang's", 1, "call")}
     assert state.turn == 1 and user_turn_index(turns) == 2
     assert DialogueState.from_turns(turns[:1]) == DialogueState()
+
+
+def test_a_turns_errors_say_whether_a_value_was_lost_offered_missed_or_wrong():
+    from prefcall.evaluation.metrics.dst import turn_errors
+
+    gold = {"Restaurants_1": {"intent": "ReserveRestaurant", "slots": {
+        "date": ["March 8th"], "restaurant_name": ["P.f. Chang's"], "time": ["12:00"], "city": ["Corte Madera"]}}}
+    carried = {"Restaurants_1": {"slots": {"date": "March 8th"}}}
+    predicted = {"Restaurants_1": {"intent": "ReserveRestaurant", "slots": {
+        "restaurant_name": "P.f. Chang's", "city": "San Jose", "party_size": "2"}}}
+    errors = turn_errors(predicted, gold, carried=carried, offered="Shall I book it for 12:00?",
+                         said="A table on the 8th. At P.f. Chang's in Corte Madera.", intent_right=False)
+    # date: held before, missing now; time: offered, not said; city: another value; party_size: not in the gold.
+    assert errors == ["wrong intent", "value lost", "offer missed", "wrong value", "extra value"]
+    right = {"Restaurants_1": {"intent": "ReserveRestaurant", "slots": {k: v[0] for k, v in
+                                                                       gold["Restaurants_1"]["slots"].items()}}}
+    assert turn_errors(right, gold, carried=carried, offered="", said="", intent_right=True) == []
+    said_too = turn_errors({}, gold, carried={}, offered="Shall I book it for 12:00?", said="at 12:00",
+                           intent_right=True)
+    assert said_too == ["value missed"]  # the user wrote the offered value: a plain miss, not an offer missed
+
+
+def test_turns_of_one_dialogue_are_resampled_together():
+    from prefcall.evaluation.metrics.intervals import clustered_mean, proportion
+
+    values = [1.0] * 10 + [0.0] * 10
+    clustered = clustered_mean(values, ["a"] * 10 + ["b"] * 10)
+    assert clustered == 0.5 and clustered.interval() == (0.0, 1.0)  # two dialogues say little
+    independent = proportion(10, 20).interval()
+    assert independent[0] > 0.25 and independent[1] < 0.75  # twenty independent turns would say more
+    spread = clustered_mean(values, [str(i) for i in range(20)]).interval()
+    assert spread[0] > 0.25 and spread[1] < 0.75

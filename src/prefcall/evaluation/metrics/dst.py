@@ -60,3 +60,35 @@ def score_turn(predicted: PredState, gold: GoldState) -> dict[str, float]:
         "n_pred": float(n_pred),
         "n_gold": float(n_gold),
     }
+
+
+# Why a turn's state is wrong, per gold slot it misses or gets wrong (a turn may have several): the intent of this
+# turn's call is not the gold one; a value an earlier turn's gold state already held is missing (lost from an earlier
+# turn); a value the assistant's last turn offered, and the user did not write, is missing (offer missed); any other
+# missing value (value missed); a slot with another value (wrong value); a slot the gold does not have (extra value).
+ERROR_CLASSES = ("wrong intent", "value lost", "offer missed", "value missed", "wrong value", "extra value")
+
+
+def turn_errors(predicted: PredState, gold: GoldState, *, carried: Mapping[str, Any], offered: str, said: str,
+                intent_right: bool) -> list[str]:
+    """The ERROR_CLASSES of one turn. `carried`: the gold state before this turn ({service: {"slots": {slot:
+    value}}}); `offered`: the assistant's turn before it; `said`: the user's turns so far."""
+    errors = set() if intent_right else {"wrong intent"}
+    offered_text, said_text = normalise_text(offered), normalise_text(said)
+    for service, frame in gold.items():
+        pred = (predicted.get(service) or {}).get("slots") or {}
+        before = (carried.get(service) or {}).get("slots") or {}
+        wanted = frame.get("slots") or {}
+        for slot, acceptable in wanted.items():
+            if slot in pred:
+                if not value_matches(pred[slot], acceptable):
+                    errors.add("wrong value")
+            elif slot in before and value_matches(before[slot], acceptable):
+                errors.add("value lost")
+            elif any((v := normalise_text(a)) and v in offered_text and v not in said_text for a in acceptable):
+                errors.add("offer missed")
+            else:
+                errors.add("value missed")
+        if set(pred) - set(wanted):
+            errors.add("extra value")
+    return [e for e in ERROR_CLASSES if e in errors]

@@ -172,6 +172,26 @@ def mean(values: Iterable[float], *, binary_is_proportion: bool = True) -> Metri
     return Metric(sum(values) / n if n else 0.0, n=n, method="bootstrap", compute=lambda: bootstrap_mean(values))
 
 
+def clustered_mean(values: Iterable[float], clusters: Iterable[Any]) -> Metric:
+    """Mean of per-item values whose items come in clusters that are not independent (the turns of one
+    dialogue): the interval resamples whole clusters (percentile bootstrap of the pooled mean)."""
+    values = [float(v) for v in values]
+    keys = list(clusters)
+    if len(keys) != len(values):
+        raise ValueError("clustered_mean needs one cluster per value")
+    groups: dict[Any, list[float]] = {}
+    for key, value in zip(keys, values):
+        groups.setdefault(key, []).append(value)
+    table = np.asarray([[sum(g), len(g)] for g in groups.values()], dtype=float)
+
+    def compute() -> Interval | None:
+        sums = resampled_sums(table)
+        return _percentiles(sums[:, 0] / sums[:, 1])
+
+    return Metric(sum(values) / len(values) if values else 0.0, n=len(values), method="bootstrap",
+                  compute=compute)
+
+
 def micro(counts: Sequence[tuple[float, float, float]]) -> tuple[Metric, Metric, Metric]:
     """Micro precision, recall, F1 of summed per-item (tp, n_pred, n_gold), each with a bootstrap interval."""
     rows = np.asarray(list(counts), dtype=float).reshape(-1, 3)

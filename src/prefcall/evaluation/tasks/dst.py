@@ -14,7 +14,9 @@ or slot that the schema lacks stops the run with a one-line error naming it (it 
 `--sgd-schema` is a deprecated alias of `--schema`.
 
 Metrics per turn: joint goal accuracy, slot precision / recall / F1, intent (function-selection) accuracy;
-breakdown by service (domain).
+breakdown by service (domain); the share of turns in each error class (metrics.dst.ERROR_CLASSES: wrong intent,
+value lost from an earlier turn, offer missed, value missed, wrong value, extra value). Intervals resample whole
+dialogues (the turns of one dialogue are not independent).
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from typing import Any
 from prefcall.errors import ConfigError, ParseError
 from prefcall.evaluation.data import import_catalogue_file, read_json, require_data, shared_data_dir
 from prefcall.evaluation.metrics.calls import calls_from_any
-from prefcall.evaluation.metrics.dst import score_turn
-from prefcall.evaluation.metrics.intervals import mean, micro, proportion
+from prefcall.evaluation.metrics.dst import ERROR_CLASSES, score_turn, turn_errors
+from prefcall.evaluation.metrics.intervals import clustered_mean, micro, proportion
 from prefcall.evaluation.plots import bar_chart, group_mean
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
 from prefcall.evaluation.tasks.nlsi import (
@@ -142,14 +144,23 @@ class DstTask(BaseTask):
             state = predicted_state(calls, functions, source or {})
         # A service of this dialogue that this turn's gold does not list was set earlier and is not scored here;
         # a service the dialogue never uses was a wrong prediction and stays one (its slots are false positives).
-        scores = score_turn({s: v for s, v in state.items() if s in gold or s not in services}, gold)
+        scored = {s: v for s, v in state.items() if s in gold or s not in services}
+        scores = score_turn(scored, gold)
         # Function selection is judged on this turn's calls only: a turn with no call is not credited an intent.
         scores["intent_accuracy"] = score_turn(predicted_state(calls, functions), gold)["intent_accuracy"]
-        return scores
+        turns = item.input.get("dialogue") or []
+        offered = next((t.get("content", "") for t in reversed(turns[:-1]) if t.get("role") == "assistant"), "")
+        said = " ".join(t.get("content", "") for t in turns if t.get("role") == "user")
+        errors = turn_errors(scored, gold, carried=item.meta.get("carried") or {}, offered=offered, said=said,
+                             intent_right=bool(scores["intent_accuracy"]))
+        return scores | {f"error: {e}": float(e in errors) for e in ERROR_CLASSES}
 
     def aggregate(self, items: list[ScoredItem]) -> dict[str, Any]:
         n = len(items)
-        metrics: dict[str, Any] = {k: mean(i.scores.get(k, 0.0) for i in items) for k in MEAN_KEYS} if n else {}
+        # Turns of one dialogue are not independent: every per-turn figure's interval resamples whole dialogues.
+        dialogues = [i.meta.get("dialogue_id") for i in items]
+        metrics: dict[str, Any] = {k: clustered_mean([i.scores.get(k, 0.0) for i in items], dialogues)
+                                   for k in MEAN_KEYS} if n else {}
         metrics["slot_micro_f1"] = micro([slot_counts(i) for i in items])[2]
         metrics["parse_error_rate"] = proportion(sum(i.status == "parse_error" for i in items), n)
         metrics["failure_rate"] = proportion(sum(i.status not in ("ok", "parse_error") for i in items), n)
@@ -161,9 +172,13 @@ class DstTask(BaseTask):
         for item in items:
             groups.setdefault(item.meta.get("domain", "unknown"), []).append(item)
         metrics["by_domain"] = {
-            d: {"n": len(g), **{k: mean(i.scores.get(k, 0.0) for i in g) for k in MEAN_KEYS}}
+            d: {"n": len(g), **{k: clustered_mean([i.scores.get(k, 0.0) for i in g],
+                                                  [i.meta.get("dialogue_id") for i in g]) for k in MEAN_KEYS}}
             for d, g in sorted(groups.items())
         }
+        # Share of turns with each error class (a turn may have several; `error: CLASS` per turn in results.jsonl).
+        metrics["error_classes"] = {e: clustered_mean([i.scores.get(f"error: {e}", 0.0) for i in items], dialogues)
+                                    for e in ERROR_CLASSES} if n else {}
         return metrics
 
     def plots(self, items: list[ScoredItem], out_dir: Path) -> list[Path]:
