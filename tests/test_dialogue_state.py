@@ -77,3 +77,59 @@ def test_turns_of_one_dialogue_are_resampled_together():
     assert independent[0] > 0.25 and independent[1] < 0.75  # twenty independent turns would say more
     spread = clustered_mean(values, [str(i) for i in range(20)]).interval()
     assert spread[0] > 0.25 and spread[1] < 0.75
+
+
+def _reserve():
+    from prefcall.schemas.model import Catalogue, Function
+
+    return Catalogue(name="dining", functions=[Function(
+        name="ReserveRestaurant", description="Reserve a table at a restaurant.",
+        parameters={"type": "object", "properties": {
+            "restaurant_name": {"type": "string", "description": "name of the restaurant"},
+            "date": {"type": "string", "description": "date of the reservation"},
+            "party_size": {"type": "integer", "description": "number of people"}},
+            "required": ["restaurant_name", "date"]})])
+
+
+def _likes(**values):
+    """The fake model: stage 1 likes ReserveRestaurant; for argument A it likes values[A] when the prompt offers
+    it as a candidate (else null)."""
+    import json
+    import re
+
+    def score(prompt: str, candidate: str) -> float:
+        argument = re.search(r'\{"(\w+)": $', prompt)
+        if argument is None:
+            return -0.1 if candidate.strip() == "ReserveRestaurant" else -5.0
+        wanted = values.get(argument.group(1))
+        if wanted is None:
+            return -0.1 if candidate == "null" else -12.0
+        return -0.1 if candidate == json.dumps(wanted) else -12.0
+    return score
+
+
+def test_a_proposal_the_user_accepts_is_a_value_of_theirs_and_one_they_reject_is_not():
+    from prefcall.engine.fake import FakeEmbedder, FakeEngine
+    from prefcall.strategies.grounding.values import accepts
+    from prefcall.strategies.pipeline import Pipeline
+    from prefcall.strategies.pipeline_models import get_config
+
+    def parse(reply: str):
+        turns = [Turn(role="user", content="Book a table at Chez Panisse"),
+                 Turn(role="assistant", content="Please confirm: a table at Chez Panisse on March 8th."),
+                 Turn(role="user", content=reply)]
+        pipeline = Pipeline(FakeEngine(scorer=_likes(restaurant_name="Chez Panisse", date="March 8th")),
+                            FakeEmbedder())
+        return pipeline.parse(turns, [], _reserve(), get_config("full"))
+
+    accepted = parse("Yes, that's great")
+    assert accepted.calls[0].arguments == {"restaurant_name": "Chez Panisse", "date": "March 8th"}
+    held = accepted.state.functions["ReserveRestaurant"].arguments
+    assert (held["date"].origin, held["date"].turn) == ("offer", 1)
+    assert held["restaurant_name"].origin == "user"
+    for reply in ("No, not that day", "What is their address?"):  # rejected, or not answered
+        result = parse(reply)
+        assert "date" not in result.calls[0].arguments, reply
+        assert result.decision == "ask" and [m.argument for m in result.missing] == ["date"]
+    assert accepts("Sure, book it") and accepts("yes please") and not accepts("Sure, but on Friday")
+    assert not accepts("Please find another one")

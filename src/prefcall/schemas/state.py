@@ -17,15 +17,16 @@ from pydantic import BaseModel, Field
 
 from prefcall.schemas.model import Call, Turn
 
-# Where a value came from: the user's words, a standing instruction, an earlier call (sent by the host on an
-# assistant turn), the schema's default.
-StateOrigin = Literal["user", "instruction", "call", "default"]
+# Where a value came from: the user's words, an assistant's proposal the user accepted, a standing instruction, an
+# earlier call (sent by the host on an assistant turn), the schema's default.
+StateOrigin = Literal["user", "offer", "instruction", "call", "default"]
 
 
 class StateValue(BaseModel):
     value: Any
-    origin: StateOrigin = Field(description="who set it: the user's words, a standing instruction, an earlier "
-                                            "call, or the schema's default")
+    origin: StateOrigin = Field(description="who set it: the user's words, an assistant's proposal the user "
+                                            "accepted, a standing instruction, an earlier call, or the schema's "
+                                            "default")
     turn: int = Field(ge=0, description="the user turn that set it (0 is the conversation's first user turn)")
     instruction: str | None = Field(default=None, description="the standing instruction that set it")
     source: str | None = Field(default=None, description="the words it was read from")

@@ -77,7 +77,7 @@ class ValueProvenance(BaseModel):
     function: str
     argument: str
     value: Any
-    origin: Literal["user", "instruction", "call", "default"]
+    origin: Literal["user", "offer", "instruction", "call", "default"]
     instruction: str | None = Field(default=None, description="the standing instruction that set it")
     source: str | None = Field(default=None, description="the words it was read from")
 

@@ -41,7 +41,7 @@ from prefcall.storage.demos import Demonstration
 from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, ValueMemory, Weights
 from prefcall.strategies.grounding.fill import (Choice, FillResult, GroundingWeights, Recorder, fill_arguments,
                                                 flag_mention, transcript)
-from prefcall.strategies.grounding.values import Source, call_sources, origin_like
+from prefcall.strategies.grounding.values import Source, call_sources, is_offer, offer_sources, origin_like
 from prefcall.strategies.preferences import Draft, Preference, Provenance, preference_from_tags
 from prefcall.strategies.selection import DomainModel, SelectionConfig, instruction_domains, split_condition
 from prefcall.strategies.taps_tagger import TagResult, check_tagging
@@ -68,10 +68,18 @@ def split_turns(dialogue: str | list[Turn]) -> list[Turn]:
     return turns or [Turn(role="user", content=dialogue.strip())]
 
 
+def value_turns(turns: Sequence[Turn]) -> list[Turn]:
+    """The turns values are read from, in order: the user's, and the assistant's proposals the user accepted (the
+    filler's context; the assistant's other words are not the user's)."""
+    offered = {int(s.ref.rsplit(" ", 1)[-1]) for s in offer_sources(turns)}
+    return [t for i, t in enumerate(turns) if t.role == "user" or i in offered]
+
+
 def user_sources(turns: list[Turn]) -> list[Source]:
-    """The user's turns and the calls made earlier in the dialogue: where a value may come from."""
+    """The user's turns, the assistant's proposals the user accepted and the calls made earlier in the dialogue:
+    where a value may come from."""
     sources = [Source("user", t.content, f"turn {i}") for i, t in enumerate(turns) if t.role == "user" and t.content]
-    return sources + call_sources(c for t in turns for c in t.calls)
+    return sources + offer_sources(turns) + call_sources(c for t in turns for c in t.calls)
 
 
 # ---------------------------------------------------------------------------- weights and memory
@@ -147,10 +155,11 @@ def origins_of(function: Function, filled: FillResult) -> list[str]:
 def draft_from_fill(result: FillResult, origin: str = "user") -> Draft:
     draft = Draft(name=result.function)
     for choice in result.choices:
-        kind = choice.sources[0].split(":", 1)[0] if choice.sources else origin
+        kind, ref = choice.sources[0].split(":", 1) if choice.sources and ":" in choice.sources[0] else (origin, "")
         draft.set(choice.argument, choice.values, Provenance(
             argument=choice.argument, value=choice.values[0] if len(choice.values) == 1 else choice.values,
-            origin="call" if kind == "call" else "user", source=" | ".join(choice.texts)))
+            origin="call" if kind == "call" else "offer" if is_offer(ref) else "user",
+            source=" | ".join(choice.texts)))
     return draft
 
 

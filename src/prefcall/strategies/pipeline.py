@@ -252,7 +252,7 @@ class Pipeline:
 
         started = time.perf_counter()
         sources = grounded.user_sources(turns)
-        context = grounded.transcript([t for t in turns if t.role == "user"])
+        context = grounded.transcript(grounded.value_turns(turns))
         drafts, confidences, unwritten = [], [], []
         # A scored stage 1 returns the request's function, then the functions standing instructions chain to it:
         # those take no value the first call took as where it leaves from (a hotel after a flight from Boston to

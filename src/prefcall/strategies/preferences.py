@@ -41,7 +41,7 @@ from prefcall.tagging.tags import (
     slot_value,
 )
 
-Origin = Literal["user", "instruction", "call", "default"]
+Origin = Literal["user", "offer", "instruction", "call", "default"]  # offer: the assistant's, accepted by the user
 _EDGE = " .,;:!?\"'"
 
 

@@ -342,6 +342,39 @@ def ungrounded_leaf(value: Any, schema: dict[str, Any], sources: Sequence[Source
     return check(value, schema)
 
 
+# An assistant turn whose proposal the user's next turn accepts is a source of the user's (`offer_sources`): its ref
+# starts with OFFER. Acceptance: a word of ACCEPT among the reply's first words, and no word of REJECT anywhere
+# in it ("No, make it 7 pm", "Sure, but not Friday" accept nothing).
+OFFER = "offer"
+ACCEPT = frozenset("yes yeah yep yup sure ok okay correct great perfect works sounds confirm confirmed absolutely "
+                   "exactly definitely agreed excellent".split())
+REJECT = frozenset("no nope not don't dont never instead rather actually change different other else wrong "
+                   "without except but".split())
+_REPLY_WORDS = re.compile(r"[a-z']+")
+
+
+def accepts(reply: str, lead: int = 4) -> bool:
+    """The user's reply accepts what the assistant proposed: an acceptance word among its first `lead` words and
+    no rejection word in it."""
+    words = _REPLY_WORDS.findall(reply.lower())
+    return bool(words) and any(w in ACCEPT for w in words[:lead]) and not any(w in REJECT for w in words)
+
+
+def offer_sources(turns: Sequence[Any]) -> list[Source]:
+    """Each assistant turn whose next turn is the user accepting it ("Please confirm: a table for 2 on March 8th" /
+    "Yes, that's great"), as a source of the user's values (kind "user", ref "offer turn N"). A proposal the user
+    rejects or does not answer gives nothing."""
+    out = []
+    for index, (said, reply) in enumerate(zip(turns, list(turns)[1:])):
+        if said.role == "assistant" and said.content.strip() and reply.role == "user" and accepts(reply.content):
+            out.append(Source("user", said.content, ref=f"{OFFER} turn {index}"))
+    return out
+
+
+def is_offer(ref: str) -> bool:
+    return ref.startswith(f"{OFFER} ")
+
+
 def call_sources(calls: Iterable[Any]) -> list[Source]:
     """Earlier calls' argument values as sources (`name=value`, so the parameter name is a cue)."""
     out = []
