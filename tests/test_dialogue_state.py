@@ -133,3 +133,20 @@ def test_a_proposal_the_user_accepts_is_a_value_of_theirs_and_one_they_reject_is
         assert result.decision == "ask" and [m.argument for m in result.missing] == ["date"]
     assert accepts("Sure, book it") and accepts("yes please") and not accepts("Sure, but on Friday")
     assert not accepts("Please find another one")
+
+
+def test_a_state_sent_back_keeps_the_offer_the_user_is_answering():
+    from prefcall.engine.fake import FakeEmbedder, FakeEngine
+    from prefcall.strategies.pipeline import Pipeline, with_state
+    from prefcall.strategies.pipeline_models import get_config
+
+    offer = Turn(role="assistant", content="Please confirm: a table at Chez Panisse on March 8th.")
+    state = DialogueState().updated([Call(name="ReserveRestaurant", arguments={"restaurant_name": "Chez Panisse"})], 0)
+    turns = with_state([offer, Turn(role="user", content="Yes, that's great")], state)
+    assert [t.role for t in turns] == ["assistant", "user"] and turns[0].calls == state.calls()
+    pipeline = Pipeline(FakeEngine(scorer=_likes(restaurant_name="Chez Panisse", date="March 8th")), FakeEmbedder())
+    result = pipeline.parse([offer, Turn(role="user", content="Yes, that's great")], [], _reserve(),
+                            get_config("full"), state=state)
+    held = result.state.functions["ReserveRestaurant"].arguments
+    assert (held["date"].value, held["date"].origin, held["date"].turn) == ("March 8th", "offer", 1)
+    assert (held["restaurant_name"].value, held["restaurant_name"].turn) == ("Chez Panisse", 0)

@@ -94,13 +94,16 @@ def _as_tagged(items: Iterable[str | TaggedInstruction]) -> list[TaggedInstructi
 
 
 def with_state(turns: list[Turn], state: DialogueState) -> list[Turn]:
-    """The dialogue with `state` in place of the calls its assistant turns carry: one assistant turn with the
-    state's calls just before the last user turn (what the filler and stage 1 read as earlier calls)."""
+    """The dialogue with `state` in place of the calls its assistant turns carry: the state's calls on the
+    assistant turn just before the last user turn (what the filler and stage 1 read as earlier calls), or on an
+    assistant turn of their own there when the user spoke last twice."""
     plain = [t.model_copy(update={"calls": []}) if t.calls else t for t in turns]
     calls = state.calls()
     if not calls:
         return plain
     last = max((i for i, t in enumerate(plain) if t.role == "user"), default=len(plain))
+    if last > 0 and plain[last - 1].role == "assistant":
+        return [*plain[:last - 1], plain[last - 1].model_copy(update={"calls": calls}), *plain[last:]]
     return [*plain[:last], Turn(role="assistant", content="", calls=calls), *plain[last:]]
 
 
