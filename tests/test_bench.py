@@ -341,3 +341,17 @@ def test_the_catalogue_section_measures_10_50_and_200_tools_with_the_shortlist_a
     assert section["figures"]["recall_at_k_200"] and all(0 <= r <= 1 for r in section["figures"]["recall_at_k_200"].values())
     assert {t["name"] for t in section["targets"]} >= {"catalogue: stage1 p50 at 200 tools / at 10",
                                                        "catalogue: nlt accuracy drop from 10 to 200 tools"}
+
+
+def test_the_dialogue_section_runs_a_conversation_with_the_state_and_with_the_dialogue_resent() -> None:
+    report = run_bench(fake_context(), ["dialogue"])
+    section = report["sections"]["dialogue"]
+    assert section["status"] == "ok", section.get("reason")
+    figures = section["figures"]
+    resend, state = figures["resend"]["runs"], figures["state"]["runs"]
+    assert len(resend) == len(state) >= 2 and [r["turn"] for r in state] == list(range(len(state)))
+    # Later turns send the new turn and the state, not the conversation so far: smaller prompts.
+    later = [(r["prompt_tokens"], s["prompt_tokens"]) for r, s in zip(resend, state) if r["turn"] > 0]
+    assert later and all(s < r for r, s in later), later
+    assert 0.0 <= figures["same_calls"] <= 1.0
+    assert [t["name"] for t in section["targets"]] == ["later turns: state / re-sent dialogue latency, p50"]

@@ -17,6 +17,7 @@ from typing import Any
 
 from prefcall.bench.catalogue import section_catalogue
 from prefcall.bench.context import REPO_ROOT, BenchContext
+from prefcall.bench.dialogue import section_dialogue
 from prefcall.bench.model import (
     section_fnctod,
     section_grounded,
@@ -46,6 +47,7 @@ SECTIONS: dict[str, Section] = {s.name: s for s in (
     Section("fnctod", "FnCTOD one-stage vs two-stage", section_fnctod),
     Section("grounded", "Grounded parse_request vs one-stage", section_grounded),
     Section("taps", "TAPS gate fired vs not", section_taps),
+    Section("dialogue", "A conversation: the state sent back vs the whole dialogue re-sent", section_dialogue),
     Section("catalogue", "Large catalogues: 10, 50 and 200 tools, shortlisted", section_catalogue),
     Section("retrieval", "Retrieval scaling", section_retrieval),
     Section("server", "MCP server", section_server),
