@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_options(bench)
     bench.add_argument("--out", help="folder for bench.json, bench.md and plots")
     bench.add_argument("--quick", action="store_true", help="small sizes and one repetition (tests, CI)")
-    bench.add_argument("--only", help="comma-separated sections: limit,prefix,nlt,fnctod,grounded,taps,catalogue,"
+    bench.add_argument("--only", help="comma-separated sections: limit,prefix,nlt,fnctod,grounded,taps,dialogue,catalogue,"
                                       "retrieval,server,served")
     bench.add_argument("--reps", type=int, help="repetitions per measurement (default 1 with --quick, else 3)")
     bench.set_defaults(handler=run_bench_command)
