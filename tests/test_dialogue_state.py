@@ -150,3 +150,34 @@ def test_a_state_sent_back_keeps_the_offer_the_user_is_answering():
     held = result.state.functions["ReserveRestaurant"].arguments
     assert (held["date"].value, held["date"].origin, held["date"].turn) == ("March 8th", "offer", 1)
     assert (held["restaurant_name"].value, held["restaurant_name"].turn) == ("Chez Panisse", 0)
+
+
+def test_an_argument_the_user_does_not_mind_takes_its_schema_default():
+    from prefcall.engine.fake import FakeEmbedder, FakeEngine
+    from prefcall.schemas.model import Catalogue, Function
+    from prefcall.strategies.pipeline import Pipeline
+    from prefcall.strategies.pipeline_models import get_config
+
+    flights = Catalogue(name="air", functions=[Function(
+        name="SearchFlights", description="Search one way flights.", parameters={"type": "object", "properties": {
+            "destination": {"type": "string", "description": "arrival city"},
+            "airlines": {"type": "string", "description": "airline (default: dontcare)"},
+            "seating_class": {"type": "string", "description": "cabin class (default: Economy)"},
+            "refundable": {"type": "string", "enum": ["True", "False"], "description": "refundable (default: dontcare)"}},
+            "required": ["destination"]})])
+
+    def parse(text: str):
+        def score(prompt: str, candidate: str) -> float:
+            if '{"' not in prompt[-40:]:
+                return -0.1 if candidate.strip() == "SearchFlights" else -5.0
+            return -0.1 if candidate in ('"Boston"', "null") and ('"destination": ' in prompt[-20:]) == (
+                candidate == '"Boston"') else -12.0
+        return Pipeline(FakeEngine(scorer=score), FakeEmbedder()).parse(f"User: {text}", [], flights,
+                                                                        get_config("full"))
+
+    any_airline = parse("A flight to Boston on any airline. I don't care about the class or if it's refundable.")
+    assert any_airline.calls[0].arguments == {"destination": "Boston", "airlines": "dontcare",
+                                              "seating_class": "Economy"}  # "dontcare" is no refundable option
+    said = {p["argument"]: p for p in any_airline.provenance}
+    assert said["airlines"]["origin"] == "user" and "any airline" in said["airlines"]["source"]
+    assert parse("A flight to Boston with Delta").calls[0].arguments == {"destination": "Boston"}

@@ -37,10 +37,12 @@ from prefcall.engine.base import Embedder, Engine
 from prefcall.errors import ConfigError, ParseError
 from prefcall.retrieval.text import tokenize
 from prefcall.schemas.model import Call, Catalogue, Function, Turn, as_dialogue
+from prefcall.schemas.validation import coerce_value
 from prefcall.storage.demos import Demonstration
 from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, ValueMemory, Weights
 from prefcall.strategies.grounding.fill import (Choice, FillResult, GroundingWeights, Recorder, fill_arguments,
                                                 flag_mention, transcript)
+from prefcall.strategies.grounding.indifference import indifference, schema_default
 from prefcall.strategies.grounding.values import Source, call_sources, is_offer, offer_sources, origin_like
 from prefcall.strategies.preferences import Draft, Preference, Provenance, preference_from_tags
 from prefcall.strategies.selection import DomainModel, SelectionConfig, instruction_domains, split_condition
@@ -150,6 +152,21 @@ def origins_of(function: Function, filled: FillResult) -> list[str]:
     return [text for choice in filled.choices
             if origin_like(choice.argument, function.properties.get(choice.argument, {})) for text in choice.texts
             if text]
+
+
+def with_indifference(draft: Draft, function: Function, texts: Sequence[str]) -> Draft:
+    """An argument the filler left unset, that the user says they do not mind ("any airline"), takes its schema
+    default when it has one the schema accepts (grounding.indifference); the user said it (origin "user")."""
+    for argument, spec in function.properties.items():
+        if argument in draft.values or not isinstance(spec, dict):
+            continue
+        default = schema_default(spec)
+        if default is None or coerce_value(default, spec)[1] is not None:
+            continue
+        said = indifference(texts, argument)
+        if said is not None:
+            draft.set(argument, [default], Provenance(argument=argument, value=default, origin="user", source=said))
+    return draft
 
 
 def draft_from_fill(result: FillResult, origin: str = "user") -> Draft:

@@ -273,7 +273,8 @@ class Pipeline:
             unwritten += [f"unset {name}.{argument}: the model's value was not kept ({why})"
                           for argument, why in filled.ungrounded.items()]
             confidences.append(1.0 - filled.least_confidence)
-            drafts.append(grounded.draft_from_fill(filled))
+            drafts.append(grounded.with_indifference(grounded.draft_from_fill(filled), function,
+                                                     [t.content for t in turns if t.role == "user"]))
         meter.time("fill", started)
         unsupported = grounded.unsupported(drafts, catalogue, users)  # before preferences add their values
         gave_required = grounded.fills_required(drafts, catalogue)
