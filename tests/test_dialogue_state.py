@@ -162,7 +162,8 @@ def test_an_argument_the_user_does_not_mind_takes_its_schema_default():
         name="SearchFlights", description="Search one way flights.", parameters={"type": "object", "properties": {
             "destination": {"type": "string", "description": "arrival city"},
             "airlines": {"type": "string", "description": "airline (default: dontcare)"},
-            "seating_class": {"type": "string", "description": "cabin class (default: Economy)"},
+            "seating_class": {"type": "string", "enum": ["Economy", "Business", "any"], "description": "cabin class"},
+            "date": {"type": "string", "description": "departure date (default: 2019-03-01)"},
             "refundable": {"type": "string", "enum": ["True", "False"], "description": "refundable (default: dontcare)"}},
             "required": ["destination"]})])
 
@@ -175,9 +176,12 @@ def test_an_argument_the_user_does_not_mind_takes_its_schema_default():
         return Pipeline(FakeEngine(scorer=score), FakeEmbedder()).parse(f"User: {text}", [], flights,
                                                                         get_config("full"))
 
-    any_airline = parse("A flight to Boston on any airline. I don't care about the class or if it's refundable.")
-    assert any_airline.calls[0].arguments == {"destination": "Boston", "airlines": "dontcare",
-                                              "seating_class": "Economy"}  # "dontcare" is no refundable option
+    any_airline = parse("A flight to Boston on any airline. I don't care about the class or if it's refundable, "
+                        "or what date.")
+    # "dontcare" is no refundable option, and the date's default is a date, not what the user asked for.
+    assert any_airline.calls[0].arguments == {"destination": "Boston", "airlines": "dontcare", "seating_class": "any"}
     said = {p["argument"]: p for p in any_airline.provenance}
     assert said["airlines"]["origin"] == "user" and "any airline" in said["airlines"]["source"]
     assert parse("A flight to Boston with Delta").calls[0].arguments == {"destination": "Boston"}
+    # The date's default is a date, not "any": the user's indifference leaves it unset.
+    assert parse("A flight to Boston, I don't care what date.").calls[0].arguments == {"destination": "Boston"}

@@ -42,7 +42,7 @@ from prefcall.storage.demos import Demonstration
 from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, ValueMemory, Weights
 from prefcall.strategies.grounding.fill import (Choice, FillResult, GroundingWeights, Recorder, fill_arguments,
                                                 flag_mention, transcript)
-from prefcall.strategies.grounding.indifference import indifference, schema_default
+from prefcall.strategies.grounding.indifference import dont_care_value, indifference
 from prefcall.strategies.grounding.values import Source, call_sources, is_offer, offer_sources, origin_like
 from prefcall.strategies.preferences import Draft, Preference, Provenance, preference_from_tags
 from prefcall.strategies.selection import DomainModel, SelectionConfig, instruction_domains, split_condition
@@ -155,12 +155,13 @@ def origins_of(function: Function, filled: FillResult) -> list[str]:
 
 
 def with_indifference(draft: Draft, function: Function, texts: Sequence[str]) -> Draft:
-    """An argument the filler left unset, that the user says they do not mind ("any airline"), takes its schema
-    default when it has one the schema accepts (grounding.indifference); the user said it (origin "user")."""
+    """An argument the filler left unset, that the user says they do not mind ("any airline"), takes the schema's
+    don't-care value when it has one the schema accepts (grounding.indifference); the user said it (origin
+    "user")."""
     for argument, spec in function.properties.items():
         if argument in draft.values or not isinstance(spec, dict):
             continue
-        default = schema_default(spec)
+        default = dont_care_value(spec)
         if default is None or coerce_value(default, spec)[1] is not None:
             continue
         said = indifference(texts, argument)

@@ -137,7 +137,10 @@ class DstTask(BaseTask):
         services = set(item.input.get("services") or [])
         if "state" in prediction:
             # The state parse_request returned (every function of the conversation with its values so far).
-            state = predicted_state(DialogueState.model_validate(prediction["state"]).calls(), functions)
+            # Oldest function first, the active one last: on a slot two functions of one service share, the value
+            # the conversation is using now wins.
+            calls_now = DialogueState.model_validate(prediction["state"]).calls()
+            state = predicted_state(list(reversed(calls_now)), functions)
         else:
             # An older run without one: this turn's calls on top of the state the history's calls set.
             source = prediction["carried"] if "carried" in prediction else item.meta.get("carried")
