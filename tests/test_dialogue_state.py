@@ -185,3 +185,16 @@ def test_an_argument_the_user_does_not_mind_takes_its_schema_default():
     assert parse("A flight to Boston with Delta").calls[0].arguments == {"destination": "Boston"}
     # The date's default is a date, not "any": the user's indifference leaves it unset.
     assert parse("A flight to Boston, I don't care what date.").calls[0].arguments == {"destination": "Boston"}
+
+
+def test_a_number_the_assistant_wrote_is_an_arguments_only_where_the_argument_is_named_after_it():
+    from prefcall.strategies.grounding.values import Source, argument_candidates
+
+    offer = Source("user", "I found 4 flights, one with 1 layover, for 2 passengers and 0 checked bags.",
+                   "offer turn 1")
+    passengers = argument_candidates("passengers", {"type": "integer"}, [offer])
+    assert [c.value for c in passengers.candidates] == [2]  # not the 4 flights or the 1 layover
+    bags = argument_candidates("number_checked_bags", {"type": "string", "enum": ["0", "1", "2"]}, [offer])
+    assert [(c.value, c.grounded) for c in bags.candidates] == [("0", True), ("1", False), ("2", False)]
+    said = Source("user", "I found 4 flights", "turn 0")  # the user's own words: every number stays a candidate
+    assert [c.value for c in argument_candidates("passengers", {"type": "integer"}, [said]).candidates] == [4]

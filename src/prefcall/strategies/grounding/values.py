@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from prefcall.retrieval.text import NUMBER_WORDS, STOP_WORDS, normalise_word, stem, tokenize
+from prefcall.retrieval.text import NUMBER_WORDS, STOP_WORDS, humanise, normalise_word, stem, tokenize
 
 SourceKind = Literal["user", "instruction", "call", "profile"]
 ArgumentKind = Literal["span", "enum", "boolean", "number", "free"]
@@ -287,7 +287,20 @@ def argument_candidates(name: str, schema: dict[str, Any], sources: Sequence[Sou
                 if candidate.text not in seen:
                     seen.add(candidate.text)
                     out.candidates.append(candidate)
+    if kind in ("number", "enum"):
+        out.candidates = [c if not _unnamed_offer_number(c, name) else Candidate(c.value, "")
+                          for c in out.candidates if not (kind == "number" and _unnamed_offer_number(c, name))]
     return out
+
+
+def _unnamed_offer_number(candidate: Candidate, name: str) -> bool:
+    """A number in an assistant's proposal is this argument's only when a word of the argument's name follows it
+    ("for 1 passenger", "0 checked bags"): "4 flights" and "1 layover" count other things."""
+    if candidate.source is None or not is_offer(candidate.source.ref) or parse_number(candidate.text) is None:
+        return False
+    after = _TOKEN_RE.findall(candidate.source.text[candidate.end:].lower())[:3]
+    named = {stem(w) for w in tokenize(humanise(name))}
+    return not any(stem(normalise_word(w)) in named for w in after)
 
 
 _TOKEN_RE = re.compile(r"[^\W_]+")
