@@ -5,9 +5,10 @@ argument is named by its head word (the last word of its name, "flight_class" ->
 quantifier of indifference comes right before that word ("any airline") or a phrase of indifference shares its
 sentence with it, close by ("class doesn't matter"). The value is the schema's own don't-care value: an enum
 option or the default (the JSON Schema `default` keyword, or "(default: X)" in the description, which is where
-prefcall's importers keep it) that reads as one (DONT_CARE: "dontcare", "any", "no preference"). A default that is
-a real value (a date, "Economy") is not what the user asked for, and an argument without a don't-care value is left
-to the filler, never given a made-up "any". Only an argument the filler left unset gets it.
+prefcall's importers keep it) that reads as one (DONT_CARE: "don't care" in any spelling, "any", "no
+preference"). A default that is a real value (a date, "Economy") is not what the user asked for, and an argument
+without a don't-care value is left to the filler, never given a made-up "any". Only an argument the filler left
+unset gets it.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ QUANTIFIERS = frozenset({"any", "whatever", "whichever", "either"})
 PHRASES = ("doesn't matter", "does not matter", "don't care", "do not care", "dont care", "no preference",
            "not picky", "not important", "i'm flexible", "am flexible", "is fine either way")
 GENERIC = frozenset({"name", "number", "type", "id", "of", "the", "a", "an"})
-DONT_CARE = frozenset({"dontcare", "dont care", "don't care", "any", "anything", "no preference", "either",
-                       "whatever", "flexible"})
+# Compared letters only ("don't care", "dont-care", "DontCare" are one value).
+DONT_CARE = frozenset(re.sub(r"[^a-z]", "", v) for v in ("don't care", "any", "anything", "no preference", "either",
+                                                         "whatever", "flexible"))
 WINDOW = 6  # words either side of the head word a phrase may stand at
 _DEFAULT = re.compile(r"\(default: ([^)]+)\)|^default: (.+)$")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -41,7 +43,7 @@ def schema_default(spec: dict[str, Any]) -> Any | None:
 def dont_care_value(spec: dict[str, Any]) -> Any | None:
     """The schema's don't-care value: an enum option, else the default, that reads as one; None without."""
     for option in [*(spec.get("enum") or []), schema_default(spec)]:
-        if isinstance(option, str) and option.strip().lower() in DONT_CARE:
+        if isinstance(option, str) and re.sub(r"[^a-z]", "", option.lower()) in DONT_CARE:
             return option
     return None
 
