@@ -198,3 +198,26 @@ def test_a_number_the_assistant_wrote_is_an_arguments_only_where_the_argument_is
     assert [(c.value, c.grounded) for c in bags.candidates] == [("0", True), ("1", False), ("2", False)]
     said = Source("user", "I found 4 flights", "turn 0")  # the user's own words: every number stays a candidate
     assert [c.value for c in argument_candidates("passengers", {"type": "integer"}, [said]).candidates] == [4]
+
+
+def test_with_the_state_sent_back_the_conversations_function_stays_unless_the_new_turn_names_another():
+    from prefcall.engine.fake import FakeEmbedder, FakeEngine
+    from prefcall.schemas.model import Catalogue, Function
+    from prefcall.strategies.pipeline import Pipeline
+    from prefcall.strategies.pipeline_models import get_config
+
+    events = Function(name="FindEvents", description="Find concerts and games in a city.",
+                      parameters={"type": "object", "properties": {"city": {"type": "string"}}})
+    catalogue = Catalogue(name="mixed", functions=[*_reserve().functions, events])
+
+    def score(prompt: str, candidate: str) -> float:  # stage 1 always prefers FindEvents, by a little
+        return {"FindEvents": -0.5, "ReserveRestaurant": -1.0}.get(candidate.strip(), -12.0)
+
+    state = DialogueState().updated([Call(name="ReserveRestaurant", arguments={"restaurant_name": "Chez Panisse"})], 0)
+    pipeline = Pipeline(FakeEngine(scorer=score), FakeEmbedder())
+    kept = pipeline.parse("Yes, please", [], catalogue, get_config("full"), state=state)
+    assert kept.functions[0] == "ReserveRestaurant" and kept.state.active == "ReserveRestaurant"
+    assert any("kept ReserveRestaurant" in n for n in kept.notes)
+    moved = pipeline.parse("Now find me some concerts", [], catalogue, get_config("full"), state=state)
+    assert moved.functions[0] == "FindEvents" and moved.state.active == "FindEvents"
+    assert set(moved.state.functions) == {"ReserveRestaurant", "FindEvents"}

@@ -29,6 +29,7 @@ from pydantic import ValidationError as PydanticValidationError
 from prefcall.engine.base import LOCAL, Embedder, Engine, Generation, Scope, ScopedEngine
 from prefcall.errors import StoreError, ValidationError
 from prefcall.tagging.tags import TaggedInstruction
+from prefcall.retrieval.text import tokenize
 from prefcall.schemas.model import Call, Catalogue, Turn, as_dialogue, render_dialogue
 from prefcall.schemas.state import DialogueState, user_turn_index
 from prefcall.storage import fits
@@ -38,7 +39,7 @@ from prefcall.strategies.fcicl import DemoQuery, DemoRetriever, HeuristicReranke
 from prefcall.strategies.pipeline_models import ParseResult, PipelineConfig, Trace
 from prefcall.strategies.postcheck import post_check
 from prefcall.strategies.preferences import apply_preferences
-from prefcall.strategies.selection import select_instructions
+from prefcall.strategies.selection import DomainModel, select_instructions
 from prefcall.strategies.taps_gate import default_threshold, uncertainty
 from prefcall.strategies.taps_tagger import TagExamples, TagResult, check_tagging, tag_instruction
 
@@ -107,6 +108,20 @@ def with_state(turns: list[Turn], state: DialogueState) -> list[Turn]:
     return [*plain[:last], Turn(role="assistant", content="", calls=calls), *plain[last:]]
 
 
+def _keep_active(functions: list[str], active: str | None, catalogue: Catalogue, turns: Sequence[Turn],
+                 notes: list[str]) -> list[str]:
+    """Stage 1's functions, with the conversation's `active` one first again when stage 1 put another first that
+    the user's new turn does not name (its name, or a description word unique enough: DomainModel.named)."""
+    if active is None or not functions or functions[0] == active or catalogue.function(active) is None:
+        return functions
+    new = next((t.content for t in reversed(turns) if t.role == "user"), "")
+    if functions[0] in DomainModel.build(catalogue).named(tokenize(new, drop_stop_words=False)):
+        return functions
+    notes.append(f"stage 1: kept {active}, the conversation's function: the new turn does not name "
+                 f"{functions[0]}, which scored first")
+    return [active, *(f for f in functions if f != active)]
+
+
 class Pipeline:
     """Composes the strategies; thread-safe as long as the engine is (the tag cache is locked).
 
@@ -173,9 +188,12 @@ class Pipeline:
         # A turn of a conversation about one of the catalogue's functions is about the catalogue: a follow-up
         # ("Leaving from Denver") names no function, and refusing it would drop the conversation.
         continuing = config.allow_refuse and previous.active is not None
+        # With a state sent back, the dialogue may be the new turn alone, which says little ("Yes, please"): the
+        # conversation's function stays unless the new turn names another one (`_keep_active`).
         result = self._parse(turns if state is not None else dialogue, instructions, catalogue,
                              config.model_copy(update={"allow_refuse": False}) if continuing else config,
-                             applicable=applicable, exclude_demo_ids=exclude_demo_ids)
+                             applicable=applicable, exclude_demo_ids=exclude_demo_ids,
+                             active=state.active if state is not None else None)
         if continuing:
             result.notes.append(f"no refusal: the conversation is about {previous.active} (its state)")
         turn = max(user_turn_index(turns), previous.turn + 1 if state is not None else 0)
@@ -185,13 +203,13 @@ class Pipeline:
 
     def _parse(self, dialogue: list[Turn] | str, instructions: Sequence[str] | Sequence[TaggedInstruction],
                catalogue: Catalogue, config: PipelineConfig, *, applicable: list[str] | None,
-               exclude_demo_ids: set[str] | frozenset[str]) -> ParseResult:
+               exclude_demo_ids: set[str] | frozenset[str], active: str | None = None) -> ParseResult:
         result = ParseResult(config=config.name)
         meter = _Meter(result.trace)
         started = time.perf_counter()
         if config.filling == "grounded":
             self._parse_grounded(dialogue, _as_tagged(instructions), catalogue, config, applicable,
-                                 frozenset(exclude_demo_ids), result, meter)
+                                 frozenset(exclude_demo_ids), result, meter, active)
             meter.time("total", started)
             return result
         text = transcript(dialogue)
@@ -233,7 +251,7 @@ class Pipeline:
     # -- grounded ----------------------------------------------------------------------
     def _parse_grounded(self, dialogue: list[Turn] | str, instructions: list[TaggedInstruction], catalogue: Catalogue,
                         config: PipelineConfig, applicable: list[str] | None, exclude: frozenset[str],
-                        result: ParseResult, meter: _Meter) -> None:
+                        result: ParseResult, meter: _Meter, active: str | None = None) -> None:
         turns = grounded.split_turns(dialogue)
         users = "\n".join(f"User: {t.content}" for t in turns if t.role == "user" and t.content)
         chosen = self._select(users, instructions, catalogue, config, applicable, meter)
@@ -251,7 +269,7 @@ class Pipeline:
             result.status, result.decision = "parse_error", "error"
             result.errors.append(f"select: {selection.error}")
             return
-        result.functions = list(selection.value or [])
+        result.functions = _keep_active(list(selection.value or []), active, catalogue, turns, result.notes)
 
         started = time.perf_counter()
         sources = grounded.user_sources(turns)
