@@ -216,7 +216,7 @@ def test_with_the_state_sent_back_the_conversations_function_stays_unless_the_ne
     state = DialogueState().updated([Call(name="ReserveRestaurant", arguments={"restaurant_name": "Chez Panisse"})], 0)
     pipeline = Pipeline(FakeEngine(scorer=score), FakeEmbedder())
     kept = pipeline.parse("Yes, please", [], catalogue, get_config("full"), state=state)
-    assert kept.functions[0] == "ReserveRestaurant" and kept.state.active == "ReserveRestaurant"
+    assert kept.functions == ["ReserveRestaurant"] and kept.state.active == "ReserveRestaurant"
     assert any("kept ReserveRestaurant" in n for n in kept.notes)
     moved = pipeline.parse("Now find me some concerts", [], catalogue, get_config("full"), state=state)
     assert moved.functions[0] == "FindEvents" and moved.state.active == "FindEvents"

@@ -5,7 +5,8 @@ built-in SGD catalogue with the shipped configuration: `resend` sends the whole 
 own earlier calls on the assistant turns (what a stateless host without prefcall's state does), `state` sends the
 assistant's last turn and the user's new one with the state the previous turn returned (what `conversation_id`
 does inside the server). Reported per mode: seconds and evaluated prompt tokens per turn (p50, p95), for every
-turn and for the later turns (the second on), and how often both modes give the same calls. Target: the state
+turn and for the later turns (the second on), and how often both modes give the same calls (functions and
+values) and the same functions. Target: the state
 makes later turns no dearer than re-sending (p50 ratio <= 1).
 """
 
@@ -60,7 +61,7 @@ def section_dialogue(ctx: BenchContext) -> dict[str, Any]:
     chosen, source = dialogues(1 if ctx.quick else max(2, ctx.reps + 1))
     pipeline.parse([Turn(role="user", content=chosen[0][0][1])], [], catalogue, config)  # warm: calibration, prefix
     runs: dict[str, list[dict[str, Any]]] = {"resend": [], "state": []}
-    same = 0
+    same = same_functions = 0
     for turns in chosen:
         history: list[Turn] = []
         state = None
@@ -80,6 +81,7 @@ def section_dialogue(ctx: BenchContext) -> dict[str, Any]:
             kept = pipeline.parse([*last, new], [], catalogue, config, state=state)
             runs["state"].append(_run(kept, started, user_turn))
             same += [c.model_dump() for c in whole.calls] == [c.model_dump() for c in kept.calls]
+            same_functions += [c.name for c in whole.calls] == [c.name for c in kept.calls]
             state = kept.state
             if history and history[-1].role == "assistant":
                 history[-1] = history[-1].model_copy(update={"calls": list(whole.calls)})
@@ -88,7 +90,8 @@ def section_dialogue(ctx: BenchContext) -> dict[str, Any]:
             ctx.log(f"bench: dialogue: turn {user_turn}: resend {runs['resend'][-1]['seconds']} s, "
                     f"state {runs['state'][-1]['seconds']} s")
     figures: dict[str, Any] = {"config": DEFAULT_CONFIG, "catalogue": "sgd", "dialogues": len(chosen),
-                               "source": source, "same_calls": round(same / max(1, len(runs["state"])), 3)}
+                               "source": source, "same_calls": round(same / max(1, len(runs["state"])), 3),
+                               "same_functions": round(same_functions / max(1, len(runs["state"])), 3)}
     for mode, rows in runs.items():
         later = [r for r in rows if r["turn"] > 0]
         figures[mode] = {"seconds": summarize([r["seconds"] for r in rows]),
@@ -101,7 +104,8 @@ def section_dialogue(ctx: BenchContext) -> dict[str, Any]:
             "targets": [target("later turns: state / re-sent dialogue latency, p50", later_ratio, 1.0, unit="x")],
             "headline": [("resend later s p50", figures["resend"]["later_seconds"].get("p50")),
                          ("state later s p50", figures["state"]["later_seconds"].get("p50")),
-                         ("state / resend p50 x", later_ratio), ("same calls", figures["same_calls"])]}
+                         ("state / resend p50 x", later_ratio), ("same calls", figures["same_calls"]),
+                         ("same functions", figures["same_functions"])]}
 
 
 def _run(result: Any, started: float, turn: int) -> dict[str, Any]:

@@ -110,8 +110,8 @@ def with_state(turns: list[Turn], state: DialogueState) -> list[Turn]:
 
 def _keep_active(functions: list[str], active: str | None, catalogue: Catalogue, turns: Sequence[Turn],
                  notes: list[str]) -> list[str]:
-    """Stage 1's functions, with the conversation's `active` one first again when stage 1 put another first that
-    the user's new turn does not name (its name, or a description word unique enough: DomainModel.named)."""
+    """Stage 1's functions, with the conversation's `active` one in place of the one stage 1 put first when the
+    user's new turn does not name that one (its name, or a description word unique enough: DomainModel.named)."""
     if active is None or not functions or functions[0] == active or catalogue.function(active) is None:
         return functions
     new = next((t.content for t in reversed(turns) if t.role == "user"), "")
@@ -119,7 +119,7 @@ def _keep_active(functions: list[str], active: str | None, catalogue: Catalogue,
         return functions
     notes.append(f"stage 1: kept {active}, the conversation's function: the new turn does not name "
                  f"{functions[0]}, which scored first")
-    return [active, *(f for f in functions if f != active)]
+    return [active, *(f for f in functions[1:] if f != active)]
 
 
 class Pipeline:
