@@ -80,6 +80,14 @@ def humanise(argument: str) -> str:
     return " ".join(w if w.isupper() and len(w) > 1 else w.lower() for w in spaced.split())
 
 
+_SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def sentences(text: str) -> list[str]:
+    """The text's sentences (split after . ! ? and at line breaks), stripped, empty ones left out."""
+    return [part.strip() for part in _SENTENCE_RE.split(text) if part.strip()]
+
+
 def tokenize(text: str, *, drop_stop_words: bool = True) -> list[str]:
     """Lower-case, identifier-split, plural-folded word tokens."""
     words = _WORD_RE.findall(split_identifier(text).lower())

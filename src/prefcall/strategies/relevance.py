@@ -17,7 +17,6 @@ filler could fill:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from functools import lru_cache
 from importlib import resources
@@ -27,7 +26,7 @@ from pydantic import BaseModel
 
 from prefcall.engine.base import Embedder
 from prefcall.errors import ConfigError
-from prefcall.retrieval.text import humanise, stem, tokenize
+from prefcall.retrieval.text import humanise, sentences, stem, tokenize
 from prefcall.retrieval.vectors import TOOL_VECTORS
 from prefcall.schemas.model import Function
 
@@ -42,7 +41,6 @@ RULES_FILE = "relevance.json"
 FEATURES = ("cosine", "sentence_cosine", "name_cosine", "description_cosine", "argument_cosine",
             "nearest_argument_cosine", "word_share", "name_word_share", "shared_words", "nearest_word_share",
             "nearest_name_word_share")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 class RelevanceRule(BaseModel):
@@ -100,8 +98,8 @@ def _argument_texts(function: Function) -> list[str]:
 def evidence(embedder: Embedder, request: str, functions: Sequence[Function]) -> Evidence:
     """The request's FEATURES against `functions` (non-empty). The functions' texts are embedded once per
     embedder (TOOL_VECTORS); the request and its sentences in one batch."""
-    sentences = [s.strip() for s in _SENTENCE.split(request) if s.strip()]
-    texts = [request, *(sentences if len(sentences) > 1 else [])]
+    parts = sentences(request)
+    texts = [request, *(parts if len(parts) > 1 else [])]
     queries = np.asarray(embedder.embed(texts), dtype=np.float32)
     query = queries[0]
     whole = TOOL_VECTORS.get(embedder, [function_text(f.name, f.description) for f in functions])

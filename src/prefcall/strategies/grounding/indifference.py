@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from prefcall.retrieval.text import humanise, normalise_word
+from prefcall.retrieval.text import humanise, normalise_word, sentences
 
 QUANTIFIERS = frozenset({"any", "whatever", "whichever", "either"})
 PHRASES = ("doesn't matter", "does not matter", "don't care", "do not care", "dont care", "no preference",
@@ -28,7 +28,6 @@ DONT_CARE = frozenset(re.sub(r"[^a-z]", "", v) for v in ("don't care", "any", "a
                                                          "whatever", "flexible"))
 WINDOW = 6  # words either side of the head word a phrase may stand at
 _DEFAULT = re.compile(r"\(default: ([^)]+)\)|^default: (.+)$")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"[a-z']+")
 
 
@@ -59,14 +58,14 @@ def indifference(texts: Sequence[str], argument: str) -> str | None:
     if head is None:
         return None
     for text in texts:
-        for sentence in _SENTENCE.split(text):
+        for sentence in sentences(text):
             words = _WORD.findall(sentence.lower())
             for i, word in enumerate(words):
                 if normalise_word(word) != head:
                     continue
                 if any(w in QUANTIFIERS for w in words[max(0, i - 2):i]):
-                    return sentence.strip()
+                    return sentence
                 near = " ".join(words[max(0, i - WINDOW):i + WINDOW + 1])
                 if any(phrase in near for phrase in PHRASES):
-                    return sentence.strip()
+                    return sentence
     return None

@@ -287,9 +287,14 @@ def argument_candidates(name: str, schema: dict[str, Any], sources: Sequence[Sou
                 if candidate.text not in seen:
                     seen.add(candidate.text)
                     out.candidates.append(candidate)
-    if kind in ("number", "enum"):
-        out.candidates = [c if not _unnamed_offer_number(c, name) else Candidate(c.value, "")
-                          for c in out.candidates if not (kind == "number" and _unnamed_offer_number(c, name))]
+    if kind in ("number", "enum"):  # an unnamed offered number is no candidate (an enum option stays, unwritten)
+        kept = []
+        for candidate in out.candidates:
+            if not _unnamed_offer_number(candidate, name):
+                kept.append(candidate)
+            elif kind == "enum":
+                kept.append(Candidate(candidate.value, ""))
+        out.candidates = kept
     return out
 
 
