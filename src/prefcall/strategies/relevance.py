@@ -107,10 +107,14 @@ def evidence(embedder: Embedder, request: str, functions: Sequence[Function]) ->
     described = TOOL_VECTORS.get(embedder, [f.description or humanise(f.name) for f in functions])
     cosines = whole @ query
     nearest = int(np.argmax(cosines))
-    arguments = []
-    for function in functions:
-        texts_of = _argument_texts(function)
-        arguments.append(float(np.max(TOOL_VECTORS.get(embedder, texts_of) @ query)) if texts_of else 0.0)
+    per_function = [_argument_texts(f) for f in functions]
+    flat = [text for texts_of in per_function for text in texts_of]
+    argument_cosines = TOOL_VECTORS.get(embedder, flat) @ query if flat else np.zeros(0)  # one batch
+    arguments, start = [], 0
+    for texts_of in per_function:
+        part = argument_cosines[start:start + len(texts_of)]
+        arguments.append(float(np.max(part)) if len(part) else 0.0)
+        start += len(texts_of)
     asked = _words(request)
     shares = []
     for function in functions:
