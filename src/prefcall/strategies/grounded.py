@@ -43,7 +43,8 @@ from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, Val
 from prefcall.strategies.grounding.fill import (Choice, FillResult, GroundingWeights, Recorder, fill_arguments,
                                                 flag_mention, transcript)
 from prefcall.strategies.grounding.indifference import dont_care_value, indifference
-from prefcall.strategies.grounding.values import Source, call_sources, is_offer, offer_sources, origin_like
+from prefcall.strategies.grounding.values import (Source, accepted_offers, call_sources, is_offer, offer_sources,
+                                                  origin_like)
 from prefcall.strategies.preferences import Draft, Preference, Provenance, preference_from_tags
 from prefcall.strategies.selection import DomainModel, SelectionConfig, instruction_domains, split_condition
 from prefcall.strategies.taps_tagger import TagResult, check_tagging
@@ -73,7 +74,7 @@ def split_turns(dialogue: str | list[Turn]) -> list[Turn]:
 def value_turns(turns: Sequence[Turn]) -> list[Turn]:
     """The turns values are read from, in order: the user's, and the assistant's proposals the user accepted (the
     filler's context; the assistant's other words are not the user's)."""
-    offered = {int(s.ref.rsplit(" ", 1)[-1]) for s in offer_sources(turns)}
+    offered = set(accepted_offers(turns))
     return [t for i, t in enumerate(turns) if t.role == "user" or i in offered]
 
 

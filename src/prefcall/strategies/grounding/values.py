@@ -378,15 +378,16 @@ def accepts(reply: str, lead: int = 4) -> bool:
     return bool(words) and any(w in ACCEPT for w in words[:lead]) and not any(w in REJECT for w in words)
 
 
+def accepted_offers(turns: Sequence[Any]) -> list[int]:
+    """Indices of the assistant turns whose next turn is the user accepting them ("Please confirm: a table for 2
+    on March 8th" / "Yes, that's great"). A proposal the user rejects or does not answer is not one."""
+    return [index for index, (said, reply) in enumerate(zip(turns, list(turns)[1:]))
+            if said.role == "assistant" and said.content.strip() and reply.role == "user" and accepts(reply.content)]
+
+
 def offer_sources(turns: Sequence[Any]) -> list[Source]:
-    """Each assistant turn whose next turn is the user accepting it ("Please confirm: a table for 2 on March 8th" /
-    "Yes, that's great"), as a source of the user's values (kind "user", ref "offer turn N"). A proposal the user
-    rejects or does not answer gives nothing."""
-    out = []
-    for index, (said, reply) in enumerate(zip(turns, list(turns)[1:])):
-        if said.role == "assistant" and said.content.strip() and reply.role == "user" and accepts(reply.content):
-            out.append(Source("user", said.content, ref=f"{OFFER} turn {index}"))
-    return out
+    """The accepted offers (`accepted_offers`) as sources of the user's values (kind "user", ref "offer turn N")."""
+    return [Source("user", turns[index].content, ref=f"{OFFER} turn {index}") for index in accepted_offers(turns)]
 
 
 def is_offer(ref: str) -> bool:
