@@ -96,6 +96,26 @@ def test_gate_uses_stored_calibration_when_no_threshold_given(tmp_path):
     assert result.gate_threshold == 0.9 and not result.gate_fired
 
 
+def test_a_threshold_calibrated_on_renormalised_logprobs_is_not_applied_to_raw_ones(tmp_path):
+    # A llama.cpp server reports raw logprobs; the threshold measured in-process (renormalised over what the
+    # grammar allowed) would fire on other requests there: the gate is off, and the result says why in one line.
+    from dataclasses import replace
+
+    from prefcall.engine.base import Capabilities
+    from prefcall.strategies.taps_gate import GateCalibration, save_calibration
+
+    save_calibration(tmp_path, GateCalibration(model="fake", measure="least_confidence", threshold=0.5, f1=1,
+                                               fire_rate=0, n_items=1, f1_never=1, f1_always=0))
+    raw = engine(logprob=-2.0)  # least confidence 0.86: over the threshold
+    raw.capabilities = replace(Capabilities(), renormalised_logprobs=False)
+    result = Pipeline(raw, data_dir=tmp_path).parse(DIALOGUE, [CITY], CATALOGUE, get_config("taps"))
+    assert not result.gate_fired and not result.tagged
+    assert any(n.startswith("TAPS gate off: its threshold was calibrated on renormalised logprobs") for n in
+               result.notes) and all("\n" not in n for n in result.notes)
+    fired = Pipeline(engine(logprob=-2.0), data_dir=tmp_path).parse(DIALOGUE, [CITY], CATALOGUE, get_config("taps"))
+    assert fired.gate_fired  # the same calibration on an engine of its kind fires
+
+
 def test_invalid_tagging_is_not_used_and_is_reported():
     fake = engine(logprob=-2.0, tagger="[IN:GET_RESTAURANTS If I'm looking for Restaurants, [SL:CITY San Fran ]. ]")
     result = Pipeline(fake).parse(DIALOGUE, [CITY], CATALOGUE, get_config("taps", gate_threshold=0.1))

@@ -7,7 +7,9 @@ their documentation only; the llama-cpp-python server runs for real in test_serv
 from __future__ import annotations
 
 import json
+import math
 import threading
+from dataclasses import replace
 import time
 
 import httpx
@@ -26,9 +28,9 @@ from served_stubs import (
 )
 
 from prefcall.config import Settings
-from prefcall.engine.base import ChatMessage, Engine, Prompt, Scope
+from prefcall.engine.base import LLAMA_CPP_SCORES, ChatMessage, Engine, Prompt, Scope, TokenLogprob
 from prefcall.engine.served import load_served_engine, parse_engine_spec
-from prefcall.engine.served.base import ScopeLedger
+from prefcall.engine.served.base import HEAL_TOP, ScopeLedger, heal_last
 from prefcall.engine.served.http import HttpClient
 from prefcall.errors import (
     BackendError,
@@ -207,6 +209,70 @@ def test_llama_server_scores_candidates_by_forcing_their_own_tokens():
     assert scores.logprobs == [pytest.approx(-1.30)] and scores.token_counts == [2]  # " Y" + "ES", not the EOS
     with pytest.raises(EngineError, match="empty"):
         engine.score_candidates(chat("x"), [""])
+
+
+def _quote_completion(last_top: list[tuple[str, float]]) -> dict:
+    """A forced completion of `"Paris"` whose closing quote lists `last_top` as its alternatives."""
+    def entry(token: str, logprob: float, top: list[tuple[str, float]]) -> dict:
+        return {"token": token, "bytes": list(token.encode()), "logprob": logprob,
+                "top_logprobs": [{"token": t, "bytes": list(t.encode()), "logprob": lp} for t, lp in top]}
+    return {"content": '"Paris"', "stop": True, "completion_probabilities": [
+        entry('"', -0.5, []), entry("Paris", -0.2, []), entry('"', -2.0, last_top), entry("", -0.1, [])],
+        "timings": {"cache_n": 0}}
+
+
+def test_llama_server_heals_the_closing_quote_from_the_listed_alternatives():
+    # The in-process engine scores a closing quote as any token that begins with it (`",`, `"}`); a served one
+    # sums the alternatives it lists, so a right value is not pushed under `null` by how BPE splits the quote.
+    stub, _ = llama_server_stub()
+    top = [('",', -0.3), ('"}', -1.5), ('"', -2.0), ("Paris", -4.0), (",", -5.0)]
+    stub.route("POST", "/completion", _quote_completion(top))
+    engine = build(stub, "llama-server:http://stub:8080")
+    exact = engine.score_candidates(chat("Where to?"), ['"Paris"'])
+    assert stub.bodies("/completion")[-1]["n_probs"] == 1
+    assert exact.logprobs == [pytest.approx(-0.5 - 0.2 - 2.0)]
+    healed = engine.score_candidates(chat("Where to?"), ['"Paris"'], heal_end=True)
+    assert stub.bodies("/completion")[-1]["n_probs"] == HEAL_TOP
+    quote = math.log(math.exp(-0.3) + math.exp(-1.5) + math.exp(-2.0))  # `",` `"}` `"`, not `Paris` or `,`
+    assert healed.logprobs == [pytest.approx(-0.5 - 0.2 + quote)]
+    # a candidate that does not end in punctuation is never healed
+    stub.route("POST", "/completion", {**_quote_completion([]), "content": "Paris", "completion_probabilities": [
+        {"token": "Paris", "bytes": list(b"Paris"), "logprob": -0.2, "top_logprobs": [{"token": "Paris,",
+                                                                                       "logprob": -0.1}]}]})
+    assert engine.score_candidates(chat("Where to?"), ["Paris"], heal_end=True).logprobs == [pytest.approx(-0.2)]
+
+
+def test_heal_last_sums_only_continuations_of_a_punctuation_token():
+    tokens = [TokenLogprob("x", -1.0), TokenLogprob('"', -2.0, (('"}', -1.0), ('"', -2.0), ("a", -0.5)))]
+    assert heal_last(tokens, 2) == pytest.approx(math.log(math.exp(-1.0) + math.exp(-2.0)) + 2.0)
+    assert heal_last(tokens, 1) == 0.0  # "x" is not punctuation
+    assert heal_last([TokenLogprob('"', -2.0)], 1) == 0.0  # no alternatives listed: the exact token stands
+
+
+def test_a_llama_cpp_server_on_a_local_file_is_known_by_the_files_fingerprint(tmp_path, monkeypatch):
+    # llama-server names the GGUF it loaded; when that file is here, the engine reads its name and template and
+    # shares the file's fit (it scores as the in-process engine does). Elsewhere, or with a template set by
+    # hand, it has a fingerprint of its own.
+    from prefcall.storage import fits
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"not a real gguf, but a file with a hash")
+    stub, _ = llama_server_stub()
+    props = {k: v for k, v in fixture("llama_server")["props"].items() if k != "chat_template"}  # the file's own
+    stub.route("GET", "/props", {**props, "model_path": str(model)})
+    engine = build(stub, "llama-server:http://stub:8080")
+    assert engine.info.model_file == str(model.resolve()) and engine.info.scores == LLAMA_CPP_SCORES
+    assert fits.shares_file_fit(engine.info)
+    assert fits.engine_fingerprint(engine, tmp_path) == fits.file_fingerprint(model, tmp_path)
+    stub.route("GET", "/props", {**fixture("llama_server")["props"], "model_path": str(tmp_path / "absent.gguf")})
+    elsewhere = build(stub, "llama-server:http://stub:8080")
+    assert elsewhere.info.model_file is None and not fits.shares_file_fit(elsewhere.info)
+    assert fits.engine_fingerprint(elsewhere, tmp_path).startswith("served-sha256:")
+    # a server told to use another template than the file's prompts the model otherwise: not the file's fit
+    stub.route("GET", "/props", {**props, "model_path": str(model), "chat_template": "{{ messages }}"})
+    assert build(stub, "llama-server:http://stub:8080").info.model_file is None
+    # vLLM renormalises its logprobs and does not heal: never the file's fit, whatever it serves
+    assert not fits.shares_file_fit(replace(engine.info, scores=""))
 
 
 def test_llama_server_context_overflow_is_caught_before_sending():

@@ -21,9 +21,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -32,6 +29,7 @@ import httpx
 import jsonschema
 import pytest
 
+from prefcall.bench.served import llama_cpp_python_server
 from prefcall.config import Settings
 from prefcall.engine.base import Engine, Prompt
 from prefcall.engine.fake import CancelAfter
@@ -116,12 +114,6 @@ def compare_greedy(local, served, tie: float = 0.3) -> tuple[bool, float, int]:
     return True, worst, n
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _cpu_seconds(pid: int) -> float | None:
     """User+system CPU seconds of a process (Linux /proc), for the report."""
     try:
@@ -136,39 +128,18 @@ def lcp_server(tmp_path_factory):
     """llama-cpp-python's server on the embedded model, one thread, 127.0.0.1 only."""
     from prefcall.engine.embedded import embedded_model_path
 
-    port = _free_port()
     log = tmp_path_factory.mktemp("lcp-server") / "server.log"
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(embedded_model_path()),
-               "--host", "127.0.0.1", "--port", str(port), "--n_threads", "1", "--n_threads_batch", "1",
-               "--n_ctx", str(SERVER_CTX), "--seed", "0"]
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    try:
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"llama-cpp-python server exited ({process.returncode}): {log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"llama-cpp-python server did not start in 90 s: {log.read_text()[-2000:]}")
-            time.sleep(0.3)
-        yield url
-    finally:
-        _REPORT["server_cpu_seconds"] = _cpu_seconds(process.pid)
-        _REPORT["test_process_cpu_seconds"] = round(time.process_time(), 1)
-        process.terminate()
+    started: list = []
+    with llama_cpp_python_server(embedded_model_path(), threads=1, n_ctx=SERVER_CTX, log=log,
+                                 started=started) as url:
         try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        report = os.environ.get("PREFCALL_PARITY_REPORT")
-        if report and _REPORT:
-            Path(report).write_text(json.dumps(_REPORT, indent=1))
+            yield url
+        finally:
+            _REPORT["server_cpu_seconds"] = _cpu_seconds(started[0].pid)
+            _REPORT["test_process_cpu_seconds"] = round(time.process_time(), 1)
+            report = os.environ.get("PREFCALL_PARITY_REPORT")
+            if report and _REPORT:
+                Path(report).write_text(json.dumps(_REPORT, indent=1))
 
 
 @pytest.fixture(scope="session")

@@ -58,6 +58,12 @@ def test_prefcall_demo_passes_model_options_to_the_server() -> None:
     assert parameters.command == sys.executable
     assert parameters.args == ["-m", "prefcall.cli", "serve", "--n-gpu-layers=-1", "--threads=2"]
 
+    class Served(Args):  # `prefcall demo --engine KIND:URL` runs the demo through that served engine
+        engine = "llama-cpp-python:http://127.0.0.1:8000"
+
+    assert demo.server_args(Served()) == ["--n-gpu-layers=-1", "--threads=2",
+                                          "--engine=llama-cpp-python:http://127.0.0.1:8000"]
+
 
 def test_prefcall_demo_reports_and_exits_with_the_runs_outcome(tmp_path: Path) -> None:
     class Args:

@@ -257,7 +257,8 @@ async def run_demo(parameters: StdioServerParameters, out: Callable[[str], None]
 
 def server_args(args: argparse.Namespace) -> list[str]:
     """Model options given to `prefcall demo` are passed on to `prefcall serve`."""
-    options = {"--model": "model", "--n-gpu-layers": "n_gpu_layers", "--n-ctx": "n_ctx", "--threads": "threads"}
+    options = {"--model": "model", "--n-gpu-layers": "n_gpu_layers", "--n-ctx": "n_ctx", "--threads": "threads",
+               "--engine": "engine"}
     out = []
     for flag, attribute in options.items():
         value = getattr(args, attribute, None)
@@ -289,7 +290,7 @@ def run(args: argparse.Namespace, *, db: Path | None = None,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", help="database to use (default: a temporary one, deleted afterwards)")
-    for flag in ("--model", "--n-gpu-layers", "--n-ctx", "--threads"):
+    for flag in ("--model", "--n-gpu-layers", "--n-ctx", "--threads", "--engine"):
         parser.add_argument(flag, help=f"passed to `prefcall serve {flag}`")
     args = parser.parse_args(argv)
     return run(args, db=Path(args.db) if args.db else None)

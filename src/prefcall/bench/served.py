@@ -63,8 +63,10 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def llama_cpp_python_server(model: Path, *, threads: int, n_ctx: int, log: Path) -> Iterator[str]:
-    """llama-cpp-python's OpenAI-compatible server on 127.0.0.1 (a free port); its URL while the block runs."""
+def llama_cpp_python_server(model: Path, *, threads: int, n_ctx: int, log: Path,
+                            started: list[subprocess.Popen] | None = None) -> Iterator[str]:
+    """llama-cpp-python's OpenAI-compatible server on 127.0.0.1 (a free port); its URL while the block runs
+    (`started` gets its process, for callers that measure it)."""
     port = _free_port()
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
                "--port", str(port), "--n_threads", str(threads), "--n_threads_batch", str(threads),
@@ -73,6 +75,8 @@ def llama_cpp_python_server(model: Path, *, threads: int, n_ctx: int, log: Path)
 
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    if started is not None:
+        started.append(process)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -240,6 +244,9 @@ def section_served(ctx: BenchContext) -> dict[str, Any]:
         figures["engines"] = {name: {"backend": e.info.backend, "model": e.info.model_name} for name, e in
                               engines.items()}
         figures["note"] = note
+        if len(engines) == 2 and ctx.engine_factory is None:
+            ctx.log("bench: served: answer parity on the parity requests (evaluation/parity.py) ...")
+            figures["answers"] = answer_parity(ctx, engines)
         if len(engines) == 2:
             ctx.log("bench: served: latency per call kind ...")
             figures["latency_ms"] = latency(ctx, engines, max_tokens)
@@ -253,6 +260,10 @@ def section_served(ctx: BenchContext) -> dict[str, Any]:
     for name, levels in figures.get("throughput", {}).items():
         headline.append((f"{name} rps at 1/4/16 clients",
                          " / ".join(str(levels[str(c)]["throughput_rps"]) for c in LEVELS)))
+    answers = figures.get("answers")
+    if answers:
+        headline.append(("answers the same served (all / clear of the noise)",
+                         f"{answers['same']}/{answers['requests']} / {answers['stable_same']}/{answers['stable']}"))
     stub = figures["client_overhead"]["levels"]
     headline.append(("client vs 250 ms stub: rps at 1/4/16",
                      " / ".join(str(stub[str(c)]["throughput_rps"]) for c in LEVELS)))
@@ -262,6 +273,18 @@ def section_served(ctx: BenchContext) -> dict[str, Any]:
                 "value": top.get("speedup_over_1_client"), "limit": 4.0,
                 "met": (top.get("speedup_over_1_client") or 0) >= 4.0, "unit": "x"}]
     return {"figures": figures, "targets": targets, "headline": headline}
+
+
+def answer_parity(ctx: BenchContext, engines: dict[str, Engine]) -> dict[str, Any]:
+    """The parity requests through MCP on both engines (evaluation.parity.compare): how many answers are the same,
+    how many stand clear of the measured score noise, and the score noise itself."""
+    import anyio
+
+    from prefcall.evaluation.parity import compare
+
+    settings = ctx.settings.model_copy(update={"engine": None})
+    report = anyio.run(compare, engines["in-process"], engines["served"], ctx.embedder(), settings, settings)
+    return report.summary()
 
 
 def _engines(ctx: BenchContext, stack: contextlib.ExitStack) -> tuple[dict[str, Engine], str]:
@@ -283,13 +306,12 @@ def _engines(ctx: BenchContext, stack: contextlib.ExitStack) -> tuple[dict[str, 
         return {"in-process": local}, ("skipped the served side: llama-cpp-python's server extra is missing "
                                        "(pip install prefcall[server]) and PREFCALL_ENGINE names no served engine")
     folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="prefcall-served-")))
-    template = folder / "template.jinja"
-    template.write_text(local.info.chat_template or "")
     threads = settings.n_threads or 1
+    # The server names the file, so the served engine reads its template and its fit (as a user's would).
     url = stack.enter_context(llama_cpp_python_server(resolve_model_path(settings.model), threads=threads,
-                                                      n_ctx=min(settings.n_ctx, 2048), log=folder / "server.log"))
-    served = load_served_engine(Settings(engine=f"llama-cpp-python:{url}", engine_chat_template=str(template),
-                                         n_ctx=min(settings.n_ctx, 2048), engine_timeout_s=600))
+                                                      n_ctx=local.info.n_ctx, log=folder / "server.log"))
+    served = load_served_engine(Settings(engine=f"llama-cpp-python:{url}", n_ctx=local.info.n_ctx,
+                                         engine_timeout_s=600))
     stack.callback(served.close)
     return {"in-process": local, "served": served}, (
         f"served: llama-cpp-python server spawned here on the same GGUF, {threads} thread(s), 127.0.0.1")

@@ -53,11 +53,13 @@ def fit_status(engine, data_dir) -> dict:
 
     fingerprint = fits.engine_fingerprint(engine, data_dir)
     found = fits.load(fingerprint, data_dir)
+    shared = {"shared_with_file": engine.info.model_file} if fits.shares_file_fit(engine.info) else {}
     if found is None:
-        return {"fitted": False, "fingerprint": fingerprint,
+        return {"fitted": False, "fingerprint": fingerprint, **shared,
                 "note": "no fit for this model: the shipped rule applies; run `prefcall fit` to fit it"}
     selection = found.source.get("selection", {}) if found.selection else {}
-    return {"fitted": True, "fingerprint": fingerprint, "origin": found.origin, "kinds": sorted(found.grounding),
+    return {"fitted": True, "fingerprint": fingerprint, **shared, "origin": found.origin,
+            "kinds": sorted(found.grounding),
             "command": found.source.get("command", ""),
             "selection": {"fitted": True, "command": selection.get("command", ""),
                           "tune_top1": selection.get("accuracy_fitted", {}).get("all")} if found.selection

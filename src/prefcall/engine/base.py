@@ -187,6 +187,13 @@ class Capabilities:
     cancellation: bool = True  # a call stops between tokens when cancelled
 
 
+# What an engine's candidate scores are (EngineInfo.scores): llama.cpp's raw log P of the candidate's tokens by
+# teacher forcing, the closing quote healed (`score_candidates(heal_end=True)`). The in-process engine, llama-server
+# and llama-cpp-python's server all score so; on one model file their scores differ by batch-shape noise only (about
+# 0.1 nats, tests/test_served_parity.py), so a fit made on one of them holds on the others (storage.fits).
+LLAMA_CPP_SCORES = "llama.cpp teacher forcing, raw, closing quote healed"
+
+
 @dataclass(frozen=True)
 class EngineInfo:
     model_path: str
@@ -197,6 +204,8 @@ class EngineInfo:
     chat_template: str | None = None
     capabilities: Capabilities = field(default_factory=Capabilities)
     extra: dict[str, Any] = field(default_factory=dict)
+    scores: str = ""  # what its candidate scores are (LLAMA_CPP_SCORES, or "" for another kind)
+    model_file: str | None = None  # a served engine's GGUF, when the server names one that is on this machine
 
 
 @runtime_checkable

@@ -32,6 +32,7 @@ import numpy as np
 
 from prefcall.config import Settings
 from prefcall.engine.base import (
+    LLAMA_CPP_SCORES,
     LOCAL,
     Cancel,
     CandidateScores,
@@ -130,6 +131,7 @@ class LlamaEngine:
             chat_template=self._template,
             extra={"n_vocab": self._vocab_size, "n_layer": n_layer, "n_gpu_layers_offloaded": offloaded,
                    "template_pieces": self._pieces_ok},
+            scores=LLAMA_CPP_SCORES,
         )
 
     def _load(self, path: Path) -> llama_cpp.Llama:

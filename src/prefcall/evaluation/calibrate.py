@@ -192,4 +192,5 @@ def calibrate_gate(pipeline: Pipeline, items: Sequence[dict[str, Any]], catalogu
                 handle.write(row.model_dump_json() + "\n")
         if progress is not None:
             progress(index + 1, len(items), time.perf_counter() - started)
-    return sweep_thresholds(rows, pipeline.engine.info.model_name, measure)
+    result = sweep_thresholds(rows, pipeline.engine.info.model_name, measure)
+    return result.model_copy(update={"renormalised": pipeline.engine.info.capabilities.renormalised_logprobs})

@@ -3,7 +3,8 @@
 A model is known by a fingerprint, never by the name in its GGUF metadata (two quantisations of one model share a
 name; a served engine reports none): `gguf-sha256:<hash of the file>` for a model file loaded in-process. The hash
 of a multi-GB file takes seconds, so it is cached in DATA_DIR/fingerprints.json under the file's path, size and
-modification time. A served engine (no file here) is `served-sha256:<hash>` of its backend, the model id it serves,
+modification time. A llama.cpp server whose model file is on this machine is known by that file's hash (`shares_file_fit`: it scores
+as the in-process engine does). Any other served engine is `served-sha256:<hash>` of its backend, the model id it serves,
 a hash of its chat template and its tokenizer's token counts of fixed probe texts (`engine_fingerprint`): another
 model, template or tokenizer behind the same URL is another fingerprint. A backend without a tokenizer endpoint
 estimates its counts (engine.served.base.estimate_tokens), so there the model id and the template decide.
@@ -114,12 +115,25 @@ def served_fingerprint(backend: str, model: str, chat_template: str | None, toke
     return "served-sha256:" + hashlib.sha256(material.encode()).hexdigest()
 
 
+def shares_file_fit(info: Any) -> bool:
+    """Whether a served engine is known by its model file's fingerprint, so that it reads (and `prefcall fit`
+    writes) the fit of the file: its server named a GGUF that is on this machine, it scores candidates as the
+    in-process engine does (engine.base.LLAMA_CPP_SCORES: llama-server, llama-cpp-python's server), and the engine
+    set `model_file` only where it renders the file's own chat template. Any other served engine has its own fingerprint, so a fit made on one backend is
+    never used on a backend whose scores differ."""
+    from prefcall.engine.base import LLAMA_CPP_SCORES
+
+    return bool(info.model_file) and info.scores == LLAMA_CPP_SCORES
+
+
 def engine_fingerprint(engine: Any, data_dir: Path | None = None) -> str | None:
     """The fingerprint of the model an engine runs: its file's hash in-process, else (a served engine, whose
     EngineInfo.extra names its `url`) `served_fingerprint`; None when neither can be had (no such file)."""
     info = engine.info
     if "url" not in info.extra:
         return file_fingerprint(info.model_path, data_dir)
+    if shares_file_fit(info):
+        return file_fingerprint(info.model_file, data_dir)
     # Probed once per engine object (a reconnect probes again: another model may be behind the URL by then); the
     # weak reference tells a live engine from a new one that got the id of a collected one.
     key = json.dumps([id(engine), info.extra["url"], info.backend, info.model_name, info.chat_template])

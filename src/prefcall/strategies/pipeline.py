@@ -40,7 +40,7 @@ from prefcall.strategies.pipeline_models import ParseResult, PipelineConfig, Tra
 from prefcall.strategies.postcheck import post_check
 from prefcall.strategies.preferences import apply_preferences
 from prefcall.strategies.selection import DomainModel, select_instructions
-from prefcall.strategies.taps_gate import default_threshold, uncertainty
+from prefcall.strategies.taps_gate import default_threshold, gate_mismatch, uncertainty
 from prefcall.strategies.taps_tagger import TagExamples, TagResult, check_tagging, tag_instruction
 
 class _Meter:
@@ -583,10 +583,16 @@ class Pipeline:
 
     def _gate(self, text, chosen, catalogue, config, pool, meter, result, calling):
         threshold = config.gate_threshold
+        off = None
         if threshold is None:
-            threshold = default_threshold(self.engine.info.model_name, self._data_dir(), config.gate_measure)
+            info = self.engine.info
+            threshold = default_threshold(info.model_name, self._data_dir(), config.gate_measure)
+            off = gate_mismatch(info.model_name, self._data_dir(), info.capabilities.renormalised_logprobs,
+                                config.gate_measure)
         result.gate_threshold = threshold
-        fired = result.uncertainty.get(config.gate_measure, 1.0) > threshold
+        if off is not None:
+            result.notes.append(off)
+        fired = off is None and result.uncertainty.get(config.gate_measure, 1.0) > threshold
         result.gate_fired = fired
         if not (fired or config.record_variants):
             return calling

@@ -94,6 +94,9 @@ class GateCalibration(BaseModel):
     f1_never: float  # never tag (threshold = 1)
     f1_always: float  # always tag (threshold below every value)
     f1_heldout: float | None = None  # two-fold cross-validated F1 of the fitted gate (None: older calibrations)
+    # measured on logprobs renormalised over what the grammar allowed (the in-process engine, vLLM), or on raw ones
+    # (llama.cpp servers, Ollama): a threshold holds only on the kind it was measured on (`gate_mismatch`)
+    renormalised: bool = True
 
 
 def gate_has_signal(entry: GateCalibration | dict[str, Any]) -> bool:
@@ -140,6 +143,20 @@ def default_threshold(model_name: str, data_dir: Path | None, measure: str = "le
     stored = load_calibration(data_dir) if data_dir is not None else {}
     entry = stored.get(model_name, {}).get(measure) or packaged_calibration().get(model_name, {}).get(measure)
     return float(entry["threshold"]) if entry else DEFAULT_GATE_THRESHOLD
+
+
+def gate_mismatch(model_name: str, data_dir: Path | None, renormalised: bool,
+                  measure: str = "least_confidence") -> str | None:
+    """Why the calibrated threshold does not hold on this engine (one line), or None when it does: it was measured
+    on renormalised logprobs and the engine reports raw ones, or the other way round. An uncalibrated model keeps
+    DEFAULT_GATE_THRESHOLD either way."""
+    stored = load_calibration(data_dir) if data_dir is not None else {}
+    entry = stored.get(model_name, {}).get(measure) or packaged_calibration().get(model_name, {}).get(measure)
+    if not entry or bool(entry.get("renormalised", True)) == renormalised:
+        return None
+    kinds = ("renormalised", "raw") if renormalised else ("raw", "renormalised")
+    return (f"TAPS gate off: its threshold was calibrated on {kinds[1]} logprobs and this engine gives {kinds[0]} "
+            "ones; calibrate it on this engine (prefcall calibrate --engine ...)")
 
 
 def gate_status(model_name: str, data_dir: Path | None, measure: str = "least_confidence") -> dict[str, Any]:

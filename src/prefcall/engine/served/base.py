@@ -19,6 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -155,6 +156,62 @@ def sum_covering(tokens: Sequence[TokenLogprob], candidate: str, where: str) -> 
     return total, max(1, used)
 
 
+def local_model_file(reported: Any) -> str | None:
+    """The GGUF file a llama.cpp server says it loaded (llama-cpp-python's model id, llama-server's `model_path`),
+    when that file is on this machine (as given, or relative to this directory); None otherwise."""
+    text = str(reported or "")
+    if not text.endswith(".gguf"):
+        return None
+    path = Path(text).expanduser()
+    return str(path.resolve()) if path.is_file() else None
+
+
+def gguf_template(model_file: str | None) -> str | None:
+    """The chat template stored in a local GGUF file (None without one)."""
+    if not model_file:
+        return None
+    from prefcall.engine.gguf_meta import read_gguf_info
+
+    try:
+        return read_gguf_info(model_file).chat_template
+    except (OSError, ValueError):
+        return None
+
+
+def gguf_name(model_file: str | None) -> str | None:
+    """The `general.name` of a local GGUF file: the name the in-process engine reports for it."""
+    if not model_file:
+        return None
+    from prefcall.engine.gguf_meta import read_gguf_info
+
+    try:
+        return read_gguf_info(model_file).name
+    except (OSError, ValueError):
+        return None
+
+
+# Alternatives asked for at a healed candidate's last token: the closing quote's continuations (`",`, `"}`, `"\n`)
+# that carry the mass are among the top few; what a top-20 list leaves out is below its 20th entry.
+HEAL_TOP = 20
+
+
+def heal_last(tokens: Sequence[TokenLogprob], used: int) -> float:
+    """What healing adds to a forced path's sum (`score_candidates(heal_end=True)`, as the in-process engine heals):
+    when the candidate's last token is punctuation only (a closing quote), its exact log P is replaced by the
+    log of the summed probability of every listed alternative that begins with its text (the token itself
+    included). 0.0 when the last token is not punctuation or the server listed no alternatives."""
+    if used < 1 or used > len(tokens):
+        return 0.0
+    last = tokens[used - 1]
+    if not last.token or any(ch.isalnum() for ch in last.token) or not last.top:
+        return 0.0
+    found = {last.token: last.logprob}
+    for text, logprob in last.top:
+        if text.startswith(last.token):
+            found.setdefault(text, logprob)
+    return float(np.logaddexp.reduce(list(found.values()))) - last.logprob
+
+
 def regex_choice(candidates: Sequence[str]) -> str:
     # Escape only the metacharacters (re.escape also escapes spaces, which some grammar engines' regex reject).
     return "(" + "|".join(re.sub(r"([.^$*+?{}\[\]\\|()/])", r"\\\1", c) for c in candidates) + ")"
@@ -216,7 +273,8 @@ class ServedEngine:
 
     def score_candidates(self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope = LOCAL,
                          cancel: Cancel | None = None, heal_end: bool = False) -> CandidateScores:
-        # heal_end: served engines return logprobs of the exact tokens only, so every subclass scores those.
+        # heal_end: backends that list top alternatives heal the closing quote (heal_last); the others score the
+        # exact tokens.
         raise NotImplementedError
 
     # -- the choice fallback ----------------------------------------------------------------------------------

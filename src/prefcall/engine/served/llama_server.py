@@ -31,6 +31,7 @@ from typing import Any
 
 from prefcall.config import Settings
 from prefcall.engine.base import (
+    LLAMA_CPP_SCORES,
     LOCAL,
     Cancel,
     CandidateScores,
@@ -51,6 +52,11 @@ from prefcall.engine.served.base import (
     apply_stop,
     check_budget,
     forced_literal_body,
+    HEAL_TOP,
+    gguf_name,
+    gguf_template,
+    heal_last,
+    local_model_file,
     sum_covering,
     top_pairs,
 )
@@ -87,9 +93,15 @@ class LlamaServerEngine(ServedEngine):
             self.template_source = "/props chat_template (client-side Jinja)"
         self.parse_special_honoured = self._probe_parse_special()
         pieces = self.parse_special_honoured and self.layout.pieces_ok
+        # the file's model with the file's template (the server's own, unless its --chat-template replaced it or a
+        # template is set here): the in-process engine's prompts, so it shares the file's fit (storage.fits)
+        model_file = local_model_file(model_path)
+        in_use = template_setting if template_setting is not None else props.get("chat_template")
+        self.model_file = model_file if model_file and in_use in (None, gguf_template(model_file)) else None
         self._info = EngineInfo(
             model_path=model_path or spec.url,
-            model_name=spec.model or (model_path.rsplit("/", 1)[-1].removesuffix(".gguf") if model_path else "llama-server"),
+            model_name=spec.model or gguf_name(self.model_file) or
+            (model_path.rsplit("/", 1)[-1].removesuffix(".gguf") if model_path else "llama-server"),
             backend=self.backend, n_ctx=self.n_ctx, n_gpu_layers=0,
             chat_template=props.get("chat_template"),
             capabilities=Capabilities(grammar=True, logprobs=True, renormalised_logprobs=False,
@@ -103,6 +115,7 @@ class LlamaServerEngine(ServedEngine):
                    else "defused before tokenization (server ignores parse_special)",
                    "prefix_cache": "cache_prompt; id_slot per user" if settings.engine_pin_slots else "cache_prompt",
                    "device": "server-side"},
+            scores=LLAMA_CPP_SCORES, model_file=self.model_file,
         )
 
     # -- template and tokens ------------------------------------------------------------------------------------
@@ -240,13 +253,17 @@ class LlamaServerEngine(ServedEngine):
             text = candidate if self.parse_special_honoured else self.layout.defuse(candidate)
             reply = self.http.post("/completion", {
                 "prompt": ids, "temperature": 0.0, "top_k": 1, "repeat_penalty": 1.0, "dry_multiplier": 0.0,
-                "n_probs": 1, "post_sampling_probs": False, "cache_prompt": True, "stream": False,
+                "n_probs": HEAL_TOP if heal_end else 1, "post_sampling_probs": False, "cache_prompt": True,
+                "stream": False,
                 "id_slot": self._slot(scope), **forced_literal_body(text, canonical, "n_predict", dict_bias=False),
             }, cancel=cancel)
             probs = reply.get("completion_probabilities")
             if probs is None:
                 probs = reply.get("probs") or []
-            total, used = sum_covering([_token(e, 0) for e in probs], text, self.http.where)
+            tokens = [_token(e, HEAL_TOP if heal_end else 0) for e in probs]
+            total, used = sum_covering(tokens, text, self.http.where)
+            if heal_end:
+                total += heal_last(tokens, used)
             scores.append(total)
             counts.append(used)
             if usage is None:

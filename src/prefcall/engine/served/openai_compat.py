@@ -27,6 +27,7 @@ README). Two ways of prompting:
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 import time
@@ -37,6 +38,7 @@ from typing import Any
 
 from prefcall.config import Settings
 from prefcall.engine.base import (
+    LLAMA_CPP_SCORES,
     LOCAL,
     Cancel,
     CandidateScores,
@@ -52,6 +54,7 @@ from prefcall.engine.base import (
 )
 from prefcall.engine.served.base import (
     FORCED_RUNNER_UP,
+    HEAL_TOP,
     ChoiceForm,
     EngineSpec,
     ServedEngine,
@@ -61,6 +64,10 @@ from prefcall.engine.served.base import (
     check_budget,
     estimate_tokens,
     forced_literal_body,
+    gguf_name,
+    gguf_template,
+    heal_last,
+    local_model_file,
     regex_choice,
     sum_covering,
     top_pairs,
@@ -70,6 +77,7 @@ from prefcall.errors import BackendError, EngineError
 
 FLAVOURS = ("vllm", "llama-cpp-python", "sglang", "openai")
 _CHATML = "chatml"
+log = logging.getLogger("prefcall.engine")
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -101,6 +109,7 @@ class OpenAICompatEngine(ServedEngine):
         card = next((m for m in models if m.get("id") == self.model), {})
         self.n_ctx = int(card.get("max_model_len") or 0)
         self.vllm_version: tuple[int, ...] | None = None
+        self.model_file: str | None = None
         template = load_template_setting(settings.engine_chat_template)
         self.layout: ChatLayout | None = None
         self.template_source = "server (chat endpoint)"
@@ -111,10 +120,24 @@ class OpenAICompatEngine(ServedEngine):
             else:
                 self.layout, self.template_source = ChatLayout(self._vllm_render), "server /tokenize + /detokenize"
         elif self.flavour == "llama-cpp-python":
-            source = template if template is not None else load_template_setting(_CHATML)
+            # The server does not expose its template: the setting, else the GGUF's when the file is here, else
+            # ChatML with a warning (a model trained on another template answers worse with it).
+            model_file = local_model_file(self.model)
+            stored = gguf_template(model_file)
+            source = template if template is not None else stored or load_template_setting(_CHATML)
             self.layout = ChatLayout(jinja_renderer(source or ""))
-            self.template_source = "PREFCALL_ENGINE_CHAT_TEMPLATE" if template is not None else \
-                "ChatML (the server does not expose its template: set PREFCALL_ENGINE_CHAT_TEMPLATE)"
+            # the file's model rendered with the file's template: the in-process engine's prompts (storage.fits)
+            self.model_file = model_file if stored is not None and source == stored else None
+            if template is not None:
+                self.template_source = "PREFCALL_ENGINE_CHAT_TEMPLATE"
+            elif stored is not None:
+                self.template_source = f"the GGUF file ({self.model_file})"
+                template = stored
+            else:
+                self.template_source = ("ChatML (the server does not expose its template and its model file is not "
+                                        "on this machine: set PREFCALL_ENGINE_CHAT_TEMPLATE)")
+                log.warning("%s: assuming the ChatML chat template (llama-cpp-python's server does not expose its "
+                            "own); set PREFCALL_ENGINE_CHAT_TEMPLATE if the model uses another", self.http.where)
         else:
             # Chat endpoints template server-side; a layout is kept only for its defusing markers.
             self.layout = ChatLayout(jinja_renderer(template or load_template_setting(_CHATML) or ""))
@@ -126,10 +149,14 @@ class OpenAICompatEngine(ServedEngine):
         model_name = str(self.model)
         if model_name.endswith(".gguf"):
             model_name = model_name.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".gguf")
+        # llama-cpp-python's server scores as the in-process engine does (teacher forcing, raw, healed); on a model
+        # file that is here it is the same model, so it is named as in-process and shares its fit (storage.fits).
+        llama = self.flavour == "llama-cpp-python"
         self._info = EngineInfo(
-            model_path=f"{spec.url} ({self.model})", model_name=model_name, backend=self.backend,
-            n_ctx=self.n_ctx, n_gpu_layers=0, chat_template=template,
+            model_path=f"{spec.url} ({self.model})", model_name=gguf_name(self.model_file) or model_name,
+            backend=self.backend, n_ctx=self.n_ctx, n_gpu_layers=0, chat_template=template,
             capabilities=self._capabilities(), extra=self._extra(n_ctx_note),
+            scores=LLAMA_CPP_SCORES if llama else "", model_file=self.model_file,
         )
 
     # -- discovery ----------------------------------------------------------------------------------------------
@@ -423,8 +450,11 @@ class OpenAICompatEngine(ServedEngine):
             raise EngineError("a candidate is empty: pass non-empty candidate strings")
         if self.flavour in ("vllm", "llama-cpp-python"):
             healed, texts = heal_boundary(prompt, candidates)
-            score = self._score_vllm if self.flavour == "vllm" else self._score_literal
-            return replace(score(healed, texts, scope, cancel), candidates=list(candidates))
+            if self.flavour == "vllm":
+                scored = self._score_vllm(healed, texts, scope, cancel)
+            else:
+                scored = self._score_literal(healed, texts, scope, cancel, heal_end)
+            return replace(scored, candidates=list(candidates))
         if self.flavour == "sglang":
             return self.score_by_choice(prompt, candidates, scope=scope, cancel=cancel)
         raise self.missing("score candidates", "an OpenAI-compatible server offers neither prompt logprobs nor a "
@@ -469,8 +499,9 @@ class OpenAICompatEngine(ServedEngine):
                                time.perf_counter() - started)
 
     def _score_literal(self, prompt: Prompt, candidates: Sequence[str], scope: Scope,
-                       cancel: Cancel | None) -> CandidateScores:
-        """llama-cpp-python: teacher forcing, one request per candidate (see `forced_literal_body`)."""
+                       cancel: Cancel | None, heal_end: bool = False) -> CandidateScores:
+        """llama-cpp-python: teacher forcing, one request per candidate (see `forced_literal_body`); `heal_end`
+        asks for the top alternatives and heals the closing quote (`heal_last`)."""
         started = time.perf_counter()
         text = self._prompt_text(prompt)
         ids = self._tokenize(text, cancel=cancel)
@@ -481,15 +512,18 @@ class OpenAICompatEngine(ServedEngine):
             check_cancel(cancel)
             safe = self._defuse(candidate)
             canonical = list(self._tokenize(safe, cancel=cancel))[bos:]
-            body = {"model": self.model, "prompt": text, "temperature": 0.0, "logprobs": 1, "repeat_penalty": 1.0,
+            body = {"model": self.model, "prompt": text, "temperature": 0.0, "logprobs": HEAL_TOP if heal_end else 1,
+                    "repeat_penalty": 1.0,
                     "top_k": 1, "seed": 0, "stream": True,
                     **forced_literal_body(safe, canonical, "max_tokens", dict_bias=True)}
             state = StreamState()
             with self.http.stream("/v1/completions", body, cancel=cancel) as events:
                 for event in events:
-                    self._absorb_completion(state, event, 0)
+                    self._absorb_completion(state, event, HEAL_TOP if heal_end else 0)
             self._check_logprobs(state)
             total, used = sum_covering(state.tokens, safe, self.http.where)
+            if heal_end:
+                total += heal_last(state.tokens, used)
             scores.append(total)
             counts.append(used)
         return CandidateScores(list(candidates), scores, counts, PromptUsage(len(ids), len(ids), 0),
