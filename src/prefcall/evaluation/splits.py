@@ -242,6 +242,10 @@ RULES: dict[str, Rule] = {r.path: r for r in [
          "out; the rest half and half by hash"),
     Rule("repo:tests/data/nlt/dev.jsonl", "id", [], "tune", [], "prefcall's NLT dev set: the NLT rule's fit"),
     Rule("repo:tests/data/nlt/report.jsonl", "id", [], "report", [], "prefcall's NLT report set"),
+    Rule("repo:tests/data/select/items.jsonl", "id", [], "inherit", [],
+         "prefcall's selection sets (one, none and two of N tools; injected tools): items converted from shared data "
+         "take the part their source items have in this file (mixed or retired -> retired); a hand-written query's "
+         "items halve by the hash of their `group`, so a query's variants stay on one side"),
     Rule("repo:tests/data/nlt2/items.jsonl", "id", [], "inherit", [],
          "prefcall's second NLT set (NLT that travels), split both ways so a rule fitted on either NLT set is "
          "reported on the other: hand-written items half and half by hash of id; items converted from shared data "
@@ -319,8 +323,9 @@ def build_source(name: str, rule: Rule, path: Path, built: dict[str, SourceSplit
             out.report.append(key)
         elif rule.rest == "tune":
             out.tune.append(key)
-        else:
-            (out.report if half(name, key) == "report" else out.tune).append(key)
+        else:  # an item of a `group` (a query's variants in the selection sets) halves by the group, not its id
+            group = record.get("group") if isinstance(record, dict) else None
+            (out.report if half(name, str(group or key)) == "report" else out.tune).append(key)
     return out
 
 

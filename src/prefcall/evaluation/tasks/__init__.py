@@ -63,6 +63,12 @@ def _relevance() -> Task:  # abstention across sources: no-call, false refusals,
     return TASK
 
 
+def _select() -> Task:  # the selection sets: one, none and two of N tools, injected tools
+    from prefcall.evaluation.tasks.select import TASK
+
+    return TASK
+
+
 TASKS: dict[str, Callable[[], Task]] = {
     "nlsi": _nlsi,
     "tags": _tags,
@@ -72,6 +78,7 @@ TASKS: dict[str, Callable[[], Task]] = {
     "acebench": _acebench,
     "dst": _dst,
     "relevance": _relevance,
+    "select": _select,
 }
 
 
