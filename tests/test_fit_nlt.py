@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 from prefcall.engine.fake import FakeEmbedder, FakeEngine
 from prefcall.evaluation import fit_nlt, splits
@@ -14,10 +15,37 @@ def test_the_fit_reads_the_tune_parts_of_both_sets_and_never_a_report_item():
     by_file: dict[str, set[str]] = {}
     for relative, item in items:
         by_file.setdefault(relative, set()).add(item.id)
-    assert set(by_file) == set(fit_nlt.NLT_FILES)
+    assert set(by_file) == set(fit_nlt.NLT_FILES) == {"tests/data/nlt/dev.jsonl", "tests/data/nlt2/items.jsonl"}
     for relative, ids in by_file.items():
         entry = splits.source_of(fit_nlt.checkout_file(relative))[1]
         assert ids == set(entry.tune) and not ids & set(entry.report)
+    # asked for, the selection sets: their tune part's one, none and two of at most ten tools (not the injected
+    # ones, not the large lists), never a report item
+    chosen = fit_nlt.nlt_tune_items(("select",))
+    select = {item.id for _, item in chosen}
+    entry = splits.source_of(fit_nlt.checkout_file("tests/data/select/items.jsonl"))[1]
+    assert select <= set(entry.tune) and not select & set(entry.report)
+    assert select and all(i.rsplit("-", 1)[1] in ("one", "none", "two") for i in select)
+    assert all(int(re.search(r"-n(\d+)-", i).group(1)) <= 10 for i in select)
+
+
+def test_the_fit_takes_the_best_sentence_cosine_where_it_fits_the_tune_items_better():
+    # Two tools, each matched by one sentence of a two-part request: the whole request's cosine is lukewarm for
+    # both (0.5 against 0.45 for the tool that does not fit), each sentence's best is clear (0.9 against 0.3).
+    whole = [({"a": (None, 0.0, 0.5), "b": (None, 0.0, 0.5), "c": (None, 0.0, 0.45)}, {"a", "b"}),
+             ({"a": (None, 0.0, 0.45), "b": (None, 0.0, 0.5), "c": (None, 0.0, 0.5)}, {"b"})]
+    sentence = [({"a": (None, 0.0, 0.9), "b": (None, 0.0, 0.9), "c": (None, 0.0, 0.3)}, {"a", "b"}),
+                ({"a": (None, 0.0, 0.3), "b": (None, 0.0, 0.9), "c": (None, 0.0, 0.3)}, {"b"})]
+    fitted = fit_nlt.fit(whole, by_sentence=(sentence, []))
+    assert fitted["embedder_only"][0].sentence_cosine and fitted["embedder_only"][1] == 1.0
+    assert not fit_nlt.fit(whole)["embedder_only"][0].sentence_cosine
+    # a model whose fit gave it no weight takes the new rule without the model, its earlier fit named
+    earlier = {"gguf-sha256:m|e": {"model": "m", "model_weight": 0.0, "lexical_weight": 0.25, "fit": {"command": "x"}},
+               "gguf-sha256:n|e": {"model": "n", "model_weight": 0.5, "fit": {"command": "y"}}}
+    written = fit_nlt.rules_file(earlier, fitted, None, "none", "e", {"command": "now"})
+    assert written["gguf-sha256:m|e"]["sentence_cosine"] and written["gguf-sha256:m|e"]["fit"] == {"command": "now"}
+    assert written["gguf-sha256:m|e"]["model_fit"]["fit"] == {"command": "x"}
+    assert written["gguf-sha256:n|e"] == earlier["gguf-sha256:n|e"]  # a model that earned its weight keeps its rule
 
 
 def test_collect_records_every_kind_of_evidence_and_the_fit_gives_both_rules():

@@ -373,6 +373,26 @@ def test_a_rule_without_model_weight_never_calls_the_model_and_says_what_decided
         select_tools(engine, "where is my order", tools, rule=rule)
 
 
+def test_a_sentence_cosine_rule_scores_each_tool_by_the_requests_best_sentence() -> None:
+    # "Track my order. Also, start a return for the shoes.": each tool is matched by one sentence; the whole
+    # request's vector is a blend of both.
+    embedder = FakeEmbedder()
+    specs = as_tool_specs([{"name": "track_order", "description": "Track the shipping status of an order."},
+                           {"name": "start_return", "description": "Return an item for a refund."}])
+    message = "Track my order please. Also, start a return for the shoes."
+    best = nlt.embedding_scores(embedder, specs, message, by_sentence=True)
+    parts = [nlt.embedding_scores(embedder, specs, part) for part in ("Track my order please.",
+                                                                       "Also, start a return for the shoes.")]
+    for spec in specs:
+        assert best[spec.name] == pytest.approx(max(p[spec.name] for p in parts), abs=1e-6)
+    one = "Track my order please."  # one sentence: the same cosine either way
+    assert nlt.embedding_scores(embedder, specs, one, by_sentence=True) == nlt.embedding_scores(embedder, specs, one)
+    rule = DecisionRule(model_weight=0.0, embedding_weight=1.0, threshold=-1.0, sentence_cosine=True, source="t")
+    result = select_tools(FakeEngine(), message, [{"name": s.name, "description": s.description} for s in specs],
+                          rule=rule, embedder=embedder)
+    assert {d.name: d.cosine for d in result.decisions} == pytest.approx(best)
+
+
 def test_an_embedding_rule_for_any_model_is_found_by_the_embedders_name(monkeypatch: pytest.MonkeyPatch) -> None:
     embedder = FakeEmbedder()
     monkeypatch.setattr(nlt, "_packaged_rules", lambda: {f"*|{embedder.name}": {

@@ -61,6 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--nlt", action="store_true",
                         help="fit select_tools_nlt's decision rule instead, on the tune parts of both NLT sets "
                         "(a source checkout's tests/data/nlt and tests/data/nlt2), with and without the model")
+    parser.add_argument("--nlt-sets", metavar="SETS",
+                        help="with --nlt: the tune parts it reads, of nlt, nlt2 and select (default: nlt,nlt2)")
     parser.add_argument("--nlt-out", metavar="PATH",
                         help="with --nlt: also write the rules into this nlt_rules.json (maintainers: "
                         "src/prefcall/data/nlt_rules.json)")
@@ -309,19 +311,25 @@ def _fit_nlt(args: argparse.Namespace, settings: Settings) -> int:
     from prefcall.evaluation.runner import Progress, git_commit
     from prefcall.storage import fits
 
-    items = fit_nlt.nlt_tune_items()
+    sets = tuple(x.strip() for x in (args.nlt_sets or ",".join(fit_nlt.DEFAULT_SETS)).split(",") if x.strip())
+    items = fit_nlt.nlt_tune_items(sets)
     engine, embedder = (None if args.embedder_only else load_engine(settings)), load_embedder(settings)
     progress = Progress(len(items), sys.stderr, label="fit --nlt")
     examples = fit_nlt.collect(engine, embedder, items, lambda _: progress.advance())
     progress.close()
     large = fit_nlt.large_list_examples(embedder)
-    fitted = fit_nlt.fit(examples, large)
+    # without the model, the same items again with the cosine of each request's best sentence (cheap: embeddings)
+    by_sentence = (fit_nlt.collect(None, embedder, items, by_sentence=True),
+                   fit_nlt.large_list_examples(embedder, by_sentence=True)) if engine is None else None
+    fitted = fit_nlt.fit(examples, large, by_sentence=by_sentence)
     fingerprint = fits.engine_fingerprint(engine, settings.data_dir) if engine is not None else None
     model = engine.info.model_name if engine is not None else "none (--embedder-only)"
     counts = dict(Counter(relative for relative, _ in items))
     note = {"command": "prefcall fit " + " ".join(sys.argv[2:]), "commit": git_commit(),
-            "data": "tune parts of tests/data/nlt and tests/data/nlt2 (prefcall/data/splits.json); the large-list "
-                    "terms also read the tune requests of tests/data/catalogue200 against 10, 50 and 200 tools",
+            "data": f"tune parts of {', '.join(fit_nlt.SETS[name] for name in sets)} (prefcall/data/splits.json"
+                    + ("; of tests/data/select: one, none and two of at most ten tools" if "select" in sets else "")
+                    + "); the large-list terms also read the tune requests of tests/data/catalogue200 against 10, "
+                    "50 and 200 tools",
             "items": {**counts, "tests/data/catalogue200 lists": len(large)}}
     if args.nlt_out:
         base = json.loads((resources.files("prefcall") / "data" / "nlt_rules.json").read_text(encoding="utf-8"))

@@ -38,7 +38,7 @@ import numpy as np
 from prefcall.engine.base import Embedder, Engine, Prompt
 from prefcall.errors import ValidationError
 from prefcall.retrieval.hybrid import BM25Index
-from prefcall.retrieval.text import split_identifier
+from prefcall.retrieval.text import sentences, split_identifier
 from prefcall.retrieval.vectors import TOOL_VECTORS
 from prefcall.schemas.model import Catalogue, Function
 from prefcall.storage import fits
@@ -298,15 +298,19 @@ def lexical_scores(specs: Sequence[ToolSpec], message: str, history: History = (
 
 
 def embedding_scores(embedder: Embedder, specs: Sequence[ToolSpec], message: str,
-                     history: History = ()) -> dict[str, float]:
+                     history: History = (), *, by_sentence: bool = False) -> dict[str, float]:
     """The embedder's cosine of the request with each tool's "humanised name: description" (the text the
-    relevance rule embeds). Earlier turns count at half weight, as in `lexical_scores`."""
+    relevance rule embeds). Earlier turns count at half weight, as in `lexical_scores`. `by_sentence`
+    (DecisionRule.sentence_cosine): a request of several sentences scores each tool by its best sentence."""
     tools = TOOL_VECTORS.get(embedder, [function_text(s.name, s.description) for s in specs])
-    requests = [message] + ([" ".join(text for _, text in history[-2:])] if history else [])
+    parts = sentences(message) if by_sentence else []
+    requests = (parts if len(parts) > 1 else [message]) + \
+        ([" ".join(text for _, text in history[-2:])] if history else [])
     vectors = np.asarray(embedder.embed(requests), dtype=np.float32)
-    scores = tools @ vectors[0]
+    own = vectors[:-1] if history else vectors
+    scores = (tools @ own.T).max(axis=1)
     if history:
-        scores = scores + 0.5 * (tools @ vectors[1])
+        scores = scores + 0.5 * (tools @ vectors[-1])
     return {s.name: float(v) for s, v in zip(specs, scores)}
 
 
@@ -463,7 +467,7 @@ def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: st
     baseline, cached = (content_free_logodds(engine, scored, context, usage, cache, per_tool) if asked and calibrate
                         else ({s.name: 0.0 for s in scored}, None))
     lexical = lexical_scores(specs, message, history)
-    cosines = embedding_scores(embedder, specs, message, history) \
+    cosines = embedding_scores(embedder, specs, message, history, by_sentence=chosen.sentence_cosine) \
         if embedder is not None and (chosen.embedding_weight or all_evidence) else None
     decisions = []
     for spec in specs:

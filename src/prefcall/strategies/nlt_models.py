@@ -61,6 +61,9 @@ class DecisionRule(BaseModel):
     threshold: float = 0.0
     size_slope: float = 0.0
     margin: float | None = None
+    # the cosine is the best of the request's sentences (a request that asks for two things matches each of its
+    # tools in one sentence; the whole request's vector matches neither well); False: the whole request's
+    sentence_cosine: bool = False
     source: str = "default (no rule fitted for this model): calibrated P(YES) > 0.5"
 
     def threshold_for(self, tools: int) -> float:

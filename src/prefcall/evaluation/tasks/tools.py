@@ -138,8 +138,10 @@ def baseline_evidence(item: EvalItem, embedder: Any) -> dict[str, Any]:
     specs = as_tool_specs(item.input["tools"])
     history = [(str(r), str(t)) for r, t in item.input.get("history") or []]
     lexical = lexical_scores(specs, item.input["text"], history)
-    cosine = embedding_scores(embedder, specs, item.input["text"], history)
     rule = baseline_rule(embedder)
+    # the cosine the fitted baseline decides by (the request's best sentence when its rule says so)
+    cosine = embedding_scores(embedder, specs, item.input["text"], history,
+                              by_sentence=rule is not None and rule.sentence_cosine)
     return {"tools": {s.name: [lexical[s.name], cosine[s.name]] for s in specs},
             "threshold_rule": rule.model_dump() if rule is not None else None}
 
