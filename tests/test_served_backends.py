@@ -318,6 +318,19 @@ def test_refused_connection_is_retried_then_reported():
     assert stub.count("/props") == 3 and len(clock.sleeps) == 2
 
 
+def test_a_connection_the_server_closed_before_answering_is_sent_again_at_once():
+    # llama-server drops idle kept-alive connections; the next request on one fails before any answer.
+    stub, _ = llama_server_stub()
+    clock = FakeClock()
+    engine = build(stub, "llama-server:http://stub:8080", clock, engine_retries=2)
+    stub.route("POST", "/tokenize", [httpx.RemoteProtocolError("Server disconnected without sending a response."),
+                                     httpx.Response(200, json={"tokens": [5, 6]})])
+    assert engine.count_tokens("hi") == 2 and not clock.sleeps
+    stub.route("POST", "/tokenize", httpx.RemoteProtocolError("Server disconnected without sending a response."))
+    with pytest.raises(BackendError, match="failed on /tokenize"):
+        engine.count_tokens("hello again")
+
+
 def test_timeout_is_a_typed_error_and_is_not_retried():
     stub, _ = llama_server_stub()
     engine = build(stub, "llama-server:http://stub:8080")

@@ -162,3 +162,65 @@ def test_cancel_and_overflow(server_engine):
     with pytest.raises(ContextOverflowError):
         server_engine.generate(chat("word " * 5000), max_tokens=4)
     assert server_engine.generate(chat("Hi"), max_tokens=2).completion_tokens >= 1
+
+
+@pytest.fixture(scope="module")
+def one_slot_server(tmp_path_factory):
+    """llama-server on the embedded model with one slot of the in-process test engine's context (4096 tokens)."""
+    from prefcall.engine.embedded import embedded_model_path
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = tmp_path_factory.mktemp("llama-server-one") / "server.log"
+    command = [BINARY, "-m", str(embedded_model_path()), "--host", "127.0.0.1", "--port", str(port),
+               "-t", "1", "-tb", "1", "-c", "4096", "--parallel", "1", "--no-webui", "--seed", "0", "-fa", "off"]
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"llama-server exited ({process.returncode}): {log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"llama-server did not start in 90 s: {log.read_text()[-2000:]}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def test_answers_as_the_in_process_engine(one_slot_server, real_engine, real_embedder, tmp_path):
+    # The answer parity of tests/test_served_answers.py, through llama-server: the file it names is here, so it
+    # reads the file's fit, and it heals the closing quote from the alternatives n_probs lists.
+    import anyio
+
+    from prefcall.evaluation.parity import compare
+    from prefcall.engine import load_engine
+    from prefcall.storage import fits
+
+    engine = load_engine(Settings(engine=f"llama-server:{one_slot_server}", n_ctx=4096, engine_timeout_s=120))
+    try:
+        assert fits.engine_fingerprint(engine, tmp_path) == fits.engine_fingerprint(real_engine, tmp_path)
+        settings = Settings(data_dir=tmp_path / "data")
+        report = anyio.run(compare, real_engine, engine, real_embedder, settings, settings)
+    finally:
+        engine.close()
+    summary = report.summary()
+    target = os.environ.get("PREFCALL_PARITY_ANSWERS")
+    if target:
+        with open(target + ".llama-server.json", "w", encoding="utf-8") as handle:
+            json.dump([r.as_json() for r in report.rows] + [summary], handle, indent=1)
+    assert len(report.rows) >= 20 and not any(r.error for r in report.rows)
+    assert report.noise.median < 0.1 and summary["stable"] >= 0.6 * len(report.rows), summary
+    assert not report.failures, json.dumps([r.as_json() for r in report.failures], indent=1)

@@ -190,7 +190,7 @@ async def run_cases(engine: Engine, embedder: Embedder | None, settings: Setting
     tap = engine if isinstance(engine, ScoreTap) else ScoreTap(engine)
     runs: dict[str, CaseRun] = {}
     with tempfile.TemporaryDirectory(prefix="prefcall-parity-") as folder:  # a fresh database per run
-        fresh = settings.model_copy(update={"data_dir": Path(folder)})
+        fresh = settings.model_copy(update={"data_dir": Path(folder), "db_path": None})
         await _run(tap, embedder, fresh, catalogues, cases, runs)
     return runs
 

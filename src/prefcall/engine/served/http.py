@@ -83,6 +83,12 @@ class HttpClient:
         except httpx.TimeoutException as exc:
             raise BackendTimeoutError(f"{self.where} did not answer {path} within {self.timeout_s:g} s: raise "
                                       "PREFCALL_ENGINE_TIMEOUT_S or check the server's load") from exc
+        except httpx.RemoteProtocolError as exc:
+            # The server closed a kept-alive connection before answering (llama-server drops idle ones): nothing
+            # was answered, so the request goes again at once, on a new connection.
+            if attempt < self.retries:
+                return None
+            raise BackendError(f"{self.where} failed on {path} ({_short(exc)}): check the server") from exc
         except httpx.HTTPError as exc:
             raise BackendError(f"{self.where} failed on {path} ({_short(exc)}): check the server") from exc
 
