@@ -46,13 +46,13 @@ from prefcall.engine.base import (
     heal_boundary,
 )
 from prefcall.engine.served.base import (
+    HEAL_TOP,
     EngineSpec,
     ServedEngine,
     StreamState,
     apply_stop,
     check_budget,
     forced_literal_body,
-    HEAL_TOP,
     gguf_name,
     gguf_template,
     heal_last,
