@@ -264,6 +264,10 @@ def section_served(ctx: BenchContext) -> dict[str, Any]:
     if answers:
         headline.append(("answers the same served (all / clear of the noise)",
                          f"{answers['same']}/{answers['requests']} / {answers['stable_same']}/{answers['stable']}"))
+        parse = {name: times.get("parse_request") for name, times in answers.get("seconds", {}).items()}
+        if all(parse.values()) and parse:
+            headline.append(("parse_request p50 / p95 s in-process; served (MCP, one client)",
+                             "; ".join(f"{t['p50']} / {t['p95']}" for t in parse.values())))
     stub = figures["client_overhead"]["levels"]
     headline.append(("client vs 250 ms stub: rps at 1/4/16",
                      " / ".join(str(stub[str(c)]["throughput_rps"]) for c in LEVELS)))

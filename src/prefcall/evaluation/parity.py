@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -179,6 +180,7 @@ class CaseRun:
     answer: dict[str, Any] = field(default_factory=dict)
     calls: list[tuple[str, tuple[str, ...], tuple[float, ...]]] = field(default_factory=list)
     error: str | None = None
+    seconds: float = 0.0  # the tool call's wall time through MCP
 
 
 async def run_cases(engine: Engine, embedder: Embedder | None, settings: Settings,
@@ -224,10 +226,12 @@ async def _run(tap: ScoreTap, embedder: Embedder | None, settings: Settings, cat
                     arguments["elicit"] = False
             start = len(tap.calls)
             run = CaseRun(case)
+            began = time.perf_counter()
             try:
                 run.answer = answer_of(case.tool, await _ok(client, case.tool, arguments))
             except RuntimeError as exc:
                 run.error = str(exc)
+            run.seconds = time.perf_counter() - began
             run.calls = tap.calls[start:]
             runs[case.id] = run
 
@@ -260,6 +264,7 @@ class ParityReport:
     rows: list[ParityRow]
     noise: ScoreNoise
     amplitude: float  # the noise each in-process answer was shaken by: max(NOISE_FLOOR, noise.p95)
+    seconds: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # engine -> tool -> p50, p95
 
     @property
     def failures(self) -> list[ParityRow]:
@@ -278,7 +283,7 @@ class ParityReport:
                                 "p95": round(self.noise.p95, 3), "max": round(self.noise.worst, 3),
                                 "over_1_nat": [list(o) for o in self.noise.outliers]},
                 "unstable": [r.as_json() for r in self.unstable],
-                "differ": [r.as_json() for r in self.rows if not r.same]}
+                "differ": [r.as_json() for r in self.rows if not r.same], "seconds": self.seconds}
 
 
 async def compare(local: Engine, served: Engine, embedder: Embedder | None, local_settings: Settings,
@@ -297,4 +302,18 @@ async def compare(local: Engine, served: Engine, embedder: Embedder | None, loca
         rows.append(ParityRow(key, run.case.tool, run.answer, served_run.answer,
                               run.answer == served_run.answer and run.error is None and served_run.error is None,
                               stable, smallest_gap(run.calls), run.error or served_run.error))
-    return ParityReport(rows, noise, amplitude)
+    seconds = {"in-process": tool_seconds(base), "served": tool_seconds(other)}
+    return ParityReport(rows, noise, amplitude, seconds)
+
+
+def tool_seconds(runs: dict[str, CaseRun]) -> dict[str, dict[str, float]]:
+    """Per tool: how many requests and the p50 / p95 of their wall time through MCP (one sequential client)."""
+    by_tool: dict[str, list[float]] = {}
+    for run in runs.values():
+        by_tool.setdefault(run.case.tool, []).append(run.seconds)
+    out = {}
+    for tool, values in sorted(by_tool.items()):
+        values.sort()
+        out[tool] = {"n": len(values), "p50": round(values[len(values) // 2], 2),
+                     "p95": round(values[min(len(values) - 1, int(0.95 * len(values)))], 2)}
+    return out
