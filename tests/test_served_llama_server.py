@@ -12,14 +12,12 @@ import json
 import math
 import os
 import shutil
-import socket
-import subprocess
-import time
 
 import httpx
 import jsonschema
 import pytest
 
+from prefcall.bench.served import free_port, server_process
 from prefcall.config import Settings
 from prefcall.engine.base import Prompt, Scope
 from prefcall.engine.fake import CancelAfter
@@ -43,40 +41,23 @@ def chat(text: str, prefix: str = "") -> Prompt:
     return Prompt.chat("You are a helpful assistant.", text, prefix=prefix)
 
 
-@pytest.fixture(scope="module")
-def llama_server(tmp_path_factory):
+def llama_server_command(port: int, parallel: int) -> list[str]:
     from prefcall.engine.embedded import embedded_model_path
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    return [BINARY, "-m", str(embedded_model_path()), "--host", "127.0.0.1", "--port", str(port), "-t", "1", "-tb",
+            "1", "-c", "4096", "--parallel", str(parallel), "--no-webui", "--seed", "0",
+            "-fa", "off"]  # llama-cpp-python's default: the same attention kernels as the in-process engine
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory):
+    port = free_port()
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
-    command = [BINARY, "-m", str(embedded_model_path()), "--host", "127.0.0.1", "--port", str(port),
-               "-t", "1", "-tb", "1", "-c", "4096", "--parallel", "2", "--no-webui", "--seed", "0",
-               "-fa", "off"]  # llama-cpp-python's default: the same attention kernels as the in-process engine
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"llama-server exited ({process.returncode}): {log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"llama-server did not start in 90 s: {log.read_text()[-2000:]}")
-            time.sleep(0.3)
-        yield url
+        with server_process(llama_server_command(port, 2), f"http://127.0.0.1:{port}", "/health", log,
+                            what="llama-server", wait_s=90) as url:
+            yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
         if os.environ.get("PREFCALL_PARITY_REPORT") and REPORT:
             path = os.environ["PREFCALL_PARITY_REPORT"] + ".llama-server.json"
             with open(path, "w", encoding="utf-8") as handle:
@@ -167,37 +148,11 @@ def test_cancel_and_overflow(server_engine):
 @pytest.fixture(scope="module")
 def one_slot_server(tmp_path_factory):
     """llama-server on the embedded model with one slot of the in-process test engine's context (4096 tokens)."""
-    from prefcall.engine.embedded import embedded_model_path
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     log = tmp_path_factory.mktemp("llama-server-one") / "server.log"
-    command = [BINARY, "-m", str(embedded_model_path()), "--host", "127.0.0.1", "--port", str(port),
-               "-t", "1", "-tb", "1", "-c", "4096", "--parallel", "1", "--no-webui", "--seed", "0", "-fa", "off"]
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"llama-server exited ({process.returncode}): {log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"llama-server did not start in 90 s: {log.read_text()[-2000:]}")
-            time.sleep(0.3)
+    with server_process(llama_server_command(port, 1), f"http://127.0.0.1:{port}", "/health", log,
+                        what="llama-server", wait_s=90) as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 def test_answers_as_the_in_process_engine(one_slot_server, real_engine, real_embedder, tmp_path):

@@ -56,40 +56,35 @@ def server_extra_installed() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in SERVER_MODULES)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
 @contextlib.contextmanager
-def llama_cpp_python_server(model: Path, *, threads: int, n_ctx: int, log: Path,
-                            started: list[subprocess.Popen] | None = None) -> Iterator[str]:
-    """llama-cpp-python's OpenAI-compatible server on 127.0.0.1 (a free port); its URL while the block runs
-    (`started` gets its process, for callers that measure it)."""
-    port = _free_port()
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-               "--port", str(port), "--n_threads", str(threads), "--n_threads_batch", str(threads),
-               "--n_ctx", str(n_ctx), "--seed", "0"]
+def server_process(command: list[str], url: str, health: str, log: Path, *, what: str, wait_s: float = 120,
+                   started: list[subprocess.Popen] | None = None) -> Iterator[str]:
+    """A server run as a child process (its output in `log`), waited for until GET `health` answers 200, stopped
+    when the block ends; yields `url` (`started` gets the process, for callers that measure it)."""
     import httpx
 
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     if started is not None:
         started.append(process)
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + wait_s
         while True:
             if process.poll() is not None:
-                raise RuntimeError(f"llama-cpp-python server exited: {log.read_text()[-500:]}")
+                raise RuntimeError(f"{what} exited ({process.returncode}): {log.read_text()[-2000:]}")
             try:
-                if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
+                if httpx.get(f"{url}{health}", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError("llama-cpp-python server did not start within 120 s")
+                raise RuntimeError(f"{what} did not start within {wait_s:g} s: {log.read_text()[-2000:]}")
             time.sleep(0.3)
         yield url
     finally:
@@ -98,6 +93,20 @@ def llama_cpp_python_server(model: Path, *, threads: int, n_ctx: int, log: Path,
             process.wait(timeout=15)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+@contextlib.contextmanager
+def llama_cpp_python_server(model: Path, *, threads: int, n_ctx: int, log: Path,
+                            started: list[subprocess.Popen] | None = None) -> Iterator[str]:
+    """llama-cpp-python's OpenAI-compatible server on 127.0.0.1 (a free port); its URL while the block runs
+    (`started` gets its process, for callers that measure it)."""
+    port = free_port()
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
+               "--port", str(port), "--n_threads", str(threads), "--n_threads_batch", str(threads),
+               "--n_ctx", str(n_ctx), "--seed", "0"]
+    with server_process(command, f"http://127.0.0.1:{port}", "/v1/models", log, what="llama-cpp-python server",
+                        started=started) as url:
+        yield url
 
 
 def _prompt(ctx: BenchContext, i: int, prefix: str = "") -> Prompt:

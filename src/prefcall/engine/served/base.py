@@ -166,26 +166,15 @@ def local_model_file(reported: Any) -> str | None:
     return str(path.resolve()) if path.is_file() else None
 
 
-def gguf_template(model_file: str | None) -> str | None:
-    """The chat template stored in a local GGUF file (None without one)."""
+def gguf_info(model_file: str | None) -> Any:
+    """The metadata of a local GGUF file (engine.gguf_meta.GGUFInfo: its `chat_template`, its `name`), None
+    without a readable one."""
     if not model_file:
         return None
     from prefcall.engine.gguf_meta import read_gguf_info
 
     try:
-        return read_gguf_info(model_file).chat_template
-    except (OSError, ValueError):
-        return None
-
-
-def gguf_name(model_file: str | None) -> str | None:
-    """The `general.name` of a local GGUF file: the name the in-process engine reports for it."""
-    if not model_file:
-        return None
-    from prefcall.engine.gguf_meta import read_gguf_info
-
-    try:
-        return read_gguf_info(model_file).name
+        return read_gguf_info(model_file)
     except (OSError, ValueError):
         return None
 

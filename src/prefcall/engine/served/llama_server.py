@@ -53,8 +53,7 @@ from prefcall.engine.served.base import (
     apply_stop,
     check_budget,
     forced_literal_body,
-    gguf_name,
-    gguf_template,
+    gguf_info,
     heal_last,
     local_model_file,
     sum_covering,
@@ -96,11 +95,12 @@ class LlamaServerEngine(ServedEngine):
         # the file's model with the file's template (the server's own, unless its --chat-template replaced it or a
         # template is set here): the in-process engine's prompts, so it shares the file's fit (storage.fits)
         model_file = local_model_file(model_path)
+        meta = gguf_info(model_file)
         in_use = template_setting if template_setting is not None else props.get("chat_template")
-        self.model_file = model_file if model_file and in_use in (None, gguf_template(model_file)) else None
+        self.model_file = model_file if model_file and in_use in (None, meta and meta.chat_template) else None
         self._info = EngineInfo(
             model_path=model_path or spec.url,
-            model_name=spec.model or gguf_name(self.model_file) or
+            model_name=spec.model or (meta.name if self.model_file and meta is not None else None) or
             (model_path.rsplit("/", 1)[-1].removesuffix(".gguf") if model_path else "llama-server"),
             backend=self.backend, n_ctx=self.n_ctx, n_gpu_layers=0,
             chat_template=props.get("chat_template"),

@@ -64,8 +64,7 @@ from prefcall.engine.served.base import (
     check_budget,
     estimate_tokens,
     forced_literal_body,
-    gguf_name,
-    gguf_template,
+    gguf_info,
     heal_last,
     local_model_file,
     regex_choice,
@@ -110,6 +109,7 @@ class OpenAICompatEngine(ServedEngine):
         self.n_ctx = int(card.get("max_model_len") or 0)
         self.vllm_version: tuple[int, ...] | None = None
         self.model_file: str | None = None
+        meta = None  # the local GGUF's metadata (llama-cpp-python's server names its file)
         template = load_template_setting(settings.engine_chat_template)
         self.layout: ChatLayout | None = None
         self.template_source = "server (chat endpoint)"
@@ -123,7 +123,8 @@ class OpenAICompatEngine(ServedEngine):
             # The server does not expose its template: the setting, else the GGUF's when the file is here, else
             # ChatML with a warning (a model trained on another template answers worse with it).
             model_file = local_model_file(self.model)
-            stored = gguf_template(model_file)
+            meta = gguf_info(model_file)
+            stored = meta.chat_template if meta is not None else None
             source = template if template is not None else stored or load_template_setting(_CHATML)
             self.layout = ChatLayout(jinja_renderer(source or ""))
             # the file's model rendered with the file's template: the in-process engine's prompts (storage.fits)
@@ -153,7 +154,8 @@ class OpenAICompatEngine(ServedEngine):
         # file that is here it is the same model, so it is named as in-process and shares its fit (storage.fits).
         llama = self.flavour == "llama-cpp-python"
         self._info = EngineInfo(
-            model_path=f"{spec.url} ({self.model})", model_name=gguf_name(self.model_file) or model_name,
+            model_path=f"{spec.url} ({self.model})",
+            model_name=(meta.name if self.model_file and meta is not None else None) or model_name,
             backend=self.backend, n_ctx=self.n_ctx, n_gpu_layers=0, chat_template=template,
             capabilities=self._capabilities(), extra=self._extra(n_ctx_note),
             scores=LLAMA_CPP_SCORES if llama else "", model_file=self.model_file,
