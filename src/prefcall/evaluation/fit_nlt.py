@@ -23,7 +23,7 @@ from prefcall.errors import ConfigError
 from prefcall.evaluation import splits
 from prefcall.evaluation.data import checkout_file
 from prefcall.evaluation.task import EvalItem
-from prefcall.evaluation.tasks.tools import load_items, message_and_history, read_records
+from prefcall.evaluation.tasks.tools import load_items, message_and_history
 from prefcall.strategies.nlt import Evidence, fit_rule, fit_size_terms, select_tools
 from prefcall.strategies.nlt_models import DecisionRule
 
@@ -54,9 +54,8 @@ def nlt_tune_items(sets: Sequence[str] = DEFAULT_SETS) -> list[tuple[str, EvalIt
         if keep is None:
             raise ConfigError(f"{path} is not a source of the split file: rebuild it with `prefcall split build`")
         items = [item for item in load_items(path) if item.id in keep]
-        if relative.startswith("tests/data/select/"):
-            kinds = {str(r["id"]): (r.get("set"), int(r.get("n", 0))) for r in read_records(path)}
-            items = [i for i in items if kinds[i.id][0] in SELECT_SETS and kinds[i.id][1] <= SELECT_MAX_TOOLS]
+        if relative == SETS["select"]:
+            items = [i for i in items if i.meta.get("set") in SELECT_SETS and int(i.meta["n"]) <= SELECT_MAX_TOOLS]
         out += [(relative, item) for item in items]
     return out
 
@@ -131,7 +130,7 @@ def fit(examples: Examples, large: Examples = (), *, by_sentence: tuple[Examples
                                {"model_weights": (0.0,), "lexical_weights": (0.0,)})}
     variants = [(False, examples, large)] + ([(True, *by_sentence)] if by_sentence else [])
     for key, (label, grid) in kinds.items():
-        best: tuple[float, DecisionRule, float] | None = None
+        best: tuple[DecisionRule, float] | None = None
         for sentence, items, lists in variants:
             rule, _ = fit_rule(items, source=source + label + ("; the cosine of the request's best sentence"
                                                                if sentence else ""), **grid)
@@ -141,10 +140,10 @@ def fit(examples: Examples, large: Examples = (), *, by_sentence: tuple[Examples
                                                                        f"{len(lists)} lists of 10, 50 and 200 tools"})
                 rule, _ = fit_size_terms([*items, *lists], rule)
             accuracy = exact_set(rule, items)
-            if best is None or accuracy > best[0]:
-                best = (accuracy, rule, accuracy)
+            if best is None or accuracy > best[1]:
+                best = (rule, accuracy)
         assert best is not None
-        out[key] = (best[1], best[2])
+        out[key] = best
     return out
 
 

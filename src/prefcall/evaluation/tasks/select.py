@@ -19,7 +19,7 @@ from typing import Any
 from prefcall.errors import ConfigError
 from prefcall.evaluation.metrics.intervals import proportion
 from prefcall.evaluation.task import EvalItem, ScoredItem
-from prefcall.evaluation.tasks.tools import ToolsTask, aggregate, load_items, read_records
+from prefcall.evaluation.tasks.tools import ToolsTask, aggregate, load_items
 
 SETS = ("one", "none", "two", "inject", "control")
 
@@ -78,17 +78,9 @@ class SelectTask(ToolsTask):
         return [Path(data) if data else default_path()]
 
     def load(self, args: argparse.Namespace) -> list[EvalItem]:
-        path = self.data_files(args)[0]
         wanted = sizes_option(getattr(args, "sizes", "10"))
-        records = read_records(path)
-        items = load_items(path)
-        kept = []
-        for record, item in zip(records, items):
-            if wanted is not None and int(record.get("n", 0)) not in wanted:
-                continue
-            item.meta.update({k: record[k] for k in ("set", "n", "injected") if k in record})
-            kept.append(item)
-        return kept
+        items = load_items(self.data_files(args)[0])
+        return [i for i in items if wanted is None or int(i.meta.get("n", 0)) in wanted]
 
     def aggregate(self, items: list[ScoredItem]) -> dict[str, Any]:
         metrics = aggregate(items, per_tool=False)

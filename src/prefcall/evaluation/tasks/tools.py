@@ -58,6 +58,8 @@ def load_items(path: str | Path, answers_path: str | Path | None = None) -> list
         meta = {"n_expected": len(expected), "n_tools": len(record["tools"])}
         if record.get("domain"):
             meta["domain"] = str(record["domain"])
+        # a selection-set item's kind, catalogue size and injected tool (tests/data/select)
+        meta.update({k: record[k] for k in ("set", "n", "injected") if k in record})
         items.append(
             EvalItem(
                 id=str(record.get("id", n)),
