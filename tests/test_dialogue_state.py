@@ -221,3 +221,91 @@ def test_with_the_state_sent_back_the_conversations_function_stays_unless_the_ne
     moved = pipeline.parse("Now find me some concerts", [], catalogue, get_config("full"), state=state)
     assert moved.functions[0] == "FindEvents" and moved.state.active == "FindEvents"
     assert set(moved.state.functions) == {"ReserveRestaurant", "FindEvents"}
+
+
+def test_a_value_the_user_says_in_a_later_turn_replaces_the_one_an_earlier_turn_gave():
+    import json
+    import re
+
+    from prefcall.engine.fake import FakeEmbedder, FakeEngine
+    from prefcall.strategies.pipeline import Pipeline
+    from prefcall.strategies.pipeline_models import get_config
+
+    likes = {"Chez Panisse": -0.1, "Nopa": -0.3}  # both restaurants are likely names; the date is unknown
+
+    def score(prompt: str, candidate: str) -> float:
+        argument = re.search(r'\{"(\w+)": $', prompt)
+        if argument is None:
+            return -0.1 if candidate.strip() == "ReserveRestaurant" else -5.0
+        if argument.group(1) == "restaurant_name":
+            return {json.dumps(k): v for k, v in likes.items()}.get(candidate, -12.0)
+        return -0.1 if candidate == "null" else -12.0
+
+    turns = [Turn(role="user", content="Book a table at Chez Panisse"),
+             Turn(role="assistant", content="For which date?",
+                  calls=[Call(name="ReserveRestaurant", arguments={"restaurant_name": "Chez Panisse"})]),
+             Turn(role="user", content="Actually, make it Nopa, on March 8th")]
+    result = Pipeline(FakeEngine(scorer=score), FakeEmbedder()).parse(turns, [], _reserve(), get_config("full"))
+    assert result.calls[0].arguments == {"restaurant_name": "Nopa", "date": "March 8th"}
+    held = result.state.functions["ReserveRestaurant"].arguments
+    assert (held["restaurant_name"].value, held["restaurant_name"].turn) == ("Nopa", 1)
+    # Named first in the opening turn and again in the newest one, a value counts as said last: it wins over a
+    # more probable one of the opening turn alone.
+    likes.update({"Chez Panisse": -0.3, "Nopa": -0.1})
+    again = [Turn(role="user", content="Book a table at Chez Panisse or else at Nopa"), turns[1],
+             Turn(role="user", content="Chez Panisse is fine, on March 8th")]
+    kept = Pipeline(FakeEngine(scorer=score), FakeEmbedder()).parse(again, [], _reserve(), get_config("full"))
+    assert kept.calls[0].arguments["restaurant_name"] == "Chez Panisse"
+
+
+def test_re_sending_the_dialogue_keeps_the_conversations_function_as_sending_the_state_does():
+    from prefcall.engine.fake import FakeEmbedder, FakeEngine
+    from prefcall.schemas.model import Catalogue, Function
+    from prefcall.strategies.pipeline import Pipeline
+    from prefcall.strategies.pipeline_models import get_config
+
+    events = Function(name="FindEvents", description="Find concerts and games in a city.",
+                      parameters={"type": "object", "properties": {"city": {"type": "string"}}})
+    catalogue = Catalogue(name="mixed", functions=[*_reserve().functions, events])
+
+    def score(prompt: str, candidate: str) -> float:  # stage 1 always prefers FindEvents, by a little
+        return {"FindEvents": -0.5, "ReserveRestaurant": -1.0}.get(candidate.strip(), -12.0)
+
+    earlier = [Turn(role="user", content="Book a table at Chez Panisse"),
+               Turn(role="assistant", content="Please confirm: a table at Chez Panisse.",
+                    calls=[Call(name="ReserveRestaurant", arguments={"restaurant_name": "Chez Panisse"})])]
+    pipeline = Pipeline(FakeEngine(scorer=score), FakeEmbedder())
+    resent = pipeline.parse([*earlier, Turn(role="user", content="Is it expensive?")], [], catalogue,
+                            get_config("full"))
+    sent = pipeline.parse("Is it expensive?", [], catalogue, get_config("full"),
+                          state=DialogueState.from_turns(earlier))
+    assert resent.functions[0] == sent.functions[0] == "ReserveRestaurant"
+    assert resent.state.active == sent.state.active == "ReserveRestaurant"
+    moved = pipeline.parse([*earlier, Turn(role="user", content="Now find me some concerts")], [], catalogue,
+                           get_config("full"))
+    assert moved.functions[0] == "FindEvents"
+
+
+def test_the_time_or_date_of_the_newest_turn_is_the_arguments_even_where_the_model_prefers_none():
+    from prefcall.engine.fake import FakeEmbedder, FakeEngine
+    from prefcall.strategies.pipeline import Pipeline
+    from prefcall.strategies.pipeline_models import get_config
+
+    said = Turn(role="user", content="Book a table at Chez Panisse on March 5th")
+    offer = Turn(role="assistant", content="So a table at Chez Panisse next Tuesday at 6:30 pm?",
+                 calls=[Call(name="ReserveRestaurant",
+                             arguments={"restaurant_name": "Chez Panisse", "date": "March 5th"})])
+    pipeline = Pipeline(FakeEngine(scorer=_likes(restaurant_name="Chez Panisse")), FakeEmbedder())
+    accepted = pipeline.parse([said, offer, Turn(role="user", content="Yes, that's right.")], [], _reserve(),
+                              get_config("full"))
+    assert accepted.calls[0].arguments["date"] == "next Tuesday"  # the model likes no date: the turn gives one
+    held = accepted.state.functions["ReserveRestaurant"].arguments["date"]
+    assert (held.value, held.origin, held.turn) == ("next Tuesday", "offer", 1)
+    # Not accepted, the offer's date is nobody's: the date the user gave stays.
+    refused = pipeline.parse([said, offer, Turn(role="user", content="No, what else is there?")], [], _reserve(),
+                             get_config("full"))
+    assert refused.state.functions["ReserveRestaurant"].arguments["date"].value == "March 5th"
+    # The newest turn with two dates does not say which: the model's choice (none here) and the state decide.
+    two = pipeline.parse([said, offer.model_copy(update={"content": "Tuesday or Friday?"}),
+                          Turn(role="user", content="Yes, Tuesday or Friday")], [], _reserve(), get_config("full"))
+    assert two.state.functions["ReserveRestaurant"].arguments["date"].value == "March 5th"

@@ -188,12 +188,12 @@ class Pipeline:
         # A turn of a conversation about one of the catalogue's functions is about the catalogue: a follow-up
         # ("Leaving from Denver") names no function, and refusing it would drop the conversation.
         continuing = config.allow_refuse and previous.active is not None
-        # With a state sent back, the dialogue may be the new turn alone, which says little ("Yes, please"): the
-        # conversation's function stays unless the new turn names another one (`_keep_active`).
+        # A new turn says little of what it is about ("Yes, please", "Is it expensive?"): the conversation's
+        # function stays unless the new turn names another one (`_keep_active`), whether the host sent the state
+        # back or the earlier calls on the assistant turns (both give the same answer).
         result = self._parse(turns if state is not None else dialogue, instructions, catalogue,
                              config.model_copy(update={"allow_refuse": False}) if continuing else config,
-                             applicable=applicable, exclude_demo_ids=exclude_demo_ids,
-                             active=state.active if state is not None else None)
+                             applicable=applicable, exclude_demo_ids=exclude_demo_ids, active=previous.active)
         if continuing:
             result.notes.append(f"no refusal: the conversation is about {previous.active} (its state)")
         turn = max(user_turn_index(turns), previous.turn + 1 if state is not None else 0)

@@ -41,6 +41,9 @@ from prefcall.schemas.render import grammar_schema, render_function_spec
 
 from prefcall.strategies.grounding.evidence import FeatureContext, Weights, argument_words, features
 from prefcall.strategies.grounding.misfit import find_misfit, pattern_value
+from prefcall.strategies.grounding.temporal import align as align_temporal
+from prefcall.strategies.grounding.temporal import argument_kind as temporal_kind
+from prefcall.strategies.grounding.temporal import newest_unit as newest_temporal
 from prefcall.strategies.grounding.values import (
     ArgumentCandidates,
     Candidate,
@@ -49,6 +52,7 @@ from prefcall.strategies.grounding.values import (
     argument_kind,
     normal_text,
     origin_like,
+    turn_of,
     ungrounded_leaf,
 )
 
@@ -78,6 +82,9 @@ class GroundingWeights(BaseModel):
     # A written span that is probably some open argument's value (its probabilities summed over the arguments it
     # is best for pass 0.5) goes to the most probable of them (`_pool_spans`).
     pooled_spans: bool = True
+    # A time or date argument's candidates respect the sources' temporal expressions (`temporal.align`): the whole
+    # "half past 11 in the morning" is a candidate, its parts and spans running past it are not.
+    temporal_units: bool = True
     use_model: bool = True
 
 
@@ -236,6 +243,8 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
     named = _named_enum_spans(pools, features_ctx)
     for name, pool in pools.items():
         schema = pool.schema
+        if weights.temporal_units and pool.kind == "span" and (temporal := temporal_kind(name, schema)):
+            pool.candidates = align_temporal(pool.candidates, sources, temporal)
         if avoided and pool.kind == "span" and not origin_like(name, schema):
             pool.candidates = [c for c in pool.candidates if normal_text(c.text) not in avoided]
         if named and pool.kind == "span":
@@ -248,7 +257,13 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
     # The most probable arguments claim their spans first; a span fills one argument.
     taken: list[tuple[Source | None, int, int]] = []
     for _, name, ranked, pool in sorted(pending, key=lambda p: -p[0]):
-        chosen = next(((p, c, m) for p, c, m in ranked if p >= 0.5 and not _overlaps(c, taken)), None)
+        chosen = _latest([(p, c, m) for p, c, m in ranked if p >= 0.5 and not _overlaps(c, taken)], sources)
+        unit = _newest_unit(function, name, pool, sources, weights)
+        if unit is not None and not _overlaps(unit, taken) and (
+                chosen is None or (_said_last(chosen[1], sources) or -1) < (turn_of(unit.source) or 0)):
+            # The function's one time (or date) argument, and the newest turn gives one time: that is its value,
+            # in place of one an earlier turn gave.
+            chosen = (max(0.5, next((p for p, c, _ in ranked if c.text == unit.text), 0.0)), unit, None)
         if chosen is None:
             continue
         probability, candidate, model_p = chosen
@@ -303,6 +318,50 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
     order = list(function.properties)
     result.choices.sort(key=lambda c: order.index(c.argument))
     return result
+
+
+def _newest_unit(function: Function, name: str, pool: ArgumentCandidates, sources: Sequence[Source],
+                 weights: GroundingWeights) -> Candidate | None:
+    """The newest turn's one time (date) expression for the function's only time (date) span argument
+    (`temporal.newest_unit`), when it is still one of the argument's candidates; None where the function has two
+    such arguments (a start and an end), or where the schema sets the value's form (a format or pattern: "today"
+    is no ISO date)."""
+    schema = pool.schema
+    free_text = pool.kind == "span" and not schema.get("format") and not schema.get("pattern")
+    kind = temporal_kind(name, schema) if weights.temporal_units and free_text else None
+    if kind is None:
+        return None
+    same = [a for a, s in function.properties.items() if argument_kind(s) == "span" and temporal_kind(a, s) == kind]
+    unit = newest_temporal(sources, kind) if same == [name] else None
+    if unit is None or not any(c.source is unit.source and c.start == unit.start for c in pool.candidates):
+        return None
+    return unit
+
+
+def _latest(passing: list[tuple[float, Candidate, float | None]],
+            sources: Sequence[Source]) -> tuple[float, Candidate, float | None] | None:
+    """The value an argument takes among those that pass (most probable first): the one the user said last. A
+    dialogue's later turn changes what an earlier one said ("Actually, make it 7 pm"; another restaurant), so a
+    passing value of a later turn wins over a more probable one of an earlier turn or call; between values of one
+    turn, or without turns (an instruction), the most probable."""
+    if len(passing) < 2:
+        return passing[0] if passing else None
+    turns = [_said_last(c, sources) for _, c, _ in passing]
+    known = [t for t in turns if t is not None]
+    if not known or turns[0] is None or max(known) <= turns[0]:
+        return passing[0]
+    return passing[turns.index(max(known))]
+
+
+def _said_last(candidate: Candidate, sources: Sequence[Source]) -> int | None:
+    """The last dialogue turn that writes the candidate's words (`turn_of`): a value first read from an early turn
+    and said again later counts as said later."""
+    own = turn_of(candidate.source)
+    if own is None or not candidate.text:
+        return own
+    pattern = re.compile(rf"(?<!\w){re.escape(candidate.text)}(?!\w)", re.I)
+    later = [t for s in sources if (t := turn_of(s)) is not None and t > own and pattern.search(s.text)]
+    return max(later, default=own)
 
 
 def _choice(argument: str, candidates: list[Candidate], probability: float, model_p: float | None) -> Choice:

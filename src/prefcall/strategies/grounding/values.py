@@ -394,6 +394,21 @@ def is_offer(ref: str) -> bool:
     return ref.startswith(f"{OFFER} ")
 
 
+_TURN_REF = re.compile(rf"^(?:{OFFER} )?turn (\d+)$")
+
+
+def turn_of(source: Source | None) -> int | None:
+    """Where a source stands in the dialogue: the index of its turn for a user turn or an accepted offer, -1 for an
+    earlier call (what the conversation held before its turns were read again), None for sources outside the
+    dialogue (standing instructions, profiles)."""
+    if source is None:
+        return None
+    if source.kind == "call":
+        return -1
+    match = _TURN_REF.match(source.ref) if source.kind == "user" else None
+    return int(match.group(1)) if match else None
+
+
 def call_sources(calls: Iterable[Any]) -> list[Source]:
     """Earlier calls' argument values as sources (`name=value`, so the parameter name is a cue)."""
     out = []

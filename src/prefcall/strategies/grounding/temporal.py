@@ -1,0 +1,133 @@
+"""Temporal expressions as units: the whole "half past 11 in the morning", never "the morning" or "11 in the".
+
+People write times and dates in many shapes ("1 pm", "11:30 am", "morning 11:15", "one in the afternoon",
+"12 o'clock", "March 2nd", "the 4th of this month", "next Wednesday", "today"). A span generator that cuts text at
+function words cannot produce some of them ("am" and "one" are function words) and ranks their parts against
+them. `expressions` finds the maximal time and date expressions of a text with a small English grammar (clock
+times, hours with am/pm or o'clock, half/quarter past, parts of the day; month days, ordinals of a month,
+weekdays with next/this, today and tomorrow, numeric dates); `align` makes a time or date argument's candidates
+respect them: each expression is a candidate, and a span that cuts one or runs past it with other words is not.
+
+The grammar is English time and date vocabulary only; no data set's wording. A text where it finds nothing keeps
+its candidates as they were.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from prefcall.strategies.grounding.evidence import argument_class
+from prefcall.strategies.grounding.values import Candidate, Source, is_offer, turn_of
+
+Kind = Literal["time", "date"]
+
+_NUM_WORD = r"(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+_HOUR = rf"(?:\d{{1,2}}|{_NUM_WORD})"
+_AMPM = r"(?:a\.?\s?m\b\.?|p\.?\s?m\b\.?)"
+_PART = r"(?:morning|afternoon|evening|night|noon)"
+_CLOCK = (rf"(?:\d{{1,2}}:\d{{2}}(?:\s*{_AMPM})?|{_HOUR}\s*{_AMPM}|{_HOUR}\s+o\W?\s?clock"
+          rf"|(?:half|quarter)\s+(?:past|to)\s+{_HOUR}|noon|midday|midnight)")
+# A clock time with a part of the day on either side ("morning 11:15", "one in the afternoon", "7 pm tonight"),
+# or a part of the day alone ("in the evening" gives "evening"; "the evening" is kept whole as written).
+_TIME = re.compile(
+    rf"\b(?:(?:{_PART})\s+)?(?:{_CLOCK})(?:\s+(?:in\s+the\s+{_PART}|at\s+night|tonight))?(?!\w)"
+    rf"|\b{_HOUR}\s+in\s+the\s+{_PART}\b"
+    rf"|\b(?:this\s+)?(?:morning|afternoon|evening|tonight)\b", re.I)
+
+_MONTH = (r"(?:january|february|march|april|may|june|july|august|september|october|november|december"
+          r"|jan|feb|mar|apr|jun|jul|aug|sept|sep|oct|nov|dec)\.?")
+_WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?"
+_ORD_WORD = (r"(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth"
+             r"|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty-\w+|thirtieth"
+             r"|thirty-first)")
+_NTH = r"(?:\d{1,2}(?:st|nd|rd|th))"
+_ORDINAL = rf"(?:{_NTH}|{_ORD_WORD})"
+_DAY = rf"(?:{_ORDINAL}|\d{{1,2}})"
+_DATE = re.compile(
+    rf"\b(?:{_MONTH}\s+{_DAY}(?:,?\s+\d{{4}})?(?!\w)"                       # March 2nd, March 2, 2024
+    rf"|{_ORDINAL}\s+of\s+(?:{_MONTH}|this\s+month|next\s+month)(?!\w)"  # 4th of this month
+    rf"|(?:the\s+)?{_NTH}(?!\w)(?!\s+of\b)"                                # the 14th (its article names it)
+    rf"|(?:next|this|coming|last)\s+(?:{_WEEKDAY}|week(?:end)?|month)(?!\w)"  # next Wednesday, this weekend
+    rf"|{_WEEKDAY}(?:\s+(?:next|this)\s+week)?(?:\s+the\s+{_ORDINAL})?(?!\w)"  # Wednesday next week
+    rf"|day\s+after\s+tomorrow|today|tomorrow|tonight"
+    rf"|\d{{4}}-\d{{2}}-\d{{2}}|\d{{1,2}}/\d{{1,2}}(?:/\d{{2,4}})?)(?!\w)", re.I)
+
+_PATTERNS: dict[Kind, re.Pattern[str]] = {"time": _TIME, "date": _DATE}
+_DATE_WORDS = re.compile(r"date|day")
+_TIME_WORDS = re.compile(r"time|hour")
+
+
+_ABBREVIATED = re.compile(r"[ap]\.\s?m\.$", re.I)
+
+
+def expressions(text: str, kind: Kind) -> list[tuple[int, int]]:
+    """(start, end) of each maximal `kind` expression of `text`, left to right, none overlapping (a sentence's
+    full stop after "1 pm" is not part of it; the one of "p.m." is)."""
+    out = []
+    for match in _PATTERNS[kind].finditer(text):
+        start, end = match.start(), match.end()
+        if text[start:end].endswith(".") and not _ABBREVIATED.search(text[start:end]):
+            end -= 1
+        if text[start:end].strip():
+            out.append((start, end))
+    return out
+
+
+def argument_kind(name: str, schema: dict[str, Any]) -> Kind | None:
+    """"time" or "date" for an argument that holds one of them alone (its name, description or format say so);
+    None for others, and for one that holds both (a date-time), whose value joins the two."""
+    if schema.get("format") == "date-time" or (_DATE_WORDS.search(name.lower()) and _TIME_WORDS.search(name.lower())):
+        return None
+    klass = argument_class(name, schema)
+    return klass if klass in ("time", "date") else None
+
+
+def align(candidates: Sequence[Candidate], sources: Sequence[Source], kind: Kind) -> list[Candidate]:
+    """A time or date argument's candidates with its sources' `kind` expressions as units: every expression is a
+    candidate (first, so that a tie keeps it), and a span of the same source that overlaps an expression without
+    being it ("the morning" of "half past 11 in the morning", "reservation at morning 11:15") is dropped. Spans
+    that touch no expression, and candidates of sources with none, stay."""
+    found = {id(s): expressions(s.text, kind) for s in sources if s.kind != "call"}  # a call's value is whole
+    units: list[Candidate] = []
+    seen: set[tuple[int, int, int]] = set()
+    for source in sources:
+        for start, end in found.get(id(source), []):
+            text = source.text[start:end]
+            key = (id(source), start, end)
+            if key not in seen:
+                seen.add(key)
+                units.append(Candidate(text, text, source, start, end))
+    kept = []
+    for candidate in candidates:
+        spans = found.get(id(candidate.source), []) if candidate.source is not None else []
+        if candidate.source is None or not spans:
+            kept.append(candidate)
+            continue
+        if (id(candidate.source), candidate.start, candidate.end) in seen:
+            continue  # the unit itself, already first
+        if any(candidate.start < end and start < candidate.end for start, end in spans):
+            continue
+        kept.append(candidate)
+    texts = {c.text for c in units}
+    return units + [c for c in kept if c.text not in texts]
+
+
+def newest_unit(sources: Sequence[Source], kind: Kind) -> Candidate | None:
+    """The one `kind` expression of the dialogue's newest turn (the last user turn, with the assistant's proposal it
+    accepts): the time or date the user is giving now. None when that turn has none or several (which is which is
+    then the filler's to weigh), or when the sources have no turns (a request alone is turn 0)."""
+    turns = {id(s): t for s in sources if (t := turn_of(s)) is not None and t >= 0}
+    if not turns:
+        return None
+    newest = max(turns.values())
+    units = {}
+    for source in sources:
+        turn = turns.get(id(source))
+        if turn is None or turn < newest - 1 or (turn < newest and not is_offer(source.ref)):
+            continue
+        for start, end in expressions(source.text, kind):
+            units.setdefault(source.text[start:end].lower(), Candidate(source.text[start:end], source.text[start:end],
+                                                                       source, start, end))
+    return next(iter(units.values())) if len(units) == 1 else None

@@ -1,0 +1,70 @@
+"""Times and dates as units of a span argument (strategies/grounding/temporal.py) and the newest turn's value."""
+
+from __future__ import annotations
+
+import pytest
+
+from prefcall.strategies.grounding.temporal import align, argument_kind, expressions, newest_unit
+from prefcall.strategies.grounding.values import Source, argument_candidates
+
+
+def _found(text: str, kind: str) -> list[str]:
+    return [text[a:b] for a, b in expressions(text, kind)]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("text", "times", "dates"), [
+    ("A table for 2 people at half past 11 in the morning.", ["half past 11 in the morning"], []),
+    ("I would like a reservation at morning 11:15.", ["morning 11:15"], []),
+    ("Please do it for one in the afternoon.", ["one in the afternoon"], []),
+    ("You want a table for 2 people today at 1 pm.", ["1 pm"], ["today"]),
+    ("at 11:30 am on the 4th of this month", ["11:30 am"], ["4th of this month"]),
+    ("Set it for 12 o'clock in the afternoon next Wednesday", ["12 o'clock in the afternoon"], ["next Wednesday"]),
+    ("Leaving Monday next week, around 7 p.m.", ["7 p.m."], ["Monday next week"]),
+    ("May I book 5 tickets for May 5th, 2024 in the evening?", ["evening"], ["May 5th, 2024"]),
+    ("on 2019-03-05 or 3/5 at noon", ["noon"], ["2019-03-05", "3/5"]),
+    ("Is it free on the 14th? Or on the 2nd of May?", [], ["the 14th", "2nd of May"]),
+    ("Find me a cheap Italian place in Oakland", [], []),
+    ("I am hungry and need a table for a month of Sundays", [], ["Sundays"]),
+])
+def test_whole_time_and_date_expressions_are_found(text, times, dates):
+    assert _found(text, "time") == times
+    assert _found(text, "date") == dates
+
+
+def test_a_time_argument_takes_the_whole_expression_and_none_of_its_parts():
+    source = Source("user", "I want to make a restaurant reservation at half past 11 in the morning.", "turn 0")
+    pool = argument_candidates("time", {"type": "string", "description": "Time of the reservation"}, [source])
+    texts = [c.text for c in align(pool.candidates, [source], "time")]
+    assert texts[0] == "half past 11 in the morning"
+    assert not {"the morning", "morning", "11 in the morning", "half past 11"} & set(texts)
+    assert "restaurant reservation" in texts  # spans that touch no time stay (structure weighs them)
+    # "11:30 am": "am" is a function word, so the span generator alone never ends a value with it.
+    offer = Source("user", "A table for 1 person today at 11:30 am?", "offer turn 1")
+    pool = argument_candidates("time", {"type": "string"}, [offer])
+    assert [c.text for c in align(pool.candidates, [offer], "time")][0] == "11:30 am"
+    assert "11:30" not in [c.text for c in align(pool.candidates, [offer], "time")]
+
+
+def test_which_arguments_hold_a_time_or_a_date():
+    assert argument_kind("time", {"type": "string"}) == "time"
+    assert argument_kind("departure_date", {"type": "string"}) == "date"
+    assert argument_kind("check_in", {"type": "string", "description": "Check-in day"}) == "date"
+    assert argument_kind("start", {"type": "string", "format": "date-time"}) is None
+    assert argument_kind("date_time", {"type": "string"}) is None  # both: a value that joins the two
+    assert argument_kind("restaurant_name", {"type": "string"}) is None
+
+
+def test_the_newest_turn_gives_its_one_time_and_an_accepted_offer_belongs_to_it():
+    turns = [Source("user", "A table at 7 pm please", "turn 0"),
+             Source("user", "You want a table today at 1 pm?", "offer turn 1"),
+             Source("user", "Yes, that is correct.", "turn 2")]
+    assert newest_unit(turns, "time").text == "1 pm"
+    assert newest_unit(turns, "date").text == "today"
+    assert newest_unit(turns[:1], "time").text == "7 pm"
+    # Two times in the newest turn: which one is the argument's is not for this rule to say.
+    assert newest_unit([Source("user", "between 6 pm and 8 pm", "turn 0")], "time") is None
+    # An offer of an earlier turn, not the one the newest turn answers, is not the newest turn's.
+    old = [Source("user", "Today at 1 pm?", "offer turn 1"), Source("user", "ok", "turn 2"),
+           Source("user", "and the address?", "turn 4")]
+    assert newest_unit(old, "time") is None
+    assert newest_unit([Source("instruction", "I like to eat at 7 pm", "if I book")], "time") is None
