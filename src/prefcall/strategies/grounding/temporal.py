@@ -52,7 +52,7 @@ _DATE = re.compile(
     rf"|(?:next|this|coming|last)\s+(?:{_WEEKDAY}|week(?:end)?|month)(?!\w)"  # next Wednesday, this weekend
     rf"|{_WEEKDAY}(?:\s+(?:next|this)\s+week)?(?:\s+the\s+{_ORDINAL})?(?!\w)"  # Wednesday next week
     rf"|day\s+after\s+tomorrow|today|tomorrow|tonight"
-    rf"|\d{{4}}-\d{{2}}-\d{{2}}|\d{{1,2}}/\d{{1,2}}(?:/\d{{2,4}})?)(?!\w)", re.I)
+    rf"|\d{{4}}-\d{{2}}-\d{{2}}|\d{{1,2}}/\d{{1,2}}(?:/\d{{2,4}})?(?!(?-i:\s+[A-Z])))(?!\w)", re.I)  # not "18/8 Fine"
 
 _PATTERNS: dict[Kind, re.Pattern[str]] = {"time": _TIME, "date": _DATE}
 _DATE_WORDS = re.compile(r"date|day")
@@ -116,10 +116,11 @@ def align(candidates: Sequence[Candidate], sources: Sequence[Source], kind: Kind
 
 def newest_unit(sources: Sequence[Source], kind: Kind) -> Candidate | None:
     """The one `kind` expression of the dialogue's newest turn (the last user turn, with the assistant's proposal it
-    accepts): the time or date the user is giving now. None when that turn has none or several (which is which is
-    then the filler's to weigh), or when the sources have no turns (a request alone is turn 0)."""
+    accepts) when that turn answers the assistant: the time or date the user is giving now. None when that turn has
+    none or several (which is which is then the filler's to weigh), and for a request that opens the dialogue (its
+    "today" may say when the user is asking, not what for; the filler weighs it)."""
     turns = {id(s): t for s in sources if (t := turn_of(s)) is not None and t >= 0}
-    if not turns:
+    if not turns or max(turns.values()) == 0:
         return None
     newest = max(turns.values())
     units = {}
