@@ -70,6 +70,13 @@ def test_a_rule_that_calls_the_model_ships_only_when_it_earns_the_margin():
     assert written["gguf-sha256:abc|all-MiniLM-L6-v2"]["fit"] == {"command": "c"}
     entry = written["*|all-MiniLM-L6-v2"]  # what rule_for reads back: the rule's own fields
     assert DecisionRule(**{k: v for k, v in entry.items() if k in DecisionRule.model_fields}) == without
+    # A fit with a model writes that model's rule alone: the rules without a model stay as they were shipped.
+    shipped = {"*|all-MiniLM-L6-v2": {"threshold": 9.0}, "baseline|all-MiniLM-L6-v2": {"threshold": 8.0}}
+    mine = fit_nlt.rules_file(shipped, {"with_model": (with_model, 0.70), "without_model": (without, 0.59),
+                                        "embedder_only": (without, 0.5)},
+                              "gguf-sha256:abc", "m", "all-MiniLM-L6-v2", {"command": "c"}, model_only=True)
+    assert {k: v for k, v in mine.items() if k != "gguf-sha256:abc|all-MiniLM-L6-v2"} == shipped
+    assert mine["gguf-sha256:abc|all-MiniLM-L6-v2"]["model_weight"] == 0.5
 
 
 def test_without_a_model_the_fit_gives_the_rule_for_any_model_and_the_embedder_baseline():

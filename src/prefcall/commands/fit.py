@@ -334,7 +334,8 @@ def _fit_nlt(args: argparse.Namespace, settings: Settings) -> int:
     if args.nlt_out:
         base = json.loads((resources.files("prefcall") / "data" / "nlt_rules.json").read_text(encoding="utf-8"))
         Path(args.nlt_out).write_text(json.dumps(fit_nlt.rules_file(base, fitted, fingerprint, model,
-                                                                    embedder.name, note), indent=2,
+                                                                    embedder.name, note,
+                                                                    model_only=engine is not None), indent=2,
                                                  ensure_ascii=False) + "\n", encoding="utf-8")
     print(json.dumps({"model": model, "fingerprint": fingerprint, "embedder": embedder.name,
                       "items": counts, "shipped_for_this_model": fit_nlt.chosen(fitted).model_dump(),

@@ -163,10 +163,19 @@ def chosen(fitted: dict[str, tuple[DecisionRule, float]]) -> DecisionRule:
 
 
 def rules_file(base: dict[str, Any], fitted: dict[str, tuple[DecisionRule, float]], fingerprint: str | None,
-               model: str, embedder: str, note: dict[str, Any]) -> dict[str, Any]:
+               model: str, embedder: str, note: dict[str, Any], *, model_only: bool = False) -> dict[str, Any]:
     """nlt_rules.json with this model's rule for this embedder (`<fingerprint>|<embedder>`) and the rule for any
-    model with this embedder (`*|<embedder>`, model weight 0), each saying where it came from."""
+    model with this embedder (`*|<embedder>`, model weight 0), each saying where it came from. `model_only`: write
+    the model's own rule alone (a fit with a model does not try the best sentence's cosine, which only the fit
+    without one does, so it leaves the rules without the model as they are)."""
     out = dict(base)
+    if model_only:
+        if fingerprint and "with_model" in fitted:
+            rule = chosen(fitted)
+            accuracy = fitted["with_model" if rule is fitted["with_model"][0] else "without_model"][1]
+            out[f"{fingerprint}|{embedder}"] = {"model": model, **rule.model_dump(),
+                                                "exact_set_in_sample": round(accuracy, 4), "fit": note}
+        return out
     without, without_accuracy = fitted["without_model"]
     earlier = out.get(f"*|{embedder}") or {}
     if any(earlier.get(k) != v for k, v in without.model_dump(exclude={"source"}).items()):  # a rule that changed
