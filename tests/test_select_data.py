@@ -103,6 +103,10 @@ def test_eval_select_reports_each_set_and_how_often_the_extra_tool_was_chosen():
     assert by_set["inject@10"]["exact_set_accuracy"] == 0.75
     with pytest.raises(Exception, match="--sizes"):
         select_task.sizes_option("ten")
+    three = select_task.TASK.load(argparse.Namespace(data=str(ITEMS), sizes="10", sets="one,none,two"))
+    assert {i.meta["set"] for i in three} == {"one", "none", "two"} and len(three) < len(items)
+    with pytest.raises(Exception, match="--sets"):
+        select_task.sets_option("one,several")
 
 
 @pytest.mark.model

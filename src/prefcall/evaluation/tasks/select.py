@@ -34,6 +34,14 @@ def default_path(root: Path | None = None) -> Path:
                       "checkout or pass --data FILE")
 
 
+def sets_option(text: str | None) -> set[str]:
+    """--sets one,none,two -> those sets (default: all of SETS); an unknown name is an error naming the sets."""
+    sets = {x.strip() for x in (text or ",".join(SETS)).split(",") if x.strip()}
+    if not sets or sets - set(SETS):
+        raise ConfigError(f"--sets {text!r}: give sets among {', '.join(SETS)}, comma-separated")
+    return sets
+
+
 def sizes_option(text: str | None) -> set[int] | None:
     if not text or text == "all":
         return None
@@ -72,6 +80,9 @@ class SelectTask(ToolsTask):
     def add_arguments(self, parser: Any) -> None:
         super().add_arguments(parser)
         parser.add_argument("--sizes", default="10", help="catalogue sizes to run: 10 (default), e.g. 5,10,20, or all")
+        parser.add_argument("--sets", default=",".join(SETS),
+                            help=f"sets to run, comma-separated (default: all of {', '.join(SETS)}); e.g. "
+                                 "one,none,two for the three accuracy sets alone")
 
     def data_files(self, args: argparse.Namespace) -> list[Path]:
         data = getattr(args, "data", None)
@@ -79,8 +90,10 @@ class SelectTask(ToolsTask):
 
     def load(self, args: argparse.Namespace) -> list[EvalItem]:
         wanted = sizes_option(getattr(args, "sizes", "10"))
+        sets = sets_option(getattr(args, "sets", None))
         items = load_items(self.data_files(args)[0])
-        return [i for i in items if wanted is None or int(i.meta.get("n", 0)) in wanted]
+        return [i for i in items if (wanted is None or int(i.meta.get("n", 0)) in wanted)
+                and str(i.meta.get("set")) in sets]
 
     def aggregate(self, items: list[ScoredItem]) -> dict[str, Any]:
         metrics = aggregate(items, per_tool=False)
