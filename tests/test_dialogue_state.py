@@ -200,19 +200,26 @@ def test_a_number_the_assistant_wrote_is_an_arguments_only_where_the_argument_is
     assert [c.value for c in argument_candidates("passengers", {"type": "integer"}, [said]).candidates] == [4]
 
 
-def test_with_the_state_sent_back_the_conversations_function_stays_unless_the_new_turn_names_another():
-    from prefcall.engine.fake import FakeEmbedder, FakeEngine
+def _dining_and_events():
+    """The dining catalogue with FindEvents beside it, and a fake stage 1 that always prefers FindEvents, by a
+    little (the new turn alone would leave the conversation's function)."""
     from prefcall.schemas.model import Catalogue, Function
-    from prefcall.strategies.pipeline import Pipeline
-    from prefcall.strategies.pipeline_models import get_config
 
     events = Function(name="FindEvents", description="Find concerts and games in a city.",
                       parameters={"type": "object", "properties": {"city": {"type": "string"}}})
-    catalogue = Catalogue(name="mixed", functions=[*_reserve().functions, events])
 
-    def score(prompt: str, candidate: str) -> float:  # stage 1 always prefers FindEvents, by a little
+    def score(prompt: str, candidate: str) -> float:
         return {"FindEvents": -0.5, "ReserveRestaurant": -1.0}.get(candidate.strip(), -12.0)
 
+    return Catalogue(name="mixed", functions=[*_reserve().functions, events]), score
+
+
+def test_with_the_state_sent_back_the_conversations_function_stays_unless_the_new_turn_names_another():
+    from prefcall.engine.fake import FakeEmbedder, FakeEngine
+    from prefcall.strategies.pipeline import Pipeline
+    from prefcall.strategies.pipeline_models import get_config
+
+    catalogue, score = _dining_and_events()
     state = DialogueState().updated([Call(name="ReserveRestaurant", arguments={"restaurant_name": "Chez Panisse"})], 0)
     pipeline = Pipeline(FakeEngine(scorer=score), FakeEmbedder())
     kept = pipeline.parse("Yes, please", [], catalogue, get_config("full"), state=state)
@@ -260,17 +267,10 @@ def test_a_value_the_user_says_in_a_later_turn_replaces_the_one_an_earlier_turn_
 
 def test_re_sending_the_dialogue_keeps_the_conversations_function_as_sending_the_state_does():
     from prefcall.engine.fake import FakeEmbedder, FakeEngine
-    from prefcall.schemas.model import Catalogue, Function
     from prefcall.strategies.pipeline import Pipeline
     from prefcall.strategies.pipeline_models import get_config
 
-    events = Function(name="FindEvents", description="Find concerts and games in a city.",
-                      parameters={"type": "object", "properties": {"city": {"type": "string"}}})
-    catalogue = Catalogue(name="mixed", functions=[*_reserve().functions, events])
-
-    def score(prompt: str, candidate: str) -> float:  # stage 1 always prefers FindEvents, by a little
-        return {"FindEvents": -0.5, "ReserveRestaurant": -1.0}.get(candidate.strip(), -12.0)
-
+    catalogue, score = _dining_and_events()
     earlier = [Turn(role="user", content="Book a table at Chez Panisse"),
                Turn(role="assistant", content="Please confirm: a table at Chez Panisse.",
                     calls=[Call(name="ReserveRestaurant", arguments={"restaurant_name": "Chez Panisse"})])]
