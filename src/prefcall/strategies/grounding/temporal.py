@@ -30,7 +30,7 @@ _PART = r"(?:morning|afternoon|evening|night|noon)"
 _CLOCK = (rf"(?:\d{{1,2}}:\d{{2}}(?:\s*{_AMPM})?|{_HOUR}\s*{_AMPM}|{_HOUR}\s+o\W?\s?clock"
           rf"|(?:half|quarter)\s+(?:past|to)\s+{_HOUR}|noon|midday|midnight)")
 # A clock time with a part of the day on either side ("morning 11:15", "one in the afternoon", "7 pm tonight"),
-# or a part of the day alone ("in the evening" gives "evening"; "the evening" is kept whole as written).
+# or a part of the day alone ("in the evening" and "the evening" give "evening"; "this evening" stays whole).
 _TIME = re.compile(
     rf"\b(?:(?:{_PART})\s+)?(?:{_CLOCK})(?:\s+(?:in\s+the\s+{_PART}|at\s+night|tonight))?(?!\w)"
     rf"|\b{_HOUR}\s+in\s+the\s+{_PART}\b"
