@@ -62,23 +62,17 @@ def _check(engine, embedder, shared: Path) -> None:
 
 
 @pytest.mark.model
-def test_the_embedded_models_stage_one_keeps_each_function_its_own_requests(real_engine, real_embedder,
-                                                                            shared_data):
-    _check(real_engine, real_embedder, shared_data)
-
-
-@pytest.mark.model
-@pytest.mark.parametrize("path", [p for p in os.environ.get("PREFCALL_TEST_MODELS", "").split(":") if p] or
-                         [pytest.param("", marks=pytest.mark.skip(reason="PREFCALL_TEST_MODELS names no model"))])
-def test_another_models_stage_one_keeps_each_function_its_own_requests(path, real_embedder, shared_data):
+def test_each_models_stage_one_keeps_each_function_its_own_requests(real_engine, real_embedder, shared_data):
     from prefcall.config import Settings
     from prefcall.engine.llama import LlamaEngine
 
-    engine = LlamaEngine(Settings(model=path, n_ctx=4096))
-    try:
-        _check(engine, real_embedder, shared_data)
-    finally:
-        engine.close()
+    _check(real_engine, real_embedder, shared_data)  # the embedded model, always
+    for path in (p for p in os.environ.get("PREFCALL_TEST_MODELS", "").split(":") if p):
+        engine = LlamaEngine(Settings(model=path, n_ctx=4096))
+        try:
+            _check(engine, real_embedder, shared_data)
+        finally:
+            engine.close()
 
 
 def test_the_check_fails_when_one_function_swallows_another(shared_data):
