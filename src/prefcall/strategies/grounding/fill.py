@@ -29,7 +29,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -241,10 +241,15 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
     pools = {name: argument_candidates(name, schema, sources)
              for name, schema in function.properties.items() if name not in skip}
     named = _named_enum_spans(pools, features_ctx)
+    # Each span argument that holds a time or a date alone, and of those the function's only one of its kind.
+    kinds = {a: k for a, sch in function.properties.items()
+             if weights.temporal_units and argument_kind(sch) == "span" and (k := temporal_kind(a, sch))}
+    temporal = {name: kinds[name] for name in pools if name in kinds}
+    only = {name for name in temporal if list(kinds.values()).count(kinds[name]) == 1}
     for name, pool in pools.items():
         schema = pool.schema
-        if weights.temporal_units and pool.kind == "span" and (temporal := temporal_kind(name, schema)):
-            pool.candidates = align_temporal(pool.candidates, sources, temporal)
+        if name in temporal:
+            pool.candidates = align_temporal(pool.candidates, sources, temporal[name])
         if avoided and pool.kind == "span" and not origin_like(name, schema):
             pool.candidates = [c for c in pool.candidates if normal_text(c.text) not in avoided]
         if named and pool.kind == "span":
@@ -258,7 +263,7 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
     taken: list[tuple[Source | None, int, int]] = []
     for _, name, ranked, pool in sorted(pending, key=lambda p: -p[0]):
         chosen = _latest([(p, c, m) for p, c, m in ranked if p >= 0.5 and not _overlaps(c, taken)], sources)
-        unit = _newest_unit(function, name, pool, sources, weights)
+        unit = _newest_unit(pool, sources, temporal[name]) if name in only else None
         if unit is not None and not _overlaps(unit, taken) and (
                 chosen is None or (_said_last(chosen[1], sources) or -1) < (turn_of(unit.source) or 0)):
             # The function's one time (or date) argument, and the newest turn gives one time: that is its value,
@@ -320,19 +325,13 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
     return result
 
 
-def _newest_unit(function: Function, name: str, pool: ArgumentCandidates, sources: Sequence[Source],
-                 weights: GroundingWeights) -> Candidate | None:
-    """The newest turn's one time (date) expression for the function's only time (date) span argument
-    (`temporal.newest_unit`), when it is still one of the argument's candidates; None where the function has two
-    such arguments (a start and an end), or where the schema sets the value's form (a format or pattern: "today"
-    is no ISO date)."""
-    schema = pool.schema
-    free_text = pool.kind == "span" and not schema.get("format") and not schema.get("pattern")
-    kind = temporal_kind(name, schema) if weights.temporal_units and free_text else None
-    if kind is None:
+def _newest_unit(pool: ArgumentCandidates, sources: Sequence[Source], kind: Literal["time", "date"]) -> Candidate | None:
+    """The newest turn's one `kind` expression (`temporal.newest_unit`) for the function's only argument of that kind,
+    when it is still one of the argument's candidates; None where the schema sets the value's form (a format or
+    pattern: "today" is no ISO date)."""
+    if pool.schema.get("format") or pool.schema.get("pattern"):
         return None
-    same = [a for a, s in function.properties.items() if argument_kind(s) == "span" and temporal_kind(a, s) == kind]
-    unit = newest_temporal(sources, kind) if same == [name] else None
+    unit = newest_temporal(sources, kind)
     if unit is None or not any(c.source is unit.source and c.start == unit.start for c in pool.candidates):
         return None
     return unit
