@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from pathlib import Path
@@ -335,3 +336,67 @@ def test_the_prefix_folder_keeps_under_its_limit_dropping_the_least_recently_use
     disk.write([4], bytes(3000))  # larger than the whole folder: not written
     assert disk.read([4]) is None
     assert PrefixDisk(tmp_path, ["model", 2], 2500).read([1]) is None  # another model's stamp reads nothing
+
+
+def _argument_prompts(names: list[str]) -> list[Prompt]:
+    """One function's argument prompts: the same system and user turns, then `{"<argument>": ` (as grounding asks)."""
+    system = ChatMessage("system", "Fill the arguments of FindRestaurants(city, cuisine, price_range, live_music).")
+    user = ChatMessage("user", "Request:\nUser: Find me a cheap Italian place in San Jose with live music.")
+    return [Prompt((system, user), prefix="{" + json.dumps(name) + ": ", shared=1) for name in names]
+
+
+ARGUMENT_CANDIDATES = {
+    "city": ['"San Jose"', '"Italian"', "null"],
+    "cuisine": ['"Italian"', '"San Jose"', '"cheap"', "null"],
+    "price_range": ['"inexpensive"', '"moderate"', '"expensive"', "null"],
+    "live_music": ["true", "false", "null"],
+}
+
+
+def test_a_batch_scores_as_each_prompt_alone(real_engine):
+    """Several prompts that share a beginning, scored in one batch (their shared tokens once, every candidate a
+    sequence of one decode), give each prompt's scores as scoring it alone does, up to batch-shape noise."""
+    requests = list(zip(_argument_prompts(list(ARGUMENT_CANDIDATES)), ARGUMENT_CANDIDATES.values()))
+    alone = [real_engine.score_candidates(p, c, heal_end=True) for p, c in requests]
+    together = real_engine.score_batch(requests, heal_end=True)
+    assert [s.candidates for s in together] == [list(c) for _, c in requests]
+    for a, t in zip(alone, together):
+        assert t.logprobs == pytest.approx(a.logprobs, abs=0.5)
+        assert t.best() == a.best()
+    # The shared beginning (some 60 tokens) is evaluated once and kept: each prompt evaluates only its own end.
+    again = real_engine.score_batch(requests, heal_end=True)
+    for t in again:
+        assert t.usage.evaluated <= 8 and t.usage.reused == t.usage.prompt_tokens - t.usage.evaluated
+        assert t.usage.reused > 40
+
+
+def test_a_batch_larger_than_one_decode_is_split_and_scores_the_same():
+    """More candidates than one decode holds (n_batch tokens, the context's sequences): several decodes, the same
+    scores; prompts that part early (a stem longer than a decode) are scored one by one, also the same."""
+    from prefcall.engine.llama import _SCORE_SEQS, LlamaEngine
+
+    engine = LlamaEngine(Settings(n_ctx=2048, n_batch=32))
+    try:
+        prompt = _argument_prompts(["city"])[0]
+        many = [f'"Place number {i}"' for i in range(_SCORE_SEQS + 6)] + ["null"]
+        together = engine.score_batch([(prompt, many)], heal_end=True)[0]
+        for start in range(0, len(many), 5):
+            part = engine.score_candidates(prompt, many[start:start + 5], heal_end=True)
+            assert together.logprobs[start:start + 5] == pytest.approx(part.logprobs, abs=0.5)
+        other = Prompt.chat("You are a different assistant. " * 12, "Which city? " * 8, prefix='{"city": ')
+        parted = engine.score_batch([(prompt, ['"San Jose"', "null"]), (other, ['"Paris"', "null"])])
+        assert parted[1].logprobs == pytest.approx(engine.score_candidates(other, ['"Paris"', "null"]).logprobs,
+                                                   abs=0.5)
+        assert parted[0].logprobs == pytest.approx(engine.score_candidates(prompt, ['"San Jose"', "null"]).logprobs,
+                                                   abs=0.5)
+    finally:
+        engine.close()
+
+
+def test_a_cancelled_batch_leaves_the_engine_usable(real_engine):
+    requests = list(zip(_argument_prompts(list(ARGUMENT_CANDIDATES)), ARGUMENT_CANDIDATES.values()))
+    with pytest.raises(CancelledError):
+        real_engine.score_batch(requests, cancel=CancelAfter(1))
+    after = real_engine.score_batch(requests, heal_end=True)
+    alone = real_engine.score_candidates(*requests[0], heal_end=True)
+    assert after[0].logprobs == pytest.approx(alone.logprobs, abs=0.5)

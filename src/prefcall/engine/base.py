@@ -252,6 +252,31 @@ class Engine(Protocol):
 
 
 @runtime_checkable
+class BatchScoring(Protocol):
+    """An engine that scores several prompts' candidates in one go (the in-process llama.cpp engine: their shared
+    beginning evaluated once, every candidate in one batched decode). Use `score_batch(engine, ...)`, which falls
+    back to one `score_candidates` call per prompt for any other engine."""
+
+    def score_batch(
+        self, requests: Sequence[tuple[Prompt, Sequence[str]]], *, scope: Scope = LOCAL, cancel: Cancel | None = None,
+        heal_end: bool = False,
+    ) -> list[CandidateScores]:
+        """One `CandidateScores` per (prompt, candidates), in order; the same scores as `score_candidates` would
+        give each, up to the numerical noise of another batch shape."""
+        ...
+
+
+def score_batch(engine: Engine, requests: Sequence[tuple[Prompt, Sequence[str]]], *, heal_end: bool = False,
+                scope: Scope | None = None, cancel: Cancel | None = None) -> list[CandidateScores]:
+    """Candidates of several prompts scored together where the engine can (`BatchScoring`), else prompt by prompt
+    (`scope` and `cancel` passed on when given)."""
+    extra: dict[str, Any] = {k: v for k, v in (("scope", scope), ("cancel", cancel)) if v is not None}
+    if isinstance(engine, BatchScoring):
+        return engine.score_batch(requests, heal_end=heal_end, **extra)
+    return [engine.score_candidates(prompt, candidates, heal_end=heal_end, **extra) for prompt, candidates in requests]
+
+
+@runtime_checkable
 class Embedder(Protocol):
     """Sentence embeddings; rows are L2-normalised so a dot product is a cosine."""
 
@@ -292,6 +317,10 @@ class ScopedEngine:
                          cancel: Cancel | None = None, heal_end: bool = False) -> CandidateScores:
         return self.engine.score_candidates(prompt, candidates, scope=self.scope, cancel=cancel or self.cancel,
                                             heal_end=heal_end)
+
+    def score_batch(self, requests: Sequence[tuple[Prompt, Sequence[str]]], *, scope: Scope | None = None,
+                    cancel: Cancel | None = None, heal_end: bool = False) -> list[CandidateScores]:
+        return score_batch(self.engine, requests, heal_end=heal_end, scope=self.scope, cancel=cancel or self.cancel)
 
 
 def heal_boundary(prompt: Prompt, candidates: Sequence[str]) -> tuple[Prompt, list[str]]:

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from prefcall.engine.base import Cancel, CandidateScores, Engine, Generation, Prompt
+from prefcall.engine.base import Cancel, CandidateScores, Engine, Generation, Prompt, score_batch
 
 _current: ContextVar[Cancel | None] = ContextVar("prefcall_cancel", default=None)
 
@@ -61,6 +61,10 @@ class CancelBound:
     def score_candidates(self, prompt: Prompt, candidates: Sequence[str], *, cancel: Cancel | None = None,
                          **kwargs: Any) -> CandidateScores:
         return self.inner.score_candidates(prompt, candidates, cancel=with_ambient(cancel), **kwargs)
+
+    def score_batch(self, requests: Sequence[tuple[Prompt, Sequence[str]]], *, cancel: Cancel | None = None,
+                    **kwargs: Any) -> list[CandidateScores]:
+        return score_batch(self.inner, requests, cancel=with_ambient(cancel), **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -7,7 +7,9 @@ It drives llama.cpp token by token instead of using `create_completion`, because
 - per-token logprobs of the generated text must not need `logits_all=True` (n_ctx x n_vocab floats); we read
   the last row of logits after each step, and under a grammar renormalise them over the allowed tokens
   (the grammar is applied to the logits before the softmax, so a forced token reads as log 1 = 0);
-- candidate scoring evaluates the prompt once and branches per candidate from its KV state;
+- candidate scoring evaluates the prompt once and scores every candidate in one batched decode: each candidate is
+  its own sequence over the prompt's KV cells (a token tree), and several prompts that share a beginning (one
+  function's arguments) are scored in the same decode, their shared tokens evaluated once (`score_batch`);
 - shared prompt prefixes (system prompt + catalogue) are kept as saved KV states between calls, reused across
   users only up to the shared messages (`Scope`), and within one user as far as the tokens agree;
 - the public shared prefixes (built-in prompts and catalogues, no user's text) are also written to disk
@@ -63,6 +65,12 @@ _FALLBACK_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 _MIN_PREFIX_TO_SAVE = 32  # tokens; shorter prefixes are cheaper to re-evaluate than to copy
+# Sequences a scoring decode may use (llama.cpp's n_seq_max; the KV cache is unified, so this costs no memory):
+# sequence 0 holds the prompt, each scored candidate of more than one token one of the others.
+_SCORE_SEQS = 64
+# Tokens per scoring decode: on a CPU a batch of 64 costs about 20 ms a token against 50 for one alone, and more
+# buys little; each kept logits row costs n_vocab floats (Qwen2.5: 0.6 MB), so the rows of one decode are bounded.
+_SCORE_TOKENS = 64
 _GRAMMAR_CACHE = 64
 
 
@@ -137,7 +145,7 @@ class LlamaEngine:
     def _load(self, path: Path) -> llama_cpp.Llama:
         s = self.settings
         try:
-            return llama_cpp.Llama(
+            llm = llama_cpp.Llama(
                 model_path=str(path),
                 n_ctx=s.n_ctx,
                 n_batch=s.n_batch,
@@ -150,6 +158,23 @@ class LlamaEngine:
             )
         except (ValueError, RuntimeError, OSError) as exc:
             raise InvalidModelError(f"could not load model {path}: {exc}: check it is a complete GGUF file") from exc
+        # llama-cpp-python makes a one-sequence context; scoring branches candidates as sequences of a unified KV
+        # cache, so the context is made again with room for them (Llama takes no n_seq_max argument).
+        params = llm.context_params
+        params.n_seq_max = min(_SCORE_SEQS, llama_cpp.llama_max_parallel_sequences())
+        params.kv_unified = True
+        # Output rows a scoring decode may keep: one per token, and llama.cpp counts one per sequence besides (the
+        # buffer grows to what decodes use, not to this bound).
+        params.n_outputs_max = int(params.n_batch) + int(params.n_seq_max)
+        llm._ctx.close()
+        try:
+            llm._ctx = llama_internals.LlamaContext(model=llm._model, params=params, verbose=s.verbose)
+        except ValueError as exc:
+            raise InvalidModelError(f"could not make a context for {path}: {exc}: lower PREFCALL_N_CTX") from exc
+        self._seqs = int(params.n_seq_max)
+        self._tree = llama_internals.LlamaBatch(n_tokens=max(1, s.n_batch), embd=0, n_seq_max=self._seqs,
+                                                verbose=s.verbose)
+        return llm
 
     def _prefix_disk(self, path: Path) -> PrefixDisk | None:
         s = self.settings
@@ -201,30 +226,180 @@ class LlamaEngine:
         self, prompt: Prompt, candidates: Sequence[str], *, scope: Scope = LOCAL, cancel: Cancel | None = None,
         heal_end: bool = False,
     ) -> CandidateScores:
-        if any(not c for c in candidates):
-            raise EngineError("a candidate is empty: pass non-empty candidate strings")
-        healed, texts = heal_boundary(prompt, candidates)
-        prompt_tokens, shared_len = self._tokenize_prompt(healed)
-        candidate_tokens = [self._plain(c) for c in texts]
-        if any(not toks for toks in candidate_tokens):
-            raise EngineError("a candidate is empty: pass non-empty candidate strings")
+        return self.score_batch([(prompt, candidates)], scope=scope, cancel=cancel, heal_end=heal_end)[0]
+
+    def score_batch(
+        self, requests: Sequence[tuple[Prompt, Sequence[str]]], *, scope: Scope = LOCAL, cancel: Cancel | None = None,
+        heal_end: bool = False,
+    ) -> list[CandidateScores]:
+        """`score_candidates` for several prompts at once: the tokens all prompts begin with (the trunk) are
+        evaluated as a prompt is (cached prefixes reused); what follows in each prompt (its stem) and every
+        candidate's tokens go into batched decodes as a token tree, each candidate its own sequence over the
+        trunk and its prompt's stem. The context is left at the trunk, so the next call reuses all of it."""
+        if not requests:
+            return []
+        prepared: list[tuple[list[int], int, list[list[int]]]] = []
+        for prompt, candidates in requests:
+            if not candidates or any(not c for c in candidates):
+                raise EngineError("a candidate is empty: pass non-empty candidate strings")
+            healed, texts = heal_boundary(prompt, candidates)
+            tokens, shared_len = self._tokenize_prompt(healed)
+            candidate_tokens = [self._plain(c) for c in texts]
+            if any(not toks for toks in candidate_tokens):
+                raise EngineError("a candidate is empty: pass non-empty candidate strings")
+            prepared.append((tokens, shared_len, candidate_tokens))
         with self._lock:
             started = time.perf_counter()
-            self._check_fits(len(prompt_tokens), max(len(t) for t in candidate_tokens))
-            usage = self._evaluate_prompt(prompt_tokens, shared_len, scope, cancel)
-            first = _log_softmax(self._last_logits())
-            base = self._llm.n_tokens
-            scores = []
+            for tokens, _, candidate_tokens in prepared:
+                self._check_fits(len(tokens), max(len(t) for t in candidate_tokens))
+            first = prepared[0][0]
+            trunk_len = min(len(tokens) - 1 for tokens, _, _ in prepared)  # every prompt keeps a stem token
+            for tokens, _, _ in prepared[1:]:
+                trunk_len = min(trunk_len, self._common_prefix(first, tokens))
+            # Tokens one decode takes: _SCORE_TOKENS, or the longest stem and candidate where that is longer.
+            need = max(len(t) - trunk_len + max(map(len, c)) - 1 for t, _, c in prepared)
+            limit = min(max(1, self.settings.n_batch), self._info.n_ctx - trunk_len - 1, max(_SCORE_TOKENS, need))
+            if need > limit and len(prepared) > 1:
+                # Prompts that part early (long stems): one tree per prompt, each over its own whole prompt.
+                return [self.score_batch([r], scope=scope, cancel=cancel, heal_end=heal_end)[0] for r in requests]
+            if need > limit:
+                raise EngineError(f"a candidate is longer than one decode holds ({limit} tokens): raise "
+                                  "PREFCALL_N_BATCH or score shorter candidates")
+            if trunk_len:
+                shared = min(min(s for _, s, _ in prepared), trunk_len)
+                trunk_usage = self._evaluate_prompt(first[:trunk_len], shared, scope, cancel, need_logits=False)
+            else:
+                self._clear()
+                self._ctx_scope, self._ctx_shared = scope, 0
+                trunk_usage = PromptUsage()
+            self._drop_branches(trunk_len)  # a longer context than the trunk may have been kept: its cells go
+            scores: list[list[float]] = [[0.0] * len(c) for _, _, c in prepared]
             try:
-                for toks in candidate_tokens:
+                for group in self._tree_groups(prepared, trunk_len, limit):
                     check_cancel(cancel)
-                    scores.append(self._score_continuation(base, first, toks, heal_end))
+                    self._score_tree(prepared, group, trunk_len, scores, heal_end)
+            except CancelledError:
+                raise
+            except Exception as exc:  # llama.cpp reports decode failures as plain exceptions
+                self._llm.reset()
+                self._clear()
+                self._ctx_scope = None
+                raise EngineError(f"llama.cpp failed to score candidates: {exc}") from exc
             finally:
-                # Leave the context at the prompt so the next call reuses all of it.
-                self._llm.n_tokens = base
-                self._llm._ctx.kv_cache_seq_rm(-1, base, -1)
-            counts = [len(t) for t in candidate_tokens]
-            return CandidateScores(list(candidates), scores, counts, usage, time.perf_counter() - started)
+                self._drop_branches(trunk_len)
+            seconds = (time.perf_counter() - started) / len(prepared)
+            out = []
+            for b, (tokens, _, candidate_tokens) in enumerate(prepared):
+                stem = len(tokens) - trunk_len
+                evaluated = stem + (trunk_usage.evaluated if b == 0 else 0)
+                usage = PromptUsage(prompt_tokens=len(tokens), evaluated=evaluated, reused=len(tokens) - evaluated)
+                out.append(CandidateScores(list(requests[b][1]), scores[b], [len(t) for t in candidate_tokens],
+                                           usage, seconds))
+            return out
+
+    def _tree_groups(self, prepared: Sequence[tuple[list[int], int, list[list[int]]]], trunk_len: int,
+                     limit: int) -> list[list[tuple[int, list[int]]]]:
+        """The (prompt, candidate indices) parts of each decode: at most `limit` tokens, as many sequences as the
+        context has."""
+        groups: list[list[tuple[int, list[int]]]] = [[]]
+        used = seqs = 0
+        for b, (tokens, _, candidate_tokens) in enumerate(prepared):
+            stem = len(tokens) - trunk_len
+            part: list[int] = []
+            for i, toks in enumerate(candidate_tokens):
+                cost = len(toks) - 1 + (0 if part else stem)
+                seq = 1 if len(toks) > 1 or not part else 0
+                if (used + cost > limit or seqs + seq > self._seqs - 1) and (part or groups[-1]):
+                    if part:
+                        groups[-1].append((b, part))
+                    groups.append([])
+                    part, used, seqs = [], 0, 0
+                    cost, seq = len(toks) - 1 + stem, 1
+                part.append(i)
+                used += cost
+                seqs += seq
+            groups[-1].append((b, part))
+        return [g for g in groups if g]
+
+    def _score_tree(self, prepared: Sequence[tuple[list[int], int, list[list[int]]]],
+                    group: Sequence[tuple[int, list[int]]], trunk_len: int, scores: list[list[float]],
+                    heal_end: bool) -> None:
+        """One decode of a token tree over the trunk in sequence 0: per prompt its stem, shared by its candidates'
+        sequences, then each candidate's tokens but the last; logits kept where a candidate token is predicted."""
+        batch = self._tree.batch
+        n = 0
+        next_seq = 1
+        reads: list[tuple[int, int, int, list[int]]] = []  # (prompt, candidate, batch index of the stem's end, tokens)
+        for b, part in group:
+            tokens, _, candidate_tokens = prepared[b]
+            stem = tokens[trunk_len:]
+            long = [i for i in part if len(candidate_tokens[i]) > 1]
+            seq_of = {i: next_seq + k for k, i in enumerate(long)}
+            stem_seqs = list(seq_of.values()) or [next_seq]
+            next_seq += max(1, len(long))
+            for k, token in enumerate(stem):
+                batch.token[n] = token
+                batch.pos[n] = trunk_len + k
+                batch.n_seq_id[n] = len(stem_seqs)
+                for j, seq in enumerate(stem_seqs):
+                    batch.seq_id[n][j] = seq
+                batch.logits[n] = k == len(stem) - 1
+                n += 1
+            stem_end = n - 1
+            for i in part:
+                toks = candidate_tokens[i]
+                reads.append((b, i, stem_end, toks))
+                for k, token in enumerate(toks[:-1]):
+                    batch.token[n] = token
+                    batch.pos[n] = len(tokens) + k
+                    batch.n_seq_id[n] = 1
+                    batch.seq_id[n][0] = seq_of[i]
+                    batch.logits[n] = True
+                    n += 1
+        batch.n_tokens = n
+        memory = self._llm._ctx.memory
+        for seq in range(1, next_seq):
+            llama_cpp.llama_memory_seq_cp(memory, 0, seq, -1, -1)
+        self._llm._ctx.decode(self._tree)
+        ctx = self._llm._ctx.ctx
+        rows: dict[int, np.ndarray] = {}
+
+        def logprobs_at(index: int) -> np.ndarray:
+            if index not in rows:
+                row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, index), shape=(self._vocab_size,))
+                rows[index] = _log_softmax(row)
+            return rows[index]
+
+        # Batch indices of each candidate's fed tokens follow its prompt's stem in the order written above.
+        position: dict[tuple[int, int], int] = {}
+        cursor = 0
+        for b, part in group:
+            tokens, _, candidate_tokens = prepared[b]
+            cursor += len(tokens) - trunk_len
+            for i in part:
+                position[(b, i)] = cursor
+                cursor += len(candidate_tokens[i]) - 1
+        for b, i, stem_end, toks in reads:
+            last = len(toks) - 1
+            total = self._token_logprob(logprobs_at(stem_end), toks[0], heal_end and last == 0)
+            at = position[(b, i)]
+            for k in range(1, len(toks)):
+                total += self._token_logprob(logprobs_at(at + k - 1), toks[k], heal_end and k == last)
+            scores[b][i] = total
+        for seq in range(1, next_seq):
+            llama_cpp.llama_memory_seq_rm(memory, seq, -1, -1)
+
+    def _drop_branches(self, trunk_len: int) -> None:
+        """Back to the trunk in sequence 0 alone: no candidate sequence, nothing after the trunk."""
+        memory = self._llm._ctx.memory
+        for seq in range(1, self._seqs):
+            llama_cpp.llama_memory_seq_rm(memory, seq, -1, -1)
+        llama_cpp.llama_memory_seq_rm(memory, 0, trunk_len, -1)
+        self._llm.n_tokens = min(self._llm.n_tokens, trunk_len)
+
+    def _clear(self) -> None:
+        llama_cpp.llama_memory_clear(self._llm._ctx.memory, True)
+        self._llm.n_tokens = 0
 
     # -- prompts: template pieces vs untrusted text ------------------------------------
     def _messages(self, prompt: Prompt) -> list[dict[str, str]]:
@@ -342,8 +517,10 @@ class LlamaEngine:
     def _current_tokens(self) -> list[int]:
         return [int(t) for t in self._llm.input_ids[: self._llm.n_tokens]]
 
-    def _evaluate_prompt(self, tokens: list[int], shared_len: int, scope: Scope, cancel: Cancel | None) -> PromptUsage:
-        """Bring the context to exactly `tokens`, evaluating only what a cached state the caller may reuse holds."""
+    def _evaluate_prompt(self, tokens: list[int], shared_len: int, scope: Scope, cancel: Cancel | None,
+                         need_logits: bool = True) -> PromptUsage:
+        """Bring the context to exactly `tokens`, evaluating only what a cached state the caller may reuse holds
+        (`need_logits`: the last token is evaluated again if need be, so that its logits exist)."""
         check_cancel(cancel)
         current = self._current_tokens()
         keep_current = reusable(self._common_prefix(tokens, current), shared_len, scope, self._ctx_scope,
@@ -357,8 +534,8 @@ class LlamaEngine:
             keep_current = min(restored, saved_keep)
         elif len(current) - keep_current >= _MIN_PREFIX_TO_SAVE:
             self._remember(current)  # about to overwrite a long context another request may want back
-        # At least one token must be decoded so that fresh logits exist.
-        keep = min(keep_current, len(tokens) - 1)
+        # Where logits are needed at least one token must be decoded so that fresh ones exist.
+        keep = min(keep_current, len(tokens) - (1 if need_logits else 0))
         # A public shared prefix this context lacks: from disk, or written there once evaluated.
         on_disk = self._disk is not None and scope.shared == LOCAL.shared and shared_len >= _MIN_PREFIX_TO_SAVE
         write_at = 0
@@ -454,25 +631,6 @@ class LlamaEngine:
         # the context still holds the last evaluated row.
         pointer = llama_cpp.llama_get_logits_ith(self._llm._ctx.ctx, -1)
         return np.ctypeslib.as_array(pointer, shape=(self._vocab_size,)).copy()
-
-    def _score_continuation(self, base: int, first: np.ndarray, tokens: list[int], heal_end: bool = False) -> float:
-        """log P(tokens | prompt): the first token from the prompt's logits, the rest from ONE decode of the
-        candidate's other tokens with logits kept at every position (not one decode per token: a batch of k
-        tokens costs about what one costs on a CPU, so a value's later tokens are nearly free)."""
-        last = len(tokens) - 1
-        total = self._token_logprob(first, tokens[0], heal_end and last == 0)
-        self._llm._ctx.kv_cache_seq_rm(-1, base, -1)
-        step = max(1, self.settings.n_batch)
-        for start in range(0, last, step):  # chunks of n_batch tokens (a value is far shorter)
-            chunk = tokens[start: min(last, start + step)]
-            self._llm._batch.set_batch(batch=chunk, n_past=base + start, logits_all=True)
-            self._llm._ctx.decode(self._llm._batch)
-            for i, token in enumerate(tokens[start + 1: start + 1 + len(chunk)]):
-                row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._llm._ctx.ctx, i),
-                                            shape=(self._vocab_size,))
-                total += self._token_logprob(_log_softmax(row), token, heal_end and start + i + 1 == last)
-        self._llm.n_tokens = base
-        return total
 
     def _token_logprob(self, logprobs: np.ndarray, token: int, heal: bool) -> float:
         """The token's log-probability; healed (`score_candidates(heal_end=True)`): that of any token beginning

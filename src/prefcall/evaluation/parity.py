@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from prefcall.config import Settings
-from prefcall.engine.base import CandidateScores, Embedder, Engine
+from prefcall.engine.base import CandidateScores, Embedder, Engine, score_batch
 
 NOISE_FLOOR = 0.15  # nats: the score noise measured between llama.cpp backends on one model file (README)
 SEEDS = (1, 2)
@@ -96,7 +96,13 @@ class ScoreTap:
         return self._engine.info
 
     def score_candidates(self, prompt: Any, candidates: Sequence[str], **kwargs: Any) -> CandidateScores:
-        scored = self._engine.score_candidates(prompt, candidates, **kwargs)
+        return self._tapped(prompt, candidates, self._engine.score_candidates(prompt, candidates, **kwargs))
+
+    def score_batch(self, requests: Sequence[tuple[Any, Sequence[str]]], **kwargs: Any) -> list[CandidateScores]:
+        scored = score_batch(self._engine, requests, **kwargs)
+        return [self._tapped(prompt, candidates, s) for (prompt, candidates), s in zip(requests, scored)]
+
+    def _tapped(self, prompt: Any, candidates: Sequence[str], scored: CandidateScores) -> CandidateScores:
         key = json.dumps([[m.role, m.content] for m in prompt.messages] + [prompt.prefix])
         self.calls.append((key, tuple(candidates), tuple(scored.logprobs)))
         if not self.noise:

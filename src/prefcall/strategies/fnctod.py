@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from prefcall.engine.base import Engine, Generation, Prompt
+from prefcall.engine.base import Engine, Generation, Prompt, score_batch
 from prefcall.engine.loader import file_signature
 from prefcall.retrieval.text import tokenize
 from prefcall.schemas import render as schema_render
@@ -413,8 +413,9 @@ def content_free_scores(engine: Engine, catalogue: Catalogue, *, allow_none: boo
     `only`: score just these candidates (in this order) under the catalogue's listing."""
     names = list(only) if only is not None else candidate_names(catalogue, allow_none)
     totals = [0.0] * len(names)
-    for dialogue in CONTENT_FREE_DIALOGUES:
-        scores = engine.score_candidates(scoring_prompt(engine, catalogue, dialogue), [f" {n}" for n in names])
+    requests = [(scoring_prompt(engine, catalogue, dialogue), [f" {n}" for n in names])
+                for dialogue in CONTENT_FREE_DIALOGUES]
+    for scores in score_batch(engine, requests):
         totals = [t + s for t, s in zip(totals, scores.logprobs)]
     return [t / len(CONTENT_FREE_DIALOGUES) for t in totals]
 

@@ -29,12 +29,13 @@ import json
 import math
 import re
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from prefcall.engine.base import ChatMessage, Engine, Prompt, PromptUsage
+from prefcall.engine.base import ChatMessage, Engine, Prompt, PromptUsage, score_batch
 from prefcall.errors import GrammarError
 from prefcall.schemas.model import Function, Turn
 from prefcall.schemas.render import grammar_schema, render_function_spec
@@ -168,17 +169,22 @@ class _Scorer:
         self.context = context
         self.result = result
 
-    def __call__(self, argument: str, values: Sequence[Any]) -> np.ndarray | None:
-        if self.engine is None:
-            return None
-        prompt = Prompt((ChatMessage("system", self.system), ChatMessage("user", self.context)),
-                        prefix="{" + json.dumps(argument) + ": ", shared=1)
-        candidates = [json.dumps(v, ensure_ascii=False) for v in values] + [NULL]
+    def __call__(self, asks: dict[str, list[Any]]) -> dict[str, np.ndarray | None]:
+        """Each argument's candidate values and null scored, all arguments at once (one batched evaluation where
+        the engine can: their prompts differ only in the argument's name at the end)."""
+        if self.engine is None or not asks:
+            return {name: None for name in asks}
+        requests = [(Prompt((ChatMessage("system", self.system), ChatMessage("user", self.context)),
+                            prefix="{" + json.dumps(argument) + ": ", shared=1),
+                     [json.dumps(v, ensure_ascii=False) for v in values] + [NULL])
+                    for argument, values in asks.items()]
         # A value's closing quote is scored as any token it starts (`",`): see Engine.score_candidates.
-        scores = self.engine.score_candidates(prompt, candidates, heal_end=True)
-        self._count(scores.usage, scores.decoded)
-        logprobs = np.asarray(scores.logprobs, dtype=np.float64)
-        return logprobs - np.logaddexp.reduce(logprobs)  # renormalised over the candidates and null
+        out: dict[str, np.ndarray | None] = {}
+        for argument, scores in zip(asks, score_batch(self.engine, requests, heal_end=True)):
+            self._count(scores.usage, scores.decoded)
+            logprobs = np.asarray(scores.logprobs, dtype=np.float64)
+            out[argument] = logprobs - np.logaddexp.reduce(logprobs)  # renormalised over the candidates and null
+        return out
 
     def _count(self, usage: PromptUsage, decoded: int) -> None:
         """One model call's tokens, added to the fill's (decoded: scored candidates' or generated tokens)."""
@@ -246,6 +252,7 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
              if weights.temporal_units and argument_kind(sch) == "span" and (k := temporal_kind(a, sch))}
     temporal = {name: kinds[name] for name in pools if name in kinds}
     only = {name for name in temporal if list(kinds.values()).count(kinds[name]) == 1}
+    plans: dict[str, _Plan | None] = {}
     for name, pool in pools.items():
         schema = pool.schema
         if name in temporal:
@@ -254,7 +261,10 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
             pool.candidates = [c for c in pool.candidates if normal_text(c.text) not in avoided]
         if named and pool.kind == "span":
             pool.candidates = [c for c in pool.candidates if not _overlaps(c, named)]
-        ranked = _rank(pool, features_ctx, weights, scorer, result,
+        plans[name] = _plan(pool, features_ctx, weights)
+    lms = scorer({name: [c.value for c in plan.top] for name, plan in plans.items() if plan and plan.ask})
+    for name, pool in pools.items():
+        ranked = _rank(pool, plans[name], lms.get(name), features_ctx, weights, result,
                        None if record is None else _Rows(record, function.name, name, pool.kind))
         if ranked:
             result.considered[name] = ranked[0][0]
@@ -386,11 +396,25 @@ class _Rows:
                             features=None if features is None else [round(float(f), 5) for f in features]))
 
 
-def _rank(pool: ArgumentCandidates, ctx: FeatureContext, weights: GroundingWeights, scorer: _Scorer,
-          result: FillResult, rows: _Rows | None = None) -> list[tuple[float, Candidate, float | None]]:
-    """(probability, candidate, model probability) best first; empty when nothing can be a value."""
+@dataclass
+class _Plan:
+    """What ranking one argument asks of the model: `top`, the candidates to score (span and number: the best by
+    structure, `order` their indices in the pool, `structure` their structural logits; `matrix`, `logits` and
+    `ranking` every candidate's features, logit and rank); `ask` is False where structure alone decides (pruned)."""
+
+    top: list[Candidate]
+    ask: bool = True
+    structure: list[float] | None = None
+    matrix: np.ndarray | None = None
+    logits: np.ndarray | None = None
+    ranking: list[int] = field(default_factory=list)
+    order: list[int] = field(default_factory=list)
+
+
+def _plan(pool: ArgumentCandidates, ctx: FeatureContext, weights: GroundingWeights) -> _Plan | None:
+    """The candidates one argument's ranking scores with the model; None when nothing can be a value."""
     if not pool.candidates or pool.kind == "free":
-        return []
+        return None
     if pool.kind in ("span", "number"):
         matrix = features(ctx, pool.name, pool.schema, pool.candidates)
         logits = weights.structure.logits(matrix)
@@ -401,19 +425,36 @@ def _rank(pool: ArgumentCandidates, ctx: FeatureContext, weights: GroundingWeigh
             # second value of the argument even where structure ranks it lower (a sentence's first word).
             order += [i for i in ranking[TOP_K:] if any(_coordinated(pool.candidates[j], pool.candidates[i])
                                                         for j in order)][:TOP_K]
-        top = [pool.candidates[i] for i in order]
         structure = [float(logits[i]) for i in order]
-        pruned = structure[0] < weights.prune
+        return _Plan([pool.candidates[i] for i in order], structure[0] >= weights.prune, structure, matrix, logits,
+                     ranking, order)
+    if pool.kind == "boolean" and not any(_named(pool, ctx, cand) for cand in pool.candidates):
+        # A flag nobody mentioned stays unset: a small model will happily say "true" to anything, and a value
+        # must come from the request or an instruction, never from the model's taste.
+        return None
+    return _Plan(list(pool.candidates))
+
+
+def _rank(pool: ArgumentCandidates, plan: _Plan | None, lm: np.ndarray | None, ctx: FeatureContext,
+          weights: GroundingWeights, result: FillResult,
+          rows: _Rows | None = None) -> list[tuple[float, Candidate, float | None]]:
+    """(probability, candidate, model probability) best first, from the plan and the model's scores of its
+    candidates (`lm`: log-probabilities of `plan.top` and null, None without a model); empty when nothing can be
+    a value."""
+    if plan is None:
+        return []
+    if plan.structure is not None:
+        assert plan.matrix is not None and plan.logits is not None
+        top, structure, matrix, order = plan.top, plan.structure, plan.matrix, plan.order
         if rows is not None:  # the candidates never scored, with their features (the structure fit's rows)
-            kept = set(order[:1] if pruned else order)
-            for i in ranking:
+            kept = set(order if plan.ask else order[:1])
+            for i in plan.ranking:
                 if i not in kept:
-                    rows(pool.candidates[i].value, float(logits[i]), None, matrix[i], ranked=False)
-        if pruned:
+                    rows(pool.candidates[i].value, float(plan.logits[i]), None, matrix[i], ranked=False)
+        if not plan.ask:
             if rows is not None:
                 rows(top[0].value, structure[0], None, matrix[order[0]])
             return [(_sigmoid(structure[0]), top[0], None)]
-        lm = scorer(pool.name, [c.value for c in top])
         a, b, c = weights.number if pool.kind == "number" and weights.number is not None else weights.span
         out = []
         for i, (cand, s) in enumerate(zip(top, structure)):
@@ -423,11 +464,6 @@ def _rank(pool: ArgumentCandidates, ctx: FeatureContext, weights: GroundingWeigh
             out.append((_sigmoid(a * s + b * odds + c), cand, math.exp(lm[i]) if lm is not None else None))
         _record(result, lm)
         return sorted(out, key=lambda t: -t[0])
-    if pool.kind == "boolean" and not any(_named(pool, ctx, cand) for cand in pool.candidates):
-        # A flag nobody mentioned stays unset: a small model will happily say "true" to anything, and a value
-        # must come from the request or an instruction, never from the model's taste.
-        return []
-    lm = scorer(pool.name, [c.value for c in pool.candidates])
     _record(result, lm)
     a, b, c = weights.enum if pool.kind == "enum" else weights.boolean
     out = []
