@@ -299,63 +299,72 @@ class LlamaEngine:
 
     def _tree_groups(self, prepared: Sequence[tuple[list[int], int, list[list[int]]]], trunk_len: int,
                      limit: int) -> list[list[tuple[int, list[int]]]]:
-        """The (prompt, candidate indices) parts of each decode: at most `limit` tokens, as many sequences as the
-        context has."""
+        """The (prompt, candidate indices) parts of each decode: at most `limit` tokens (a prompt's stem, and each
+        candidate token prefix once: `_tree_nodes`), at most one sequence per candidate that the context has."""
         groups: list[list[tuple[int, list[int]]]] = [[]]
         used = seqs = 0
         for b, (tokens, _, candidate_tokens) in enumerate(prepared):
             stem = len(tokens) - trunk_len
             part: list[int] = []
+            nodes: set[tuple[int, ...]] = set()
             for i, toks in enumerate(candidate_tokens):
-                cost = len(toks) - 1 + (0 if part else stem)
-                seq = 1 if len(toks) > 1 or not part else 0
-                if (used + cost > limit or seqs + seq > self._seqs - 1) and (part or groups[-1]):
+                new = {tuple(toks[:k + 1]) for k in range(len(toks) - 1)} - nodes
+                cost = len(new) + (0 if part else stem)
+                if (used + cost > limit or seqs + 1 > self._seqs - 1) and (part or groups[-1]):
                     if part:
                         groups[-1].append((b, part))
                     groups.append([])
-                    part, used, seqs = [], 0, 0
-                    cost, seq = len(toks) - 1 + stem, 1
+                    part, nodes, used, seqs = [], set(), 0, 0
+                    new = {tuple(toks[:k + 1]) for k in range(len(toks) - 1)}
+                    cost = len(new) + stem
                 part.append(i)
+                nodes |= new
                 used += cost
-                seqs += seq
+                seqs += 1
             groups[-1].append((b, part))
         return [g for g in groups if g]
 
     def _score_tree(self, prepared: Sequence[tuple[list[int], int, list[list[int]]]],
                     group: Sequence[tuple[int, list[int]]], trunk_len: int, scores: list[list[float]],
                     heal_end: bool) -> None:
-        """One decode of a token tree over the trunk in sequence 0: per prompt its stem, shared by its candidates'
-        sequences, then each candidate's tokens but the last; logits kept where a candidate token is predicted."""
+        """One decode of a token tree over the trunk in sequence 0: per prompt its stem, then its candidates as a
+        prefix tree (`_tree_nodes`), every candidate a sequence of its own; logits kept wherever a candidate's next
+        token is predicted."""
         batch = self._tree.batch
         n = 0
         next_seq = 1
-        reads: list[tuple[int, int, int, list[int]]] = []  # (prompt, candidate, batch index of the stem's end, tokens)
+        reads: list[tuple[int, int, list[int]]] = []  # (prompt, candidate, batch index predicting each token)
+
+        def put(token: int, pos: int, seqs: Sequence[int], logits: bool) -> int:
+            nonlocal n
+            batch.token[n] = token
+            batch.pos[n] = pos
+            batch.n_seq_id[n] = len(seqs)
+            for j, seq in enumerate(seqs):
+                batch.seq_id[n][j] = seq
+            batch.logits[n] = logits
+            n += 1
+            return n - 1
+
         for b, part in group:
             tokens, _, candidate_tokens = prepared[b]
+            seq_of = {i: next_seq + k for k, i in enumerate(part)}
+            next_seq += len(part)
             stem = tokens[trunk_len:]
-            long = [i for i in part if len(candidate_tokens[i]) > 1]
-            seq_of = {i: next_seq + k for k, i in enumerate(long)}
-            stem_seqs = list(seq_of.values()) or [next_seq]
-            next_seq += max(1, len(long))
+            everyone = list(seq_of.values())
+            stem_end = -1
             for k, token in enumerate(stem):
-                batch.token[n] = token
-                batch.pos[n] = trunk_len + k
-                batch.n_seq_id[n] = len(stem_seqs)
-                for j, seq in enumerate(stem_seqs):
-                    batch.seq_id[n][j] = seq
-                batch.logits[n] = k == len(stem) - 1
-                n += 1
-            stem_end = n - 1
+                stem_end = put(token, trunk_len + k, everyone, k == len(stem) - 1)
+            # A candidate token prefix is one node, decoded once for every candidate that begins with it.
+            node: dict[tuple[int, ...], int] = {}
             for i in part:
                 toks = candidate_tokens[i]
-                reads.append((b, i, stem_end, toks))
-                for k, token in enumerate(toks[:-1]):
-                    batch.token[n] = token
-                    batch.pos[n] = len(tokens) + k
-                    batch.n_seq_id[n] = 1
-                    batch.seq_id[n][0] = seq_of[i]
-                    batch.logits[n] = True
-                    n += 1
+                for k in range(len(toks) - 1):
+                    key = tuple(toks[:k + 1])
+                    if key not in node:
+                        through = [seq_of[j] for j in part if tuple(candidate_tokens[j][:k + 1]) == key]
+                        node[key] = put(toks[k], len(tokens) + k, through, True)
+                reads.append((b, i, [stem_end] + [node[tuple(toks[:k + 1])] for k in range(len(toks) - 1)]))
         batch.n_tokens = n
         memory = self._llm._ctx.memory
         for seq in range(1, next_seq):
@@ -370,22 +379,11 @@ class LlamaEngine:
                 rows[index] = _log_softmax(row)
             return rows[index]
 
-        # Batch indices of each candidate's fed tokens follow its prompt's stem in the order written above.
-        position: dict[tuple[int, int], int] = {}
-        cursor = 0
-        for b, part in group:
-            tokens, _, candidate_tokens = prepared[b]
-            cursor += len(tokens) - trunk_len
-            for i in part:
-                position[(b, i)] = cursor
-                cursor += len(candidate_tokens[i]) - 1
-        for b, i, stem_end, toks in reads:
+        for b, i, at in reads:
+            toks = prepared[b][2][i]
             last = len(toks) - 1
-            total = self._token_logprob(logprobs_at(stem_end), toks[0], heal_end and last == 0)
-            at = position[(b, i)]
-            for k in range(1, len(toks)):
-                total += self._token_logprob(logprobs_at(at + k - 1), toks[k], heal_end and k == last)
-            scores[b][i] = total
+            scores[b][i] = sum(self._token_logprob(logprobs_at(at[k]), toks[k], heal_end and k == last)
+                               for k in range(len(toks)))
         for seq in range(1, next_seq):
             llama_cpp.llama_memory_seq_rm(memory, seq, -1, -1)
 
