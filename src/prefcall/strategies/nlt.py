@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from prefcall.engine.base import Embedder, Engine, Prompt
+from prefcall.engine.base import Embedder, Engine, Prompt, score_batch
 from prefcall.errors import ValidationError
 from prefcall.retrieval.hybrid import BM25Index
 from prefcall.retrieval.text import sentences, split_identifier
@@ -250,11 +250,11 @@ def tool_yes_logodds(engine: Engine, specs: Sequence[ToolSpec], message: str, co
     """log P(" YES") - log P(" NO") per tool after the forced tool line: the choice restricted to the two
     answers (the softmax over {YES, NO} is the sigmoid of this). `only`: ask about just these tools (all listed)."""
     prefix = nlt_prompt(engine, specs, message, context, history).continued(_SKIPPED_THINKING)
+    asked = [spec for spec in specs if only is None or spec.name in only]
+    # Every tool's question in one batch: the prompts differ only in the tool line at their end.
+    batch = score_batch(engine, [(prefix.continued(_tool_line(spec)), [" YES", " NO"]) for spec in asked])
     out: dict[str, float] = {}
-    for spec in specs:
-        if only is not None and spec.name not in only:
-            continue
-        scores = engine.score_candidates(prefix.continued(_tool_line(spec)), [" YES", " NO"])
+    for spec, scores in zip(asked, batch):
         usage.add(scores.usage)
         out[spec.name] = scores.logprobs[0] - scores.logprobs[1]
     return out
