@@ -198,6 +198,12 @@ def test_a_number_the_assistant_wrote_is_an_arguments_only_where_the_argument_is
     assert [(c.value, c.grounded) for c in bags.candidates] == [("0", True), ("1", False), ("2", False)]
     said = Source("user", "I found 4 flights", "turn 0")  # the user's own words: every number stays a candidate
     assert [c.value for c in argument_candidates("passengers", {"type": "integer"}, [said]).candidates] == [4]
+    # An argument that counts people takes the number a noun counting people follows, whatever its own words.
+    table = Source("user", "A table for 2 people at 7 pm with a menu of 3 courses?", "offer turn 1")
+    for name in ("number_of_seats", "party_size"):
+        assert [c.value for c in argument_candidates(name, {"type": "integer"}, [table]).candidates] == [2]
+    assert [c.value for c in argument_candidates("number_of_courses", {"type": "integer"}, [table]).candidates] == [3]
+    assert argument_candidates("number_of_rooms", {"type": "integer"}, [table]).candidates == []
 
 
 def _dining_and_events():

@@ -298,13 +298,24 @@ def argument_candidates(name: str, schema: dict[str, Any], sources: Sequence[Sou
     return out
 
 
+# Nouns that count people or their places. An argument whose name counts them (number_of_seats, party_size,
+# passengers) takes an offered number that any of them follows: "a table for 2 people" gives number_of_seats 2.
+PERSON_NOUNS = frozenset(stem(w) for w in (
+    "people person persons guest guests adult adults passenger passengers traveler travelers traveller travellers "
+    "seat seats ticket tickets diner diners").split())
+PERSON_COUNTS = PERSON_NOUNS | {stem("party"), stem("group")}
+
+
 def _unnamed_offer_number(candidate: Candidate, name: str) -> bool:
     """A number in an assistant's proposal is this argument's only when a word of the argument's name follows it
-    ("for 1 passenger", "0 checked bags"): "4 flights" and "1 layover" count other things."""
+    ("for 1 passenger", "0 checked bags"), or, for an argument that counts people, a noun that counts them ("for 2
+    people"): "4 flights" and "1 layover" count other things."""
     if candidate.source is None or not is_offer(candidate.source.ref) or parse_number(candidate.text) is None:
         return False
     after = _TOKEN_RE.findall(candidate.source.text[candidate.end:].lower())[:3]
     named = {stem(w) for w in tokenize(humanise(name))}
+    if named & PERSON_COUNTS:
+        named |= PERSON_NOUNS
     return not any(stem(normalise_word(w)) in named for w in after)
 
 
