@@ -66,7 +66,7 @@ _FALLBACK_TEMPLATE = (
 )
 _MIN_PREFIX_TO_SAVE = 32  # tokens; shorter prefixes are cheaper to re-evaluate than to copy
 # Sequences a scoring decode may use (llama.cpp's n_seq_max; the KV cache is unified, so this costs no memory):
-# sequence 0 holds the prompt, each scored candidate of more than one token one of the others.
+# sequence 0 holds the prompt, each candidate of a decode one of the others.
 _SCORE_SEQS = 64
 # Tokens per scoring decode: on a CPU a batch of 64 costs about 20 ms a token against 50 for one alone, and more
 # buys little; each kept logits row costs n_vocab floats (Qwen2.5: 0.6 MB), so the rows of one decode are bounded.
@@ -300,7 +300,8 @@ class LlamaEngine:
     def _tree_groups(self, prepared: Sequence[tuple[list[int], int, list[list[int]]]], trunk_len: int,
                      limit: int) -> list[list[tuple[int, list[int]]]]:
         """The (prompt, candidate indices) parts of each decode: at most `limit` tokens (a prompt's stem, and each
-        candidate token prefix once: `_tree_nodes`), at most one sequence per candidate that the context has."""
+        candidate token prefix once, as `_score_tree` lays them out), one sequence per candidate, as many as the
+        context has."""
         groups: list[list[tuple[int, list[int]]]] = [[]]
         used = seqs = 0
         for b, (tokens, _, candidate_tokens) in enumerate(prepared):
@@ -308,15 +309,15 @@ class LlamaEngine:
             part: list[int] = []
             nodes: set[tuple[int, ...]] = set()
             for i, toks in enumerate(candidate_tokens):
-                new = {tuple(toks[:k + 1]) for k in range(len(toks) - 1)} - nodes
+                prefixes = {tuple(toks[:k + 1]) for k in range(len(toks) - 1)}  # the tokens it feeds
+                new = prefixes - nodes
                 cost = len(new) + (0 if part else stem)
                 if (used + cost > limit or seqs + 1 > self._seqs - 1) and (part or groups[-1]):
                     if part:
                         groups[-1].append((b, part))
                     groups.append([])
                     part, nodes, used, seqs = [], set(), 0, 0
-                    new = {tuple(toks[:k + 1]) for k in range(len(toks) - 1)}
-                    cost = len(new) + stem
+                    new, cost = prefixes, len(prefixes) + stem
                 part.append(i)
                 nodes |= new
                 used += cost
@@ -328,8 +329,8 @@ class LlamaEngine:
                     group: Sequence[tuple[int, list[int]]], trunk_len: int, scores: list[list[float]],
                     heal_end: bool) -> None:
         """One decode of a token tree over the trunk in sequence 0: per prompt its stem, then its candidates as a
-        prefix tree (`_tree_nodes`), every candidate a sequence of its own; logits kept wherever a candidate's next
-        token is predicted."""
+        prefix tree (a token prefix several candidates share is one node), every candidate a sequence of its own;
+        logits kept wherever a candidate's next token is predicted."""
         batch = self._tree.batch
         n = 0
         next_seq = 1
