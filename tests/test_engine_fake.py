@@ -19,7 +19,7 @@ from prefcall.engine.base import (
     TokenLogprob,
     schema_key_order,
 )
-from prefcall.engine.fake import CannedReplyError, FakeEmbedder, FakeEngine, check_canned_json
+from prefcall.engine.fake import BatchingFakeEngine, CannedReplyError, FakeEmbedder, FakeEngine, check_canned_json
 from prefcall.errors import CancelledError
 
 
@@ -203,26 +203,12 @@ def test_heal_boundary_moves_the_prefixs_trailing_spaces_onto_the_candidates():
     assert same.prefix == "Function:" and untouched == [" GetBuses"]
 
 
-class _Batcher(FakeEngine):
-    """A fake with batch scoring: records what each batch was given."""
-
-    def __init__(self):
-        super().__init__()
-        self.batches = []
-
-    def score_batch(self, requests, *, scope=None, cancel=None, heal_end=False):
-        self.batches.append({"n": len(requests), "scope": scope, "cancel": cancel, "heal_end": heal_end})
-        if cancel is not None and cancel.is_set():
-            raise CancelledError("cancelled")
-        return [self.score_candidates(p, c, scope=scope, heal_end=heal_end) for p, c in requests]
-
-
 def test_batch_scoring_passes_scope_and_cancellation_and_falls_back_one_by_one():
     from prefcall.engine.base import score_batch
     from prefcall.engine.cancel import bind_cancel, cancel_bound
 
     requests = [(ask("p one"), [" a", " b"]), (ask("p two"), [" c"])]
-    batcher = _Batcher()
+    batcher = BatchingFakeEngine()
     scored = ScopedEngine(batcher, Scope("carol", "public")).score_batch(requests, heal_end=True)
     assert [s.candidates for s in scored] == [[" a", " b"], [" c"]]
     assert batcher.batches[-1]["scope"] == Scope("carol", "public") and batcher.batches[-1]["heal_end"]

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from prefcall.engine.fake import FakeEmbedder, FakeEngine, fake_tokenize
+from prefcall.engine.fake import BatchingFakeEngine, FakeEmbedder, FakeEngine, fake_tokenize
 from prefcall.errors import ConfigError
 from prefcall.schemas.model import Call, Catalogue, Function, Turn
 from prefcall.strategies import grounded, relevance
@@ -694,18 +694,6 @@ def test_a_chained_call_never_takes_the_place_the_first_call_leaves_from():
     assert [c.arguments for c in direct.calls] == [{"location": "Boston"}]
 
 
-class BatchingFake(FakeEngine):
-    """The fake engine with batch scoring (as the in-process engine has): records each batch's prompts."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.batches: list[list[str]] = []
-
-    def score_batch(self, requests, *, scope=None, cancel=None, heal_end=False):
-        self.batches.append([prompt.prefix for prompt, _ in requests])
-        return [self.score_candidates(prompt, candidates, heal_end=heal_end) for prompt, candidates in requests]
-
-
 def test_all_arguments_of_a_function_are_scored_in_one_batch_with_the_answers_of_one_by_one():
     text = "User: a cheap Thai place in Oakland that serves alcohol, for 4 people"
     like = scorer("GetRestaurants", city="Oakland", cuisine="Thai", price_range="cheap", serves_alcohol=True,
@@ -717,11 +705,11 @@ def test_all_arguments_of_a_function_are_scored_in_one_batch_with_the_answers_of
         return fill.fill_arguments(engine, RESTAURANTS, sources, text,
                                    fill.FeatureContext(function=RESTAURANTS, embedder=FakeEmbedder()), weights)
 
-    batching = BatchingFake(scorer=like)
+    batching = BatchingFakeEngine(scorer=like)
     together, alone = fill_with(batching), fill_with(FakeEngine(scorer=like))
     assert len(batching.batches) == 1  # one batch for the function, not one model call per argument
-    asked = {json.loads(prefix.strip().rstrip(":").lstrip("{")) for prefix in batching.batches[0]}
+    asked = {json.loads(prefix.strip().rstrip(":").lstrip("{")) for prefix in batching.batches[0]["prefixes"]}
     assert {"city", "cuisine", "price_range"} <= asked
     assert [(c.argument, c.values) for c in together.choices] == [(c.argument, c.values) for c in alone.choices]
     assert {(c.argument, tuple(c.values)) for c in together.choices} >= {("city", ("Oakland",)), ("cuisine", ("Thai",))}
-    assert together.model_calls == alone.model_calls == len(batching.batches[0])
+    assert together.model_calls == alone.model_calls == len(batching.batches[0]["prefixes"])

@@ -288,6 +288,23 @@ def _has_quote(value: Any) -> bool:
     return False
 
 
+class BatchingFakeEngine(FakeEngine):
+    """The fake with batch scoring (`BatchScoring`, as the in-process engine has): each batch is recorded in
+    `batches` (its prompts' answer prefixes, scope, cancel and heal_end) and scored prompt by prompt."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.batches: list[dict[str, Any]] = []
+
+    def score_batch(self, requests: Sequence[tuple[Prompt, Sequence[str]]], *, scope: Scope = LOCAL,
+                    cancel: Cancel | None = None, heal_end: bool = False) -> list[CandidateScores]:
+        self.batches.append({"prefixes": [prompt.prefix for prompt, _ in requests], "scope": scope, "cancel": cancel,
+                             "heal_end": heal_end})
+        _check(cancel)
+        return [self.score_candidates(prompt, candidates, scope=scope, heal_end=heal_end)
+                for prompt, candidates in requests]
+
+
 def _check(cancel: Cancel | None) -> None:
     if cancel is not None and cancel.is_set():
         raise CancelledError("the request was cancelled (the client went away or gave up): nothing to do")
