@@ -236,6 +236,38 @@ def test_with_the_state_sent_back_the_conversations_function_stays_unless_the_ne
     assert set(moved.state.functions) == {"ReserveRestaurant", "FindEvents"}
 
 
+def test_a_word_two_functions_share_does_not_move_the_conversation_and_a_word_of_one_does():
+    from prefcall.engine.fake import FakeEmbedder, FakeEngine
+    from prefcall.schemas.model import Catalogue, Function
+    from prefcall.strategies.pipeline import Pipeline
+    from prefcall.strategies.pipeline_models import get_config
+
+    def function(name: str, description: str) -> Function:
+        return Function(name=name, description=description,
+                        parameters={"type": "object", "properties": {"city": {"type": "string"}}})
+
+    catalogue = Catalogue(name="trips", functions=[
+        function("ReserveRestaurant", "Make a table reservation at a restaurant"),
+        function("FindRestaurants", "Find restaurants by location"),
+        function("SearchOnewayFlight", "Search for one-way flights"),
+        function("SearchRoundtripFlights", "Search for round-trip flights")])
+    prefers = {"FindRestaurants": -0.5, "SearchRoundtripFlights": -0.5}  # stage 1 leans to these, by a little
+
+    def score(prompt: str, candidate: str) -> float:
+        return prefers.get(candidate.strip(), -1.0 if candidate.strip() in catalogue.names else -12.0)
+
+    pipeline = Pipeline(FakeEngine(scorer=score), FakeEmbedder())
+    reserving = DialogueState().updated([Call(name="ReserveRestaurant", arguments={"city": "San Jose"})], 0)
+    kept = pipeline.parse("Please find restaurants in San Jose. Can you try Sino?", [], catalogue,
+                          get_config("full"), state=reserving)
+    assert kept.functions[0] == "ReserveRestaurant" and kept.state.active == "ReserveRestaurant"
+    one_way = DialogueState().updated([Call(name="SearchOnewayFlight", arguments={"city": "Denver"})], 0)
+    moved = pipeline.parse("Actually, make it a round trip.", [], catalogue, get_config("full"), state=one_way)
+    assert moved.functions[0] == "SearchRoundtripFlights" and moved.state.active == "SearchRoundtripFlights"
+    stays = pipeline.parse("How long is the flight?", [], catalogue, get_config("full"), state=one_way)
+    assert stays.functions[0] == "SearchOnewayFlight"
+
+
 def test_a_value_the_user_says_in_a_later_turn_replaces_the_one_an_earlier_turn_gave():
     import json
     import re

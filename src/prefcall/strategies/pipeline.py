@@ -110,15 +110,20 @@ def with_state(turns: list[Turn], state: DialogueState) -> list[Turn]:
 
 def _keep_active(functions: list[str], active: str | None, catalogue: Catalogue, turns: Sequence[Turn],
                  notes: list[str]) -> list[str]:
-    """Stage 1's functions, with the conversation's `active` one in place of the one stage 1 put first when the
-    user's new turn does not name that one (its name, or a description word unique enough: DomainModel.named)."""
+    """Stage 1's functions, with the conversation's `active` one in place of the one stage 1 put first unless the
+    user's new turn names that one more than the active one (its name, or description words unique enough:
+    DomainModel.named, with two adjacent words also read as one). A word both share ("find restaurants" while
+    reserving at a restaurant) is no evidence for a switch: it names the two alike."""
     if active is None or not functions or functions[0] == active or catalogue.function(active) is None:
         return functions
     new = next((t.content for t in reversed(turns) if t.role == "user"), "")
-    if functions[0] in DomainModel.build(catalogue).named(tokenize(new, drop_stop_words=False)):
+    tokens = tokenize(new, drop_stop_words=False)
+    # Two adjacent words also as one: "round trip" names SearchRoundtripFlights, "one way" SearchOnewayFlight.
+    named = DomainModel.build(catalogue).named([*tokens, *(a + b for a, b in zip(tokens, tokens[1:]))])
+    if named.get(functions[0], 0.0) > named.get(active, 0.0):
         return functions
     notes.append(f"stage 1: kept {active}, the conversation's function: the new turn does not name "
-                 f"{functions[0]}, which scored first")
+                 f"{functions[0]}, which scored first, more than it")
     return [active, *(f for f in functions[1:] if f != active)]
 
 
