@@ -46,6 +46,21 @@ def test_a_time_argument_takes_the_whole_expression_and_none_of_its_parts():
     assert "11:30" not in [c.text for c in align(pool.candidates, [offer], "time")]
 
 
+def test_a_date_is_no_time_and_a_time_no_date():
+    source = Source("user", "I want to make a dinner reservation on March 5th.", "turn 0")
+    time = argument_candidates("time", {"type": "string", "description": "Time of the reservation"}, [source])
+    assert not {"March 5th", "March", "5th", "reservation on March 5th"} & {
+        c.text for c in align(time.candidates, [source], "time")}
+    date = argument_candidates("date", {"type": "string"}, [source])
+    assert [c.text for c in align(date.candidates, [source], "date")][0] == "March 5th"
+    evening = Source("user", "Book it for 7 pm tonight", "turn 0")
+    date = argument_candidates("date", {"type": "string"}, [evening])
+    texts = [c.text for c in align(date.candidates, [evening], "date")]
+    assert texts[0] == "tonight" and "7 pm" not in texts  # tonight is a date and a time; 7 pm only a time
+    time = argument_candidates("time", {"type": "string"}, [evening])
+    assert [c.text for c in align(time.candidates, [evening], "time")][0] == "7 pm tonight"
+
+
 def test_which_arguments_hold_a_time_or_a_date():
     assert argument_kind("time", {"type": "string"}) == "time"
     assert argument_kind("departure_date", {"type": "string"}) == "date"

@@ -87,9 +87,12 @@ def argument_kind(name: str, schema: dict[str, Any]) -> Kind | None:
 def align(candidates: Sequence[Candidate], sources: Sequence[Source], kind: Kind) -> list[Candidate]:
     """A time or date argument's candidates with its sources' `kind` expressions as units: every expression is a
     candidate (first, so that a tie keeps it), and a span of the same source that overlaps an expression without
-    being it ("the morning" of "half past 11 in the morning", "reservation at morning 11:15") is dropped. Spans
-    that touch no expression, and candidates of sources with none, stay."""
+    being it ("the morning" of "half past 11 in the morning", "reservation at morning 11:15") is dropped. A span
+    that overlaps an expression of the other kind and none of its own is dropped too: "March 5th" is no time, and
+    "7 pm" no date. Spans that touch no expression, and candidates of sources with none, stay."""
+    other: Kind = "date" if kind == "time" else "time"
     found = {id(s): expressions(s.text, kind) for s in sources if s.kind != "call"}  # a call's value is whole
+    foreign = {id(s): expressions(s.text, other) for s in sources if s.kind != "call"}
     units: list[Candidate] = []
     seen: set[tuple[int, int, int]] = set()
     for source in sources:
@@ -101,14 +104,16 @@ def align(candidates: Sequence[Candidate], sources: Sequence[Source], kind: Kind
                 units.append(Candidate(text, text, source, start, end))
     kept = []
     for candidate in candidates:
-        spans = found.get(id(candidate.source), []) if candidate.source is not None else []
-        if candidate.source is None or not spans:
+        if candidate.source is None:
             kept.append(candidate)
             continue
+        spans = found.get(id(candidate.source), [])
         if (id(candidate.source), candidate.start, candidate.end) in seen:
             continue  # the unit itself, already first
         if any(candidate.start < end and start < candidate.end for start, end in spans):
             continue
+        if any(candidate.start < end and start < candidate.end for start, end in foreign.get(id(candidate.source), [])):
+            continue  # a part of the other kind's expression, touching none of this kind's
         kept.append(candidate)
     texts = {c.text for c in units}
     return units + [c for c in kept if c.text not in texts]
