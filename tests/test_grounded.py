@@ -713,3 +713,26 @@ def test_all_arguments_of_a_function_are_scored_in_one_batch_with_the_answers_of
     assert [(c.argument, c.values) for c in together.choices] == [(c.argument, c.values) for c in alone.choices]
     assert {(c.argument, tuple(c.values)) for c in together.choices} >= {("city", ("Oakland",)), ("cuisine", ("Thai",))}
     assert together.model_calls == alone.model_calls == len(batching.batches[0]["prefixes"])
+
+
+def test_the_answer_to_the_assistants_question_is_cued_for_the_argument_it_asked_for():
+    from prefcall.strategies.grounding.evidence import ASKED_CUE, FEATURES, FeatureContext, features
+
+    turns = [Turn(role="user", content="I want to book a table"),
+             Turn(role="assistant", content="Sure. Which restaurant would you like? And where?"),
+             Turn(role="user", content="Andes Cafe, in San Mateo.")]
+    reply = next(s for s in grounded.user_sources(turns) if s.ref == "turn 2")
+    assert reply.asked == "Which restaurant would you like? And where?"  # its questions, not "Sure."
+    assert grounded.user_sources(turns)[0].asked == ""  # the opening request answers nothing
+    function = Function(name="ReserveRestaurant", description="Reserve a table", parameters={
+        "type": "object", "properties": {"restaurant_name": {"type": "string"}, "location": {"type": "string"}}})
+    ctx = FeatureContext(function, None)
+    span = next(c for c in argument_candidates("restaurant_name", {"type": "string"}, [reply]).candidates
+                if c.text == "Andes Cafe")
+    cue = FEATURES.index("cue")
+    assert features(ctx, "restaurant_name", {"type": "string"}, [span])[0][cue] == ASKED_CUE
+    assert features(ctx, "location", {"type": "string"}, [span])[0][cue] == 0.0  # "where" names no argument
+    unasked = Source("user", reply.text, "turn 2")
+    assert features(ctx, "restaurant_name", {"type": "string"}, [
+        next(c for c in argument_candidates("restaurant_name", {"type": "string"}, [unasked]).candidates
+             if c.text == "Andes Cafe")])[0][cue] == 0.0

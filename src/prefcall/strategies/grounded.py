@@ -44,7 +44,7 @@ from prefcall.strategies.grounding.fill import (Choice, FillResult, GroundingWei
                                                 flag_mention, transcript)
 from prefcall.strategies.grounding.indifference import dont_care_value, indifference
 from prefcall.strategies.grounding.values import (Source, accepted_offers, call_sources, is_offer, offer_sources,
-                                                  origin_like)
+                                                  origin_like, questions)
 from prefcall.strategies.preferences import Draft, Preference, Provenance, preference_from_tags
 from prefcall.strategies.selection import DomainModel, SelectionConfig, instruction_domains, split_condition
 from prefcall.strategies.taps_tagger import TagResult, check_tagging
@@ -81,7 +81,9 @@ def value_turns(turns: Sequence[Turn]) -> list[Turn]:
 def user_sources(turns: list[Turn]) -> list[Source]:
     """The user's turns, the assistant's proposals the user accepted and the calls made earlier in the dialogue:
     where a value may come from."""
-    sources = [Source("user", t.content, f"turn {i}") for i, t in enumerate(turns) if t.role == "user" and t.content]
+    sources = [Source("user", t.content, f"turn {i}",
+                      asked=questions(turns[i - 1].content) if i and turns[i - 1].role == "assistant" else "")
+               for i, t in enumerate(turns) if t.role == "user" and t.content]
     return sources + offer_sources(turns) + call_sources(c for t in turns for c in t.calls)
 
 

@@ -172,6 +172,20 @@ def _cue(candidate: Candidate, name_words: set[str], function_words: frozenset[s
     return best
 
 
+# The cue a span gets from the question its turn answers: "Which restaurant would you like?" / "Andes Cafe".
+ASKED_CUE = 1.0
+
+
+def _asked_cue(candidate: Candidate, name_words: set[str]) -> float:
+    """ASKED_CUE for a span of a user turn whose preceding assistant question names the argument (a word of its
+    name: "Which restaurant ...?" for restaurant_name, "What time?" for time); the answer to a question is what was
+    asked for. 0 elsewhere."""
+    if candidate.source is None or not candidate.source.asked:
+        return 0.0
+    asked = set(tokenize(candidate.source.asked))  # stop words dropped: "of" asks for no number_of_seats
+    return ASKED_CUE if asked & name_words else 0.0
+
+
 def _owned_cue(text: str, tokens: list[tuple[str, int, int]], first: int, name_words: set[str],
                reach: int = 12) -> float:
     """0.5 when the span follows a copula ("is", ":") whose sentence, within `reach` words, opens with an owner
@@ -288,7 +302,7 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
         kind = c.source.kind if c.source is not None else ""
         m = float(memory[i]) if memory is not None else 0.0
         row = {
-            "cue": _cue(c, name_words, function_words),
+            "cue": max(_cue(c, name_words, function_words), _asked_cue(c, name_words)),
             "memory": m, "memory_sq": m * m, "memory_exact": memory_exact[i], "has_memory": has_memory,
             "description": float(description[i]) if description is not None else 0.0,
             "context": float(context[i]) if context is not None else 0.0,

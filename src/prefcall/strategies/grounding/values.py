@@ -55,6 +55,9 @@ class Source:
     kind: SourceKind
     text: str
     ref: str = ""  # e.g. the instruction text or "turn 2"
+    # A user turn's: the questions the assistant's turn just before it asked ("Which restaurant would you like?"),
+    # which the turn answers (evidence: the asked argument's cue).
+    asked: str = ""
 
 
 @dataclass(frozen=True)
@@ -380,6 +383,14 @@ ACCEPT = frozenset("yes yeah yep yup sure ok okay correct great perfect works so
 REJECT = frozenset("no nope not don't dont never instead rather actually change different other else wrong "
                    "without except but".split())
 _REPLY_WORDS = re.compile(r"[a-z']+")
+
+
+_QUESTION_RE = re.compile(r"[^.!?]*\?")
+
+
+def questions(text: str) -> str:
+    """The sentences of an assistant's turn that ask something ("Which restaurant? At what time?"), joined."""
+    return " ".join(q.strip() for q in _QUESTION_RE.findall(text))
 
 
 def accepts(reply: str, lead: int = 4) -> bool:
