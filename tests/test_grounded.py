@@ -736,3 +736,20 @@ def test_the_answer_to_the_assistants_question_is_cued_for_the_argument_it_asked
     assert features(ctx, "restaurant_name", {"type": "string"}, [
         next(c for c in argument_candidates("restaurant_name", {"type": "string"}, [unasked]).candidates
              if c.text == "Andes Cafe")])[0][cue] == 0.0
+
+
+def test_an_unwritten_default_is_no_value_and_a_written_one_is():
+    flights = Function(name="SearchFlights", description="Find flights.", parameters={
+        "type": "object", "properties": {
+            "destination": {"type": "string"},
+            "flight_class": {"type": "string", "description": "Fare class (default: Economy)",
+                             "enum": ["Economy", "Business"]}}})
+    catalogue = Catalogue(name="air", functions=[flights])
+    # Sure enough of the default (e^-40 for the rest) that the combination would set it, written or not.
+    engine = FakeEngine(scorer=scorer("SearchFlights", miss=-40.0, destination="Denver", flight_class="Economy"))
+
+    def run(text: str):
+        return Pipeline(engine, FakeEmbedder()).parse(text, [], catalogue, get_config("full")).calls[0].arguments
+
+    assert run("User: find me a flight to Denver") == {"destination": "Denver"}  # the model's taste for the default
+    assert run("User: find me an economy flight to Denver") == {"destination": "Denver", "flight_class": "Economy"}

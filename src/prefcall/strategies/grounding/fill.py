@@ -1,7 +1,8 @@
 """Grounded argument filling: structure proposes, the model scores, a calibrated rule decides.
 
 For one function and the text the caller sent (user turns, applicable instructions, earlier calls):
-1. candidates per argument from its schema (`values`): spans, enum values, booleans, numbers;
+1. candidates per argument from its schema (`values`): spans, enum values, booleans, numbers (an enum option
+   that is the argument's documented default and is written nowhere is none: the API assumes it without it);
 2. structural evidence (`evidence`) ranks span and number candidates; arguments whose best candidate is far below
    the threshold (`prune`) are left out without asking the model;
 3. the model scores the top candidates and `null` as the value of that argument, in one JSON-prefix prompt per
@@ -41,6 +42,7 @@ from prefcall.schemas.model import Function, Turn
 from prefcall.schemas.render import grammar_schema, render_function_spec
 
 from prefcall.strategies.grounding.evidence import FeatureContext, Weights, argument_words, features
+from prefcall.strategies.grounding.indifference import schema_default
 from prefcall.strategies.grounding.misfit import find_misfit, pattern_value
 from prefcall.strategies.grounding.temporal import align as align_temporal
 from prefcall.strategies.grounding.temporal import argument_kind as temporal_kind
@@ -255,6 +257,10 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
     plans: dict[str, _Plan | None] = {}
     for name, pool in pools.items():
         schema = pool.schema
+        if pool.kind == "enum" and (default := schema_default(schema)) is not None:
+            # The documented default, written nowhere, says nothing the API does not assume without it ("(default:
+            # Economy)"): the model's taste for it is no value of the user's.
+            pool.candidates = [c for c in pool.candidates if c.grounded or str(c.value) != str(default)]
         if name in temporal:
             pool.candidates = align_temporal(pool.candidates, sources, temporal[name])
         if avoided and pool.kind == "span" and not origin_like(name, schema):
