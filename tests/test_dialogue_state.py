@@ -347,3 +347,17 @@ def test_the_time_or_date_of_the_newest_turn_is_the_arguments_even_where_the_mod
     two = pipeline.parse([said, offer.model_copy(update={"content": "Tuesday or Friday?"}),
                           Turn(role="user", content="Yes, Tuesday or Friday")], [], _reserve(), get_config("full"))
     assert two.state.functions["ReserveRestaurant"].arguments["date"].value == "March 5th"
+
+
+def test_a_number_word_is_a_numeric_options_only_where_it_counts_the_arguments_things():
+    from prefcall.strategies.grounding.values import Source, argument_candidates
+
+    def written(name: str, text: str) -> dict[str, str]:
+        options = {"type": "string", "enum": ["0", "1", "2", "3"]}
+        return {c.value: c.text for c in argument_candidates(name, options, [Source("user", text, "turn 0")]).candidates
+                if c.text}
+
+    assert written("number_checked_bags", "I have zero bags to check in") == {"0": "zero"}
+    assert written("passengers", "one way flights for two people, please") == {"2": "two"}  # "one way" counts none
+    assert written("number_of_seats", "a table for three") == {}  # "three" followed by nothing it counts
+    assert written("passengers", "2 tickets") == {"2": "2"}  # a written numeral is the option, as before

@@ -277,7 +277,8 @@ def argument_candidates(name: str, schema: dict[str, Any], sources: Sequence[Sou
     kind = argument_kind(schema)
     out = ArgumentCandidates(name=name, schema=schema, kind=kind)
     if kind == "enum":
-        out.candidates = enum_candidates(schema, sources)
+        out.candidates = [c if c.grounded else _counted_option(c, name, sources) or c
+                          for c in enum_candidates(schema, sources)]
     elif kind == "boolean":
         out.candidates = boolean_candidates()
     elif kind == "number":
@@ -309,6 +310,30 @@ PERSON_NOUNS = frozenset(stem(w) for w in (
 PERSON_COUNTS = PERSON_NOUNS | {stem("party"), stem("group")}
 
 
+def _counted_words(name: str) -> set[str]:
+    """Stems of the words a count of this argument's things is followed by: its name words, and for an argument that
+    counts people, the nouns that count them."""
+    named = {stem(w) for w in tokenize(humanise(name))}
+    return named | PERSON_NOUNS if named & PERSON_COUNTS else named
+
+
+def _counted_option(candidate: Candidate, name: str, sources: Sequence[Source]) -> Candidate | None:
+    """A numeric enum option ("0", "2") written as a number word that counts the argument's things: "zero bags" for
+    number_checked_bags, "two people" for number_of_seats. A number word elsewhere ("one way") is not the option."""
+    if not re.fullmatch(r"\d+", str(candidate.value)):
+        return None
+    counted = _counted_words(name)
+    for source in sources:
+        tokens = words(source.text)
+        for i, (word, start, end) in enumerate(tokens):
+            if NUMBER_WORDS.get(word.lower()) != int(candidate.value) or not word.isalpha():
+                continue
+            after = [stem(normalise_word(w.lower())) for w, _, _ in tokens[i + 1:i + 3]]
+            if counted & set(after):
+                return Candidate(candidate.value, word, source, start, end)
+    return None
+
+
 def _unnamed_offer_number(candidate: Candidate, name: str) -> bool:
     """A number in an assistant's proposal is this argument's only when a word of the argument's name follows it
     ("for 1 passenger", "0 checked bags"), or, for an argument that counts people, a noun that counts them ("for 2
@@ -316,9 +341,7 @@ def _unnamed_offer_number(candidate: Candidate, name: str) -> bool:
     if candidate.source is None or not is_offer(candidate.source.ref) or parse_number(candidate.text) is None:
         return False
     after = _TOKEN_RE.findall(candidate.source.text[candidate.end:].lower())[:3]
-    named = {stem(w) for w in tokenize(humanise(name))}
-    if named & PERSON_COUNTS:
-        named |= PERSON_NOUNS
+    named = _counted_words(name)
     return not any(stem(normalise_word(w)) in named for w in after)
 
 
