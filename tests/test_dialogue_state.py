@@ -266,6 +266,16 @@ def test_a_word_two_functions_share_does_not_move_the_conversation_and_a_word_of
     assert moved.functions[0] == "SearchRoundtripFlights" and moved.state.active == "SearchRoundtripFlights"
     stays = pipeline.parse("How long is the flight?", [], catalogue, get_config("full"), state=one_way)
     assert stays.functions[0] == "SearchOnewayFlight"
+    # Accepting a proposal takes its words as the turn's: "a table" names the booking, not the search.
+    prefers["ReserveRestaurant"] = -0.3
+    finding = [Turn(role="user", content="Find restaurants in San Jose"),
+               Turn(role="assistant", content="Sino is a nice one. Shall I book you a table there?",
+                    calls=[Call(name="FindRestaurants", arguments={"city": "San Jose"})]),
+               Turn(role="user", content="Yes, please.")]
+    booked = pipeline.parse(finding, [], catalogue, get_config("full"))
+    assert booked.functions[0] == "ReserveRestaurant" and booked.state.active == "ReserveRestaurant"
+    finding[-1] = Turn(role="user", content="No, what else is there?")
+    assert pipeline.parse(finding, [], catalogue, get_config("full")).functions[0] == "FindRestaurants"
 
 
 def test_a_value_the_user_says_in_a_later_turn_replaces_the_one_an_earlier_turn_gave():

@@ -35,6 +35,7 @@ from prefcall.schemas.state import DialogueState, user_turn_index
 from prefcall.storage import fits
 from prefcall.storage.demos import DemoStore
 from prefcall.strategies import fnctod, grounded, relevance, shortlist
+from prefcall.strategies.grounding.values import accepted_offers
 from prefcall.strategies.fcicl import DemoQuery, DemoRetriever, HeuristicReranker, Reranker, ScoredDemo
 from prefcall.strategies.pipeline_models import ParseResult, PipelineConfig, Trace
 from prefcall.strategies.postcheck import post_check
@@ -113,10 +114,14 @@ def _keep_active(functions: list[str], active: str | None, catalogue: Catalogue,
     """Stage 1's functions, with the conversation's `active` one in place of the one stage 1 put first unless the
     user's new turn names that one more than the active one (its name, or description words unique enough:
     DomainModel.named, with two adjacent words also read as one). A word both share ("find restaurants" while
-    reserving at a restaurant) is no evidence for a switch: it names the two alike."""
+    reserving at a restaurant) is no evidence for a switch: it names the two alike. A proposal the new turn accepts
+    is part of it ("Shall I book a table there?" / "Yes, please")."""
     if active is None or not functions or functions[0] == active or catalogue.function(active) is None:
         return functions
-    new = next((t.content for t in reversed(turns) if t.role == "user"), "")
+    last = max((i for i, t in enumerate(turns) if t.role == "user"), default=None)
+    new = "" if last is None else turns[last].content
+    if last and last - 1 in accepted_offers(turns):
+        new = f"{turns[last - 1].content} {new}"
     tokens = tokenize(new, drop_stop_words=False)
     # Two adjacent words also as one: "round trip" names SearchRoundtripFlights, "one way" SearchOnewayFlight.
     named = DomainModel.build(catalogue).named([*tokens, *(a + b for a, b in zip(tokens, tokens[1:]))])
