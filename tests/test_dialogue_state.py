@@ -204,6 +204,13 @@ def test_a_number_the_assistant_wrote_is_an_arguments_only_where_the_argument_is
         assert [c.value for c in argument_candidates(name, {"type": "integer"}, [table]).candidates] == [2]
     assert [c.value for c in argument_candidates("number_of_courses", {"type": "integer"}, [table]).candidates] == [3]
     assert argument_candidates("number_of_rooms", {"type": "integer"}, [table]).candidates == []
+    # "for 2" with nothing after it that it counts is a party; "for 2 nights" and "for 3 pm" are not.
+    for text, seats in (("A reservation for 2 at Kittea Cat today?", [2]), ("A table next Friday for 4?", [4]),
+                        ("A room for 2 nights?", []), ("Booking for 3 pm, right?", [])):
+        bare = Source("user", text, "offer turn 1")
+        assert [c.value for c in argument_candidates("number_of_seats", {"type": "integer"}, [bare]).candidates] \
+            == seats, text
+        assert argument_candidates("number_of_rooms", {"type": "integer"}, [bare]).candidates == []
 
 
 def _dining_and_events():

@@ -337,12 +337,29 @@ def _counted_option(candidate: Candidate, name: str, sources: Sequence[Source]) 
 def _unnamed_offer_number(candidate: Candidate, name: str) -> bool:
     """A number in an assistant's proposal is this argument's only when a word of the argument's name follows it
     ("for 1 passenger", "0 checked bags"), or, for an argument that counts people, a noun that counts them ("for 2
-    people"): "4 flights" and "1 layover" count other things."""
+    people") or nothing ("a table for 2 at Sino": `_bare_party`): "4 flights" and "1 layover" count other
+    things."""
     if candidate.source is None or not is_offer(candidate.source.ref) or parse_number(candidate.text) is None:
         return False
-    after = _TOKEN_RE.findall(candidate.source.text[candidate.end:].lower())[:3]
+    text = candidate.source.text
+    after = _TOKEN_RE.findall(text[candidate.end:].lower())[:3]
     named = _counted_words(name)
+    if named & PERSON_NOUNS and _bare_party(text, candidate.start, candidate.end):
+        return False
     return not any(stem(normalise_word(w)) in named for w in after)
+
+
+def _bare_party(text: str, start: int, end: int) -> bool:
+    """"for 2" with no noun after it ("a table for 2 at Sino", "a reservation for 4?"): the number of people. A
+    word other than a function word after it ("for 2 nights", "for 7 pm") counts something else."""
+    before = _TOKEN_RE.findall(text[:start].lower())[-1:]
+    rest = text[end:]
+    if before != ["for"]:
+        return False
+    if not rest.strip() or rest.lstrip()[0] in ".?!,;":
+        return True
+    following = _TOKEN_RE.findall(rest.lower())[:1]
+    return bool(following) and rest[:1].isspace() and following[0] in STOP_WORDS
 
 
 _TOKEN_RE = re.compile(r"[^\W_]+")
