@@ -23,6 +23,7 @@ Everything comes from the schema, the text and the demonstrations: no data set's
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import threading
@@ -182,8 +183,14 @@ def _asked_cue(candidate: Candidate, name_words: set[str]) -> float:
     asked for. 0 elsewhere."""
     if candidate.source is None or not candidate.source.asked:
         return 0.0
-    asked = set(tokenize(candidate.source.asked))  # stop words dropped: "of" asks for no number_of_seats
-    return ASKED_CUE if asked & name_words else 0.0
+    return ASKED_CUE if _asked_words(candidate.source.asked) & name_words else 0.0
+
+
+@functools.lru_cache(maxsize=256)
+def _asked_words(questions: str) -> frozenset[str]:
+    """The words of a turn's questions, read once for all its candidates; stop words dropped: "of" asks for no
+    number_of_seats."""
+    return frozenset(tokenize(questions))
 
 
 def _owned_cue(text: str, tokens: list[tuple[str, int, int]], first: int, name_words: set[str],

@@ -326,7 +326,7 @@ def _counted_option(candidate: Candidate, name: str, sources: Sequence[Source]) 
     for source in sources:
         tokens = words(source.text)
         for i, (word, start, end) in enumerate(tokens):
-            if NUMBER_WORDS.get(word.lower()) != int(candidate.value) or not word.isalpha():
+            if NUMBER_WORDS.get(word.lower()) != int(candidate.value):  # a numeral is `enum_candidates`' match
                 continue
             after = [stem(normalise_word(w.lower())) for w, _, _ in tokens[i + 1:i + 3]]
             if counted & set(after):
@@ -352,9 +352,8 @@ def _unnamed_offer_number(candidate: Candidate, name: str) -> bool:
 def _bare_party(text: str, start: int, end: int) -> bool:
     """"for 2" with no noun after it ("a table for 2 at Sino", "a reservation for 4?"): the number of people. A
     word other than a function word after it ("for 2 nights", "for 7 pm") counts something else."""
-    before = _TOKEN_RE.findall(text[:start].lower())[-1:]
     rest = text[end:]
-    if before != ["for"]:
+    if not _FOR_RE.search(text[:start]):
         return False
     if not rest.strip() or rest.lstrip()[0] in ".?!,;":
         return True
@@ -363,6 +362,7 @@ def _bare_party(text: str, start: int, end: int) -> bool:
 
 
 _TOKEN_RE = re.compile(r"[^\W_]+")
+_FOR_RE = re.compile(r"(?<![^\W_])for[\W_]*$", re.I)  # "for" is the last word before the number
 _NUMERAL_RE = re.compile(r"[-+]?\d+(?:\.\d+)?")
 _GROUPED_RE = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")  # 1,200,000 (but "3,4" is two numbers)
 
