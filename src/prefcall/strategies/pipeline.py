@@ -35,8 +35,8 @@ from prefcall.schemas.state import DialogueState, user_turn_index
 from prefcall.storage import fits
 from prefcall.storage.demos import DemoStore
 from prefcall.strategies import fnctod, grounded, relevance, shortlist
-from prefcall.strategies.grounding.values import accepted_offers
 from prefcall.strategies.fcicl import DemoQuery, DemoRetriever, HeuristicReranker, Reranker, ScoredDemo
+from prefcall.strategies.grounding.values import accepted_offers
 from prefcall.strategies.pipeline_models import ParseResult, PipelineConfig, Trace
 from prefcall.strategies.postcheck import post_check
 from prefcall.strategies.preferences import apply_preferences
