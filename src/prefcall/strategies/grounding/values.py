@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from prefcall.retrieval.text import NUMBER_WORDS, STOP_WORDS, humanise, normalise_word, stem, tokenize
@@ -277,7 +277,9 @@ def argument_candidates(name: str, schema: dict[str, Any], sources: Sequence[Sou
     kind = argument_kind(schema)
     out = ArgumentCandidates(name=name, schema=schema, kind=kind)
     if kind == "enum":
-        out.candidates = [c if c.grounded else _counted_option(c, name, sources) or c
+        counted = _counted_numbers(name, sources)
+        out.candidates = [replace(counted[int(c.value)], value=c.value)
+                          if not c.grounded and re.fullmatch(r"\d+", str(c.value)) and int(c.value) in counted else c
                           for c in enum_candidates(schema, sources)]
     elif kind == "boolean":
         out.candidates = boolean_candidates()
@@ -317,21 +319,20 @@ def _counted_words(name: str) -> set[str]:
     return named | PERSON_NOUNS if named & PERSON_COUNTS else named
 
 
-def _counted_option(candidate: Candidate, name: str, sources: Sequence[Source]) -> Candidate | None:
-    """A numeric enum option ("0", "2") written as a number word that counts the argument's things: "zero bags" for
-    number_checked_bags, "two people" for number_of_seats. A number word elsewhere ("one way") is not the option."""
-    if not re.fullmatch(r"\d+", str(candidate.value)):
-        return None
-    counted = _counted_words(name)
+def _counted_numbers(name: str, sources: Sequence[Source]) -> dict[int, Candidate]:
+    """Number words that count the argument's things, by value, the first of each: "zero bags" gives 0 for
+    number_checked_bags, "two people" 2 for number_of_seats (a numeric enum option written that way). A number
+    word elsewhere ("one way") counts nothing."""
+    counted, found = _counted_words(name), {}
     for source in sources:
         tokens = words(source.text)
         for i, (word, start, end) in enumerate(tokens):
-            if NUMBER_WORDS.get(word.lower()) != int(candidate.value):  # a numeral is `enum_candidates`' match
+            value = NUMBER_WORDS.get(word.lower())  # a numeral is `enum_candidates`' match
+            if value is None or value in found:
                 continue
-            after = [stem(normalise_word(w.lower())) for w, _, _ in tokens[i + 1:i + 3]]
-            if counted & set(after):
-                return Candidate(candidate.value, word, source, start, end)
-    return None
+            if counted & {stem(normalise_word(w.lower())) for w, _, _ in tokens[i + 1:i + 3]}:
+                found[value] = Candidate(value, word, source, start, end)
+    return found
 
 
 def _unnamed_offer_number(candidate: Candidate, name: str) -> bool:
