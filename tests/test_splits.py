@@ -88,6 +88,11 @@ def test_select_defaults_to_report_for_a_split_source_and_to_everything_otherwis
     assert len(tune) == 150
     everything, selection = splits.select(items, [data], "all", lambda i: i.id)
     assert len(everything) == 240 and "not a report figure" in selection.note
+    window, selection = splits.select(items, [data], "tune", lambda i: i.id, offset=60, limit=30)
+    assert [i.id for i in window] == [f"irrelevance_{i}" for i in range(60, 90)]  # tune items 61..90, counted
+    assert selection.sources == {"bfcl/BFCL_v4_irrelevance.json": 30}
+    assert [i.id for i in splits.select(items, [data], None, lambda i: i.id, offset=85)[0]] == [
+        f"irrelevance_{i}" for i in range(235, 240)]
 
     fixture = tmp_path / "BFCL_v4_irrelevance.json"  # same name, other content: not the split source
     fixture.write_text(data.read_text().splitlines()[0] + "\n")

@@ -69,7 +69,9 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
                              "a split source: report (default), tune, or all; other files are evaluated whole "
                              "(nlt without --data: tune/dev and report pick tests/data/nlt's files; with --data "
                              "tests/data/nlt2/items.jsonl, that set's part)")
-    parser.add_argument("--limit", type=int, help="evaluate only the first N items (after --split)")
+    parser.add_argument("--limit", type=int, help="evaluate only the first N items (after --split and --offset)")
+    parser.add_argument("--offset", type=int, default=0,
+                        help="skip the first N items of the part first (with --limit: items N+1 .. N+limit)")
     parser.add_argument("--out", help="output folder: results.jsonl (resumable), report.md, metrics.json, *.png")
     parser.add_argument("--predictions", help="score stored predictions (JSON lines with id) instead of running a model")
     # Hidden: canned engine replies for smoke tests; a JSON list of {"text", "when"?, "logprob"?}.

@@ -218,12 +218,15 @@ def select_split(task: Task, args: argparse.Namespace, items: list[EvalItem]) ->
     part = getattr(args, "split", None)
     part = {"dev": "tune"}.get(part, part)  # the NLT task's older name of its tuning file
     limit = getattr(args, "limit", None)
+    offset = max(0, int(getattr(args, "offset", None) or 0))
     own = getattr(task, "select_part", None)  # a task that reads several sources picks its part itself
     if callable(own):
+        if offset:
+            raise ConfigError(f"--offset: the {task.name} task picks its items per source; use --limit alone")
         kept, selection = own(items, None if limit is None else max(0, int(limit)))
     else:
         kept, selection = splits.select(items, task.data_files(args), part, task.split_key,
-                                        limit=None if limit is None else max(0, int(limit)))
+                                        limit=None if limit is None else max(0, int(limit)), offset=offset)
     ids = [i.id for i in kept]
     if len(set(ids)) != len(ids):
         repeated = next(i for i in ids if ids.count(i) > 1)

@@ -135,9 +135,10 @@ class Selection(BaseModel):
 
 
 def select(items: Sequence[Any], files: Sequence[Path], part: str | None, key: Callable[[Any], str],
-           splits: SplitFile | None = None, limit: int | None = None) -> tuple[list[Any], Selection]:
+           splits: SplitFile | None = None, limit: int | None = None,
+           offset: int = 0) -> tuple[list[Any], Selection]:
     """The first `limit` items of `part` ("tune", "report", "all"; None: "report" where the files are split
-    sources), and what they are.
+    sources) after skipping `offset` of them, and what they are.
 
     A file that is not a split source keeps all its items when no part was asked for; asking for tune or report
     on it is an error (there is no such part), as is a run that mixes split and unsplit files."""
@@ -151,14 +152,14 @@ def select(items: Sequence[Any], files: Sequence[Path], part: str | None, key: C
         if part in ("tune", "report"):
             raise ConfigError(f"--split {part}: {', '.join(unknown) or 'the data'} is not a source of the split file "
                               f"(prefcall/data/{SPLIT_FILE}); pass --split all or a shared data file")
-        return list(items)[:limit], Selection(part="all", unsplit=unknown)
+        return _window(list(items), offset, limit), Selection(part="all", unsplit=unknown)
     if unknown and part != "all":
         raise ConfigError(f"{', '.join(unknown)} is not a source of the split file while other files are: "
                           "evaluate them apart, or pass --split all")
     chosen = part or "report"
     allowed: dict[str, set[str]] = {name: entry.part(chosen) for _, (name, entry) in known}
     every = set().union(*allowed.values())
-    kept = [item for item in items if chosen == "all" or key(item) in every][:limit]
+    kept = _window([item for item in items if chosen == "all" or key(item) in every], offset, limit)
     counts: Counter[str] = Counter()
     for item in kept:
         for name, keys in allowed.items():
@@ -167,6 +168,12 @@ def select(items: Sequence[Any], files: Sequence[Path], part: str | None, key: C
                 break
     return kept, Selection(part=chosen, sources=dict(counts), unsplit=unknown,
                            note="" if chosen != "all" else "tune and report items together: not a report figure")
+
+
+def _window(items: list[Any], offset: int, limit: int | None) -> list[Any]:
+    """Items `offset` .. `offset + limit` (all after `offset` without a limit)."""
+    start = max(0, offset)
+    return items[start:] if limit is None else items[start:start + max(0, limit)]
 
 
 def tune_keys(path: Path, splits: SplitFile | None = None) -> set[str] | None:
