@@ -160,6 +160,46 @@ def test_preferences_conditions_chains_and_the_dialogue_wins():
     assert "contradicted" in apply_preferences([thai], [steak], CATALOGUE).skipped[steak.instruction]
 
 
+def test_a_condition_takes_the_value_another_instruction_put_on_the_wrong_argument():
+    # "my usual kind is moderate" tagged as the cuisine; "if the price range is moderate, ..." names the argument
+    # whose options hold it: the value moves there and the condition holds.
+    kind = Preference(instruction="For restaurants my usual kind is moderate", function="GetRestaurants",
+                      actions={"cuisine": ["moderate"]})
+    chain = Preference(instruction="Look for Chez Panisse if the price range is moderate", function="GetRestaurants",
+                       conditions={"price_range": "moderate"}, actions={"restaurant_name": ["Chez Panisse"]})
+    applied = apply_preferences([Draft(name="GetRestaurants")], [kind, chain], CATALOGUE)
+    draft = applied.drafts[0]
+    assert draft.values == {"price_range": ["moderate"], "restaurant_name": ["Chez Panisse"]}
+    assert draft.provenance["price_range"].instruction == kind.instruction
+    assert applied.used == [kind.instruction, chain.instruction]
+    # The user's own word stays where the dialogue put it, and the condition is not met.
+    stated = Draft(name="GetRestaurants")
+    stated.set("cuisine", ["moderate"], Provenance(argument="cuisine", value="moderate", origin="user"))
+    applied = apply_preferences([stated], [chain], CATALOGUE)
+    assert applied.drafts[0].values == {"cuisine": ["moderate"]} and "not met" in applied.skipped[chain.instruction]
+    # A value that is not one of the condition argument's options does not move.
+    odd = Preference(instruction="For restaurants my usual kind is Thai", function="GetRestaurants",
+                     actions={"cuisine": ["Thai"]})
+    thai = Preference(instruction="Look for Lers Ros if the price range is Thai", function="GetRestaurants",
+                      conditions={"price_range": "Thai"}, actions={"restaurant_name": ["Lers Ros"]})
+    assert apply_preferences([Draft(name="GetRestaurants")], [odd, thai], CATALOGUE).drafts[0].values == {
+        "cuisine": ["Thai"]}
+
+
+def test_instructions_are_selected_again_for_the_function_stage_one_chose():
+    # The request's words point to travel ("visit"); stage 1 (the model alone here) reads it as a meal: the
+    # restaurant instruction applies, the travel one does not.
+    instructions = ["If I ask for Restaurants, my preferred cuisine is Thai",
+                    "If I ask for Travel, my preferred location is Napa"]
+    engine = FakeEngine(scorer=scorer("GetRestaurants", city="Oakland", cuisine="Thai", location="Napa"))
+    result = Pipeline(engine, FakeEmbedder()).parse("User: Somewhere to visit for dinner in Oakland?", instructions,
+                                                    CATALOGUE, get_config("full", function_selection="score"))
+    assert result.functions == ["GetRestaurants"]
+    assert result.instructions_used == instructions[:1]
+    assert result.calls == [Call(name="GetRestaurants", arguments={"city": "Oakland", "cuisine": "Thai"})]
+    assert any("selected again for GetRestaurants" in n for n in result.notes)
+
+
 def test_no_function_fits_is_a_refusal_and_tags_are_keyed_by_catalogue_mode_and_model():
     # The model finds "None" likely for this request only (a constant preference would be calibrated away).
     engine = FakeEngine(scorer=lambda p, c: -0.1 if (c.strip() == "None") == ("weather" in p) else -5.0)

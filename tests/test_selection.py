@@ -118,3 +118,29 @@ def test_evaluate_selection_metrics():
     metrics = evaluate_selection(items, FakeEmbedder(), NLSI)
     assert metrics["items"] == 2
     assert metrics["precision"] == 1.0 and metrics["recall"] == 0.75 and metrics["exact_match"] == 0.5
+
+
+CHAINED = [
+    "If I ask for Restaurants, my preferred cuisine is Afghan.",  # 0
+    "Book the Kabul Guest House if the cuisine is Afghan.",  # 1: "House" names house stays, the condition a cuisine
+    "Try the Kabul Guest House if you are looking for Afghan cuisine.",  # 2: the condition clause names the request
+    "If I ask for Events, my preferred event type is Sports.",  # 3
+]
+
+
+def test_a_condition_a_selected_value_meets_chains_even_when_the_value_words_point_elsewhere():
+    result = select_instructions("User: Find me restaurants in Fremont.", CHAINED, NLSI)
+    ranked = {s.index: s for s in result.ranking}
+    assert set(result.selected_texts) == set(CHAINED[:3])
+    assert ranked[1].via == "chain" and "GetRestaurants" in ranked[1].domains
+    assert ranked[2].domains == ["GetRestaurants"]  # read off "looking for Afghan cuisine", not the house's name
+    # Without the instruction that sets the cuisine, nothing meets the condition and nothing chains.
+    alone = select_instructions("User: Find me restaurants in Fremont.", CHAINED[1:], NLSI)
+    assert CHAINED[1] not in alone.selected_texts
+
+
+def test_known_domains_replace_the_request_words():
+    words = select_instructions("User: Anything fun going on in Fresno?", CHAINED, NLSI)
+    assert CHAINED[3] not in words.selected_texts
+    told = select_instructions("User: Anything fun going on in Fresno?", CHAINED, NLSI, domains=["GetEvents"])
+    assert told.selected_texts == [CHAINED[3]] and told.dialogue_domains == ["GetEvents"]

@@ -223,7 +223,7 @@ class Pipeline:
             meter.time("total", started)
             return result
         text = transcript(dialogue)
-        chosen = self._select(text, _as_tagged(instructions), catalogue, config, applicable, meter)
+        chosen, _ = self._select(text, _as_tagged(instructions), catalogue, config, applicable, meter)
         result.instructions_used = [i.instruction for i in chosen]
         pool = self._demo_pool(text, result.instructions_used, catalogue, config, exclude_demo_ids, meter)
 
@@ -264,7 +264,7 @@ class Pipeline:
                         result: ParseResult, meter: _Meter, active: str | None = None) -> None:
         turns = grounded.split_turns(dialogue)
         users = "\n".join(f"User: {t.content}" for t in turns if t.role == "user" and t.content)
-        chosen = self._select(users, instructions, catalogue, config, applicable, meter)
+        chosen, domains = self._select(users, instructions, catalogue, config, applicable, meter)
         result.instructions_used = [i.instruction for i in chosen]
         grounder = self._grounder(catalogue, exclude)
 
@@ -280,6 +280,19 @@ class Pipeline:
             result.errors.append(f"select: {selection.error}")
             return
         result.functions = _keep_active(list(selection.value or []), active, catalogue, turns, result.notes)
+        if domains is not None and result.functions and result.functions[0] not in domains:
+            # The selector read the request as about other functions than stage 1 chose ("anything exciting going
+            # on?": travel, where stage 1 chose events): the instructions that apply are the chosen function's.
+            chosen, _ = self._select(users, instructions, catalogue, config, applicable, meter,
+                                     domains=result.functions[:1])
+            used = [i.instruction for i in chosen]
+            if used != result.instructions_used:
+                result.notes.append(f"instructions selected again for {result.functions[0]}, the function stage 1 "
+                                    f"chose (the request's words pointed to {', '.join(domains) or 'none'})")
+                result.instructions_used = used
+                if isinstance(selection.usage, fnctod.FunctionScores):
+                    result.functions = fnctod.chained_functions(catalogue, used,
+                                                                result.functions[:1])[:config.max_calls]
 
         started = time.perf_counter()
         sources = grounded.user_sources(turns)
@@ -396,21 +409,23 @@ class Pipeline:
 
     # -- steps -------------------------------------------------------------------------
     def _select(self, text: str, instructions: list[TaggedInstruction], catalogue: Catalogue, config: PipelineConfig,
-                applicable: list[str] | None, meter: _Meter) -> list[TaggedInstruction]:
+                applicable: list[str] | None, meter: _Meter,
+                domains: Sequence[str] | None = None) -> tuple[list[TaggedInstruction], list[str] | None]:
+        """The instructions that apply, and the functions the selector took the request to be for (None where no
+        selector ran: the caller's `applicable`, or every instruction). `domains`: those functions, known."""
         started = time.perf_counter()
         try:
             if applicable is not None:
                 known = {i.instruction: i for i in instructions}
-                return [known.get(a) or TaggedInstruction(instruction=a) for a in applicable]
+                return [known.get(a) or TaggedInstruction(instruction=a) for a in applicable], None
             if not config.select_instructions:
-                return instructions
-            keep = set(self._selector(text, [i.instruction for i in instructions], catalogue))
-            return [i for i in instructions if i.instruction in keep]
+                return instructions, None
+            found = select_instructions(text, [i.instruction for i in instructions], catalogue, self.embedder,
+                                        domains=domains)
+            keep = set(found.selected_texts)
+            return [i for i in instructions if i.instruction in keep], found.dialogue_domains
         finally:
             meter.time("select_instructions", started)
-
-    def _selector(self, text: str, instructions: list[str], catalogue: Catalogue) -> list[str]:
-        return select_instructions(text, instructions, catalogue, self.embedder).selected_texts
 
     def _demo_pool(self, text: str, instructions: list[str], catalogue: Catalogue, config: PipelineConfig,
                    exclude: Iterable[str], meter: _Meter) -> list[ScoredDemo]:

@@ -15,7 +15,9 @@ it asks to call as well (`also`: "If I ask for Travel, then also look at Hotels"
   (a conditional instruction never adds a value beside another instruction's: the first one to set it wins; one
   whose condition clause has no tagged value, so cannot be checked, comes after all others);
 - conditions may be met by values other preferences set ("Request Sports events" + "If event type is Sports then
-  look for category as Baseball"), hence the fixpoint;
+  look for category as Baseball"), hence the fixpoint; where an instruction put that value on another argument
+  ("my favourite kind is Music" read as the category) and the condition's argument is the one whose options hold
+  it (event_type: Music, Sports), the value moves there and the condition holds (`_move_to_condition`);
 - `also` adds a call of the named function (once) when a call of the preference's function is made;
 - every value records which instruction set it (`Provenance`).
 The model never re-derives a preference's values: they come from the tag, deterministically.
@@ -78,6 +80,8 @@ class Draft(BaseModel):
     name: str
     values: dict[str, list[Any]] = Field(default_factory=dict)
     provenance: dict[str, Provenance] = Field(default_factory=dict)
+    # (instruction, argument) whose value `_move_to_condition` moved to another argument: not set again there.
+    moved: list[tuple[str, str]] = Field(default_factory=list)
 
     def set(self, argument: str, values: list[Any], provenance: Provenance) -> None:
         self.values[argument] = list(values)
@@ -187,12 +191,16 @@ def apply_preferences(drafts: list[Draft], preferences: Sequence[Preference], ca
         changed = False
         for preference in ordered:
             for draft in [d for d in drafts if d.name == preference.function]:
+                if _move_to_condition(preference, draft, catalogue.function(draft.name)):
+                    changed = True
                 unmet = _unmet(preference, draft)
                 if unmet:
                     skipped.setdefault(preference.instruction, unmet)
                     continue
                 function = catalogue.function(draft.name)
                 for argument, values in preference.actions.items():
+                    if (preference.instruction, argument) in draft.moved:
+                        continue
                     if argument in draft.values or function is None or argument not in function.properties:
                         if argument in draft.values and draft.provenance[argument].origin == "user":
                             skipped.setdefault(preference.instruction, f"the user stated {argument}")
@@ -253,6 +261,40 @@ def _one_call_per_value(drafts: list[Draft], draft: Draft, argument: str, values
         clones.append(clone)
         held.append(value)
     return clones
+
+
+def _move_to_condition(preference: Preference, draft: Draft, function: Function | None) -> bool:
+    """A condition on an unset argument whose value an instruction gave to one other argument of the call, where
+    the condition's argument lists that value among its options and the other argument does not: the two
+    instructions name one value, and the one that names its argument outright places it. The value moves (with its
+    provenance); the user's own values never move."""
+    if function is None:
+        return False
+    moved = False
+    for argument, wanted in preference.conditions.items():
+        if argument in draft.values or argument not in function.properties:
+            continue
+        option = _option(function.properties[argument], wanted)
+        holders = [a for a, vs in draft.values.items()
+                   if a != argument and len(vs) == 1 and same_value(vs[0], wanted)]
+        if option is None or len(holders) != 1:
+            continue
+        holder = holders[0]
+        earlier = draft.provenance.get(holder)
+        if earlier is None or earlier.origin != "instruction" or \
+                _option(function.properties.get(holder) or {}, wanted) is not None:
+            continue
+        del draft.values[holder], draft.provenance[holder]
+        if earlier.instruction is not None:
+            draft.moved.append((earlier.instruction, holder))
+        draft.set(argument, [option], earlier.model_copy(update={"argument": argument, "value": option}))
+        moved = True
+    return moved
+
+
+def _option(schema: dict[str, Any], value: Any) -> Any:
+    """The enum option of `schema` that is `value` (None when the schema lists no such option)."""
+    return next((o for o in schema.get("enum") or [] if same_value(o, value)), None)
 
 
 def _unmet(preference: Preference, draft: Draft) -> str | None:

@@ -244,6 +244,12 @@ def instruction_domains(model: DomainModel, text: str, cosines: np.ndarray | Non
         if named:
             best = max(named.values())
             return [n for n, s in named.items() if s >= best * 0.999]
+        # "Try the Kabul Guest House if you are looking for Afghan cuisine": the clause that says what
+        # the request is names its domain ("cuisine"); the value's own words ("House") say nothing of it.
+        said = model.evidence(_words(condition))
+        if said:
+            best = max(said.values())
+            return [n for n, s in said.items() if s >= best * 0.999]
     evidence = model.evidence(_words(text))
     if evidence:
         best = max(evidence.values())
@@ -345,8 +351,11 @@ def select_instructions(
     embedder: Embedder | None = None,
     *,
     config: SelectionConfig | None = None,
+    domains: Sequence[str] | None = None,
 ) -> SelectionResult:
-    """The instructions that apply to this dialogue (thresholded) and the full ranking with scores."""
+    """The instructions that apply to this dialogue (thresholded) and the full ranking with scores. `domains`:
+    the functions the request is for when the caller already knows them (stage 1 chose one), in place of the
+    dialogue's own domain words."""
     config = config or SelectionConfig()
     turns = as_dialogue(dialogue)
     text = user_text(turns)
@@ -359,13 +368,14 @@ def select_instructions(
     cos = None
     if vectors is not None:
         cos = vectors[: len(instructions) + 1] @ vectors[len(instructions) + 1 :].T
-    active = set(dialogue_domains(model, text, cos[0] if cos is not None else None, config))
+    active = set(domains) if domains is not None else \
+        set(dialogue_domains(model, text, cos[0] if cos is not None else None, config))
     ins_domains = [
         instruction_domains(model, ins, cos[i + 1] if cos is not None else None, config)
         for i, ins in enumerate(instructions)
     ]
     relevance = _relevance(text, instructions, embedder, vectors)
-    if not active:
+    if not active and domains is None:
         # Nothing in the request names a domain ("a spot to grab some grub"): the profile itself is evidence;
         # take the domain of the instruction most similar to the request.
         best = max(range(len(instructions)), key=lambda i: relevance[i][0])
@@ -385,11 +395,19 @@ def select_instructions(
     while changed:  # fixpoint: selected instructions can satisfy conditions and add domains (chains)
         changed = False
         for i, ins in enumerate(instructions):
-            if i in selected or overrides[i] or not (set(ins_domains[i]) & active):
+            if i in selected or overrides[i]:
                 continue
             own_context = context_words | _selected_words(instructions, selected, exclude=i)
             if needs[i] and not _condition_met(needs[i], own_context):
                 continue
+            if not set(ins_domains[i]) & active:
+                # "Book the Kabul Guest House if the cuisine is Afghan": the value words of a
+                # name can point elsewhere (a house), but a condition that a selected instruction's value meets
+                # ("my cuisine is Afghan") chains it to that instruction's function.
+                via = _value_chain(needs[i], instructions, selected, ins_domains) & active
+                if not via:
+                    continue
+                ins_domains[i] = sorted(set(ins_domains[i]) | via)
             met_by_dialogue = not needs[i] or _condition_met(needs[i], context_words)
             selected[i] = "direct" if met_by_dialogue else "chain"
             changed = True
@@ -428,6 +446,14 @@ def select_instructions(
 def _condition_met(values: list[str], words: set[str]) -> bool:
     hits = sum(1 for v in values if v in words)
     return hits >= max(1, math.ceil(len(values) / 2))
+
+
+def _value_chain(needs: list[str], instructions: list[str], selected: dict[int, str],
+                 ins_domains: list[list[str]]) -> set[str]:
+    """The functions of the selected instructions whose words alone meet a condition's value words."""
+    if not needs:
+        return set()
+    return {d for j in selected if _condition_met(needs, set(tokenize(instructions[j]))) for d in ins_domains[j]}
 
 
 def _selected_words(instructions: list[str], selected: dict[int, str], *, exclude: int) -> set[str]:
