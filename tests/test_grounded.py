@@ -212,6 +212,17 @@ def test_no_function_fits_is_a_refusal_and_tags_are_keyed_by_catalogue_mode_and_
     assert len(keys) == 4
 
 
+def test_an_abbreviation_a_comma_ties_to_a_value_stays_with_it():
+    engine = FakeEngine(scorer=scorer("GetRestaurants", city="Oakland", restaurant_name="Jay Bansal"))
+    region = parse(engine, "User: Find restaurants in Oakland, CA for tonight.")
+    assert region.calls[0].arguments["city"] == "Oakland, CA"
+    credential = parse(engine, "User: Book Jay Bansal, MD if it is in Oakland.")
+    assert credential.calls[0].arguments["restaurant_name"] == "Jay Bansal, MD"
+    # A word after the comma is not an abbreviation of the name.
+    plain = parse(engine, "User: Find restaurants in Oakland, California.")
+    assert plain.calls[0].arguments["city"] == "Oakland"
+
+
 def test_a_flag_nobody_mentioned_stays_unset_even_when_the_model_likes_true():
     engine = FakeEngine(scorer=scorer("GetRestaurants", city="Oakland", serves_alcohol=True))
     plain = parse(engine, "User: Find restaurants in Oakland")

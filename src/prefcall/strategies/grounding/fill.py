@@ -288,6 +288,8 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
         if chosen is None:
             continue
         probability, candidate, model_p = chosen
+        if pool.kind == "span":
+            candidate = _suffixed(candidate, pool)
         picks = [(probability, candidate)]
         if pool.kind == "span":
             # A span coordinated with the chosen one ("Italian or Mexican") is a value of the same argument by
@@ -532,6 +534,23 @@ def flag_mention(argument: str, text: str, max_gap: int = 3) -> str | None:
             break
         end = hit.end()
     return text[start:end]
+
+
+# ", MD", ", M.D.", ", CA": a short capitalised abbreviation a comma ties to a name ends it, before a clause goes on.
+_SUFFIX_RE = re.compile(r",\s*(?:[A-Z]{2,4}|(?:[A-Z]\.){2,4})(?=$|[\s.,;:!?)\"'])")
+
+
+def _suffixed(candidate: Candidate, pool: ArgumentCandidates) -> Candidate:
+    """The span with the credential or region abbreviation that follows it after a comma ("Jay Bansal, MD",
+    "Vancouver, BC"), when that longer span is a candidate too: the abbreviation is part of the name as written."""
+    if candidate.source is None:
+        return candidate
+    found = _SUFFIX_RE.match(candidate.source.text, candidate.end)
+    if found is None:
+        return candidate
+    end = found.end()
+    return next((c for c in pool.candidates if c.source is candidate.source and c.start == candidate.start
+                 and c.end in (end, end - 1) and c.end > candidate.end), candidate)
 
 
 def _overlaps(candidate: Candidate, taken: list[tuple[Source | None, int, int]]) -> bool:
