@@ -186,6 +186,31 @@ def test_a_condition_takes_the_value_another_instruction_put_on_the_wrong_argume
         "cuisine": ["Thai"]}
 
 
+def test_a_value_the_user_probably_gave_beats_an_instruction_for_that_argument():
+    name = Preference(instruction="My usual restaurant is Chez Panisse", function="GetRestaurants",
+                      actions={"restaurant_name": ["Chez Panisse"], "cuisine": ["French"]})
+    draft = Draft(name="GetRestaurants")
+    draft.heard["restaurant_name"] = Provenance(argument="restaurant_name", value="Nopa", origin="user",
+                                                source="Nopa")
+    applied = apply_preferences([draft], [name], CATALOGUE)
+    assert applied.drafts[0].values == {"restaurant_name": ["Nopa"], "cuisine": ["French"]}
+    assert applied.drafts[0].provenance["restaurant_name"].origin == "user"
+    # Where the user's probable value is the instruction's own, the instruction sets it.
+    same = Draft(name="GetRestaurants")
+    same.heard["restaurant_name"] = Provenance(argument="restaurant_name", value="chez panisse", origin="user")
+    applied = apply_preferences([same], [name], CATALOGUE)
+    assert applied.drafts[0].provenance["restaurant_name"].instruction == name.instruction
+
+
+def test_only_a_probable_value_of_the_user_is_heard():
+    result = fill.FillResult(function="GetRestaurants", unset=[
+        fill.Choice(argument="restaurant_name", values=["Nopa"], texts=["Nopa"], sources=["user:0"], probability=0.4),
+        fill.Choice(argument="cuisine", values=["Thai"], texts=["Thai"], sources=["user:0"], probability=0.2),
+        fill.Choice(argument="city", values=["Oakland"], texts=["Oakland"], sources=["instruction:x"],
+                    probability=0.9)])
+    assert set(grounded.draft_from_fill(result).heard) == {"restaurant_name"}
+
+
 def test_instructions_are_selected_again_for_the_function_stage_one_chose():
     # The request's words point to travel ("visit"); stage 1 (the model alone here) reads it as a meal: the
     # restaurant instruction applies, the travel one does not.

@@ -173,6 +173,11 @@ def with_indifference(draft: Draft, function: Function, texts: Sequence[str]) ->
     return draft
 
 
+# A value the user wrote that the filler found this probable for an argument but left unset: too weak to set
+# alone, it is still the user's word against a standing instruction's value for that argument (`Draft.heard`).
+HEARD_FLOOR = 0.35
+
+
 def draft_from_fill(result: FillResult, origin: str = "user") -> Draft:
     draft = Draft(name=result.function)
     for choice in result.choices:
@@ -181,6 +186,13 @@ def draft_from_fill(result: FillResult, origin: str = "user") -> Draft:
             argument=choice.argument, value=choice.values[0] if len(choice.values) == 1 else choice.values,
             origin="call" if kind == "call" else "offer" if is_offer(ref) else "user",
             source=" | ".join(choice.texts)))
+    for choice in result.unset:  # most probable first
+        kind, _, ref = choice.sources[0].partition(":") if choice.sources else ("", "", "")
+        if (choice.probability >= HEARD_FLOOR and kind == "user" and not is_offer(ref) and choice.texts
+                and choice.texts[0]
+                and choice.argument not in draft.values and choice.argument not in draft.heard):
+            draft.heard[choice.argument] = Provenance(argument=choice.argument, value=choice.values[0],
+                                                      origin="user", source=choice.texts[0])
     return draft
 
 

@@ -7,7 +7,8 @@ it asks to call as well (`also`: "If I ask for Travel, then also look at Hotels"
 
 `apply_preferences` runs the rules to a fixpoint over the calls the dialogue produced:
 - a preference applies to a call of its function when every condition holds on that call's values;
-- the dialogue wins: an argument the user stated is never overwritten, and a preference whose condition the user
+- the dialogue wins: an argument the user stated is never overwritten (nor one the user's words probably give,
+  too weakly to be set alone: `Draft.heard` is set in its place), and a preference whose condition the user
   contradicts does not apply, nor one about another kind of the request than the user asked for ("Search for
   Sushi restaurants that serve alcohol" when the user wants a Diner);
 - two unconditional instructions that give one argument different values ("my stylist is Ana", "Ben is fine
@@ -82,6 +83,9 @@ class Draft(BaseModel):
     provenance: dict[str, Provenance] = Field(default_factory=dict)
     # (instruction, argument) whose value `_move_to_condition` moved to another argument: not set again there.
     moved: list[tuple[str, str]] = Field(default_factory=list)
+    # Per argument left unset, a value the user's own words probably give it (grounded.HEARD_FLOOR): where an
+    # instruction would set another value there, the user's is taken instead (the dialogue wins).
+    heard: dict[str, Provenance] = Field(default_factory=dict)
 
     def set(self, argument: str, values: list[Any], provenance: Provenance) -> None:
         self.values[argument] = list(values)
@@ -211,6 +215,12 @@ def apply_preferences(drafts: list[Draft], preferences: Sequence[Preference], ca
                             if clones:
                                 changed = True
                                 _mark(used, preference.instruction)
+                        continue
+                    heard = draft.heard.get(argument)
+                    if heard is not None and not any(same_value(v, heard.value) for v in values):
+                        draft.set(argument, [heard.value], heard)
+                        skipped.setdefault(preference.instruction, f"the user named {argument} {heard.value!r}")
+                        changed = True
                         continue
                     draft.set(argument, values, Provenance(argument=argument, value=values[0] if len(values) == 1
                                                            else values, origin="instruction",
