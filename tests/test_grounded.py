@@ -537,6 +537,12 @@ def test_an_enum_value_written_in_a_derived_form_is_written():
     assert found == {"Music": "musical", "Sports": "sporting", "checking": ""}
     exact = enum_candidates({"enum": ["Sports"]}, [Source("user", "sports tonight, not sporting goods")])
     assert exact[0].text == "sports" and exact[0].start == 0
+    priced = {c.value: c.text for c in enum_candidates({"enum": ["inexpensive", "moderate", "expensive"]},
+                                                       [Source("user", "somewhere moderately priced")])}
+    assert priced == {"inexpensive": "", "moderate": "moderately", "expensive": ""}
+    cheap = {c.value: c.text for c in enum_candidates({"enum": ["inexpensive", "expensive"]},
+                                                      [Source("user", "a place to eat inexpensively")])}
+    assert cheap == {"inexpensive": "inexpensively", "expensive": ""}
 
 
 def test_the_argument_an_instruction_names_is_cued_even_across_a_clause():

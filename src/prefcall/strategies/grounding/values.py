@@ -236,12 +236,16 @@ def enum_candidates(schema: dict[str, Any], sources: Sequence[Source]) -> list[C
 
 
 def _word_root(word: str) -> str:
-    return stem(normalise_word(word.lower()))
+    """The word's stem, an adverb's without its "-ly" ("moderately" -> "moderate"; not "only", "family")."""
+    word = normalise_word(word.lower())
+    if word.endswith("ly") and len(word) >= 7:
+        word = word[:-2]
+    return stem(word)
 
 
 def _derived_match(option_words: list[str], text: str) -> tuple[int, int] | None:
     """Where the text writes the option's words in derived forms: each word shares its root with the option's
-    word and is at least as long ("sporting" for "sports", "musical" for "music"). A shorter form is not the value
+    word and is at least as long ("sporting" for "sports", "musical" for "music", "moderately" for "moderate"). A shorter form is not the value
     ("check my balance" does not write "checking"), and a word of three letters or fewer never matches by root."""
     tokens = words(text)
     n = len(option_words)
