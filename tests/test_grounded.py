@@ -248,6 +248,13 @@ def test_an_abbreviation_a_comma_ties_to_a_value_stays_with_it():
     assert plain.calls[0].arguments["city"] == "Oakland"
 
 
+def test_the_argument_s_own_name_is_never_its_value():
+    engine = FakeEngine(scorer=scorer("GetRestaurants", city="Oakland", cuisine=["cuisine", "Thai"],
+                                      restaurant_name="restaurant name"))
+    result = parse(engine, "User: Any cuisine will do, Thai maybe, in Oakland; the restaurant name is up to you.")
+    assert result.calls[0].arguments == {"city": "Oakland", "cuisine": "Thai"}
+
+
 def test_a_flag_nobody_mentioned_stays_unset_even_when_the_model_likes_true():
     engine = FakeEngine(scorer=scorer("GetRestaurants", city="Oakland", serves_alcohol=True))
     plain = parse(engine, "User: Find restaurants in Oakland")
