@@ -125,14 +125,16 @@ CHAINED = [
     "Book the Kabul Guest House if the cuisine is Afghan.",  # 1: "House" names house stays, the condition a cuisine
     "Try the Kabul Guest House if you are looking for Afghan cuisine.",  # 2: the condition clause names the request
     "If I ask for Events, my preferred event type is Sports.",  # 3
+    "If you're in the mood for Afghan food, the Kabul Guest House is the one.",  # 4: "mood", "food" name no value
 ]
 
 
 def test_a_condition_a_selected_value_meets_chains_even_when_the_value_words_point_elsewhere():
     result = select_instructions("User: Find me restaurants in Fremont.", CHAINED, NLSI)
     ranked = {s.index: s for s in result.ranking}
-    assert set(result.selected_texts) == set(CHAINED[:3])
+    assert set(result.selected_texts) == set(CHAINED[:3]) | {CHAINED[4]}
     assert ranked[1].via == "chain" and "GetRestaurants" in ranked[1].domains
+    assert ranked[4].via == "chain" and ranked[4].condition == "afghan"
     assert ranked[2].domains == ["GetRestaurants"]  # read off "looking for Afghan cuisine", not the house's name
     # Without the instruction that sets the cuisine, nothing meets the condition and nothing chains.
     alone = select_instructions("User: Find me restaurants in Fremont.", CHAINED[1:], NLSI)

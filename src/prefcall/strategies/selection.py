@@ -49,7 +49,7 @@ GENERIC_WORDS = frozenset(
     """ask asking look looking want wanting request requesting need needing prefer preferred preference
     go going come comes search searching seek seeking make making get getting one something
     place like would i'm im it's you're usually always favorite favourite choice type kind sure go-to
-    check try trying find finding book booking option also then after called named about""".split()
+    check try trying find finding book booking option also then after called named about mood food""".split()
 )
 LOCATION_WORDS = frozenset({"city", "location", "area", "where", "origin", "destination"})
 _COND_START_RE = re.compile(r"^\s*(?:if|when|whenever)\b(?P<cond>.+?)(?:,|\bthen\b)(?P<rest>.+)$", re.I | re.S)
