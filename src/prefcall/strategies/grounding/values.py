@@ -245,8 +245,9 @@ def _word_root(word: str) -> str:
 
 def _derived_match(option_words: list[str], text: str) -> tuple[int, int] | None:
     """Where the text writes the option's words in derived forms: each word shares its root with the option's
-    word and is at least as long ("sporting" for "sports", "musical" for "music", "moderately" for "moderate"). A shorter form is not the value
-    ("check my balance" does not write "checking"), and a word of three letters or fewer never matches by root."""
+    word and is at least as long ("sporting" for "sports", "musical" for "music", "moderately" for "moderate").
+    A shorter form is not the value ("check my balance" does not write "checking"), and a word of three letters
+    or fewer never matches by root."""
     tokens = words(text)
     n = len(option_words)
     roots = [_word_root(w) for w in option_words]
