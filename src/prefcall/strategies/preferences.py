@@ -195,13 +195,13 @@ def apply_preferences(drafts: list[Draft], preferences: Sequence[Preference], ca
         changed = False
         for preference in ordered:
             for draft in [d for d in drafts if d.name == preference.function]:
-                if _move_to_condition(preference, draft, catalogue.function(draft.name)):
+                function = catalogue.function(draft.name)
+                if _move_to_condition(preference, draft, function):
                     changed = True
                 unmet = _unmet(preference, draft)
                 if unmet:
                     skipped.setdefault(preference.instruction, unmet)
                     continue
-                function = catalogue.function(draft.name)
                 for argument, values in preference.actions.items():
                     if (preference.instruction, argument) in draft.moved:
                         continue

@@ -391,20 +391,21 @@ def select_instructions(
 
     selected: dict[int, str] = {}
     context_words = set(tokenize(text))
+    words_of = [set(tokenize(ins)) for ins in instructions]
     changed = True
     while changed:  # fixpoint: selected instructions can satisfy conditions and add domains (chains)
         changed = False
         for i, ins in enumerate(instructions):
             if i in selected or overrides[i]:
                 continue
-            own_context = context_words | _selected_words(instructions, selected, exclude=i)
+            own_context = context_words | _selected_words(words_of, selected, exclude=i)
             if needs[i] and not _condition_met(needs[i], own_context):
                 continue
             if not set(ins_domains[i]) & active:
                 # "Book the Kabul Guest House if the cuisine is Afghan": the value words of a
                 # name can point elsewhere (a house), but a condition that a selected instruction's value meets
                 # ("my cuisine is Afghan") chains it to that instruction's function.
-                via = _value_chain(needs[i], instructions, selected, ins_domains) & active
+                via = _value_chain(needs[i], words_of, selected, ins_domains) & active
                 if not via:
                     continue
                 ins_domains[i] = sorted(set(ins_domains[i]) | via)
@@ -417,7 +418,7 @@ def select_instructions(
         if not config.use_chains:
             break
 
-    context_all = context_words | _selected_words(instructions, selected, exclude=-1)
+    context_all = context_words | _selected_words(words_of, selected, exclude=-1)
     ranking = []
     for i, ins in enumerate(instructions):
         domain_match = bool(set(ins_domains[i]) & active)
@@ -448,19 +449,20 @@ def _condition_met(values: list[str], words: set[str]) -> bool:
     return hits >= max(1, math.ceil(len(values) / 2))
 
 
-def _value_chain(needs: list[str], instructions: list[str], selected: dict[int, str],
+def _value_chain(needs: list[str], words_of: list[set[str]], selected: dict[int, str],
                  ins_domains: list[list[str]]) -> set[str]:
-    """The functions of the selected instructions whose words alone meet a condition's value words."""
+    """The functions of the selected instructions whose words alone (`words_of`, per instruction) meet a
+    condition's value words."""
     if not needs:
         return set()
-    return {d for j in selected if _condition_met(needs, set(tokenize(instructions[j]))) for d in ins_domains[j]}
+    return {d for j in selected if _condition_met(needs, words_of[j]) for d in ins_domains[j]}
 
 
-def _selected_words(instructions: list[str], selected: dict[int, str], *, exclude: int) -> set[str]:
+def _selected_words(words_of: list[set[str]], selected: dict[int, str], *, exclude: int) -> set[str]:
     words: set[str] = set()
     for j in selected:
         if j != exclude:
-            words |= set(tokenize(instructions[j]))
+            words |= words_of[j]
     return words
 
 

@@ -48,6 +48,7 @@ from prefcall.strategies.grounding.temporal import align as align_temporal
 from prefcall.strategies.grounding.temporal import argument_kind as temporal_kind
 from prefcall.strategies.grounding.temporal import newest_unit as newest_temporal
 from prefcall.strategies.grounding.values import (
+    DETERMINERS,
     ArgumentCandidates,
     Candidate,
     Source,
@@ -559,7 +560,7 @@ def _names_argument(argument: str, text: str) -> bool:
     """The span is only words of the argument's own name ("cuisine" for cuisine, "the name" for restaurant_name):
     it says which argument, never its value."""
     own = set(argument_words(argument, {}).split())
-    found = [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in ("the", "a", "an", "my", "your")]
+    found = [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in DETERMINERS]
     return bool(found) and set(found) <= own
 
 
