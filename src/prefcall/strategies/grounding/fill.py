@@ -269,7 +269,8 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
         if named and pool.kind == "span":
             pool.candidates = [c for c in pool.candidates if not _overlaps(c, named)]
         if pool.kind == "span":
-            pool.candidates = [c for c in pool.candidates if not _names_argument(name, c.text)]
+            own = set(argument_words(name, {}).split())
+            pool.candidates = [c for c in pool.candidates if not _names_argument(own, c.text)]
         plans[name] = _plan(pool, features_ctx, weights)
     lms = scorer({name: [c.value for c in plan.top] for name, plan in plans.items() if plan and plan.ask})
     for name, pool in pools.items():
@@ -556,10 +557,9 @@ def _suffixed(candidate: Candidate, pool: ArgumentCandidates) -> Candidate:
                  and c.end in (end, end - 1) and c.end > candidate.end), candidate)
 
 
-def _names_argument(argument: str, text: str) -> bool:
-    """The span is only words of the argument's own name ("cuisine" for cuisine, "the name" for restaurant_name):
-    it says which argument, never its value."""
-    own = set(argument_words(argument, {}).split())
+def _names_argument(own: set[str], text: str) -> bool:
+    """The span is only words of the argument's own name (`own`: "cuisine" for cuisine, "the name" for
+    restaurant_name): it says which argument, never its value."""
     found = [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in DETERMINERS]
     return bool(found) and set(found) <= own
 
