@@ -143,3 +143,34 @@ def test_the_large_list_examples_read_the_tune_requests_only():
     tune = [r for r in requests if fit_shortlist.split_side(r["id"], "tune")]
     assert 0 < len(tune) < len(requests) and len(examples) == len(tune) * len(fit_nlt.LIST_SIZES)
     assert sorted({len(evidence) for evidence, _ in examples}) == list(fit_nlt.LIST_SIZES)
+
+
+def test_the_evidence_cache_resumes_without_asking_the_model_again(tmp_path):
+    items = fit_nlt.nlt_tune_items()[:4]
+    cache = tmp_path / "evidence.jsonl"
+    first = fit_nlt.collect(FakeEngine(), FakeEmbedder(), items[:2], cache=cache)
+    with cache.open("a", encoding="utf-8") as handle:
+        handle.write('{"file": "torn')  # an interrupted write is skipped, never a failed fit
+
+    class Refusing(FakeEngine):
+        def score_candidates(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
+            raise AssertionError("a cached item asked the model again")
+
+        score_batch = score_candidates
+
+    again = fit_nlt.collect(Refusing(), FakeEmbedder(), items[:2], cache=cache)
+    assert again == first
+    both = fit_nlt.collect(FakeEngine(), FakeEmbedder(), items, cache=cache)  # the new items are asked and kept
+    assert both[:2] == first and len(fit_nlt.read_evidence(cache)) == 4
+
+
+def test_the_model_rule_takes_the_best_sentence_cosine_where_it_fits_better():
+    whole = [({"a": (1.0, 0.0, 0.5), "b": (1.0, 0.0, 0.5), "c": (-1.0, 0.0, 0.45)}, {"a", "b"}),
+             ({"a": (1.0, 0.0, 0.5), "b": (1.0, 0.0, 0.5), "c": (-1.0, 0.0, 0.5)}, {"b"})]  # a, b alike
+    sentence = [({"a": (None, 0.0, 0.9), "b": (None, 0.0, 0.9), "c": (None, 0.0, 0.3)}, {"a", "b"}),
+                ({"a": (None, 0.0, 0.3), "b": (None, 0.0, 0.9), "c": (None, 0.0, 0.3)}, {"b"})]
+    merged = fit_nlt.with_sentence_cosine(whole, sentence)
+    assert merged[1][0]["a"] == (1.0, 0.0, 0.3)  # the model's log-odds kept, the sentence's cosine taken
+    fitted = fit_nlt.fit(whole, by_sentence=(sentence, []))
+    assert fitted["with_model"][0].sentence_cosine and fitted["with_model"][1] == 1.0
+    assert not fit_nlt.fit(whole)["with_model"][0].sentence_cosine

@@ -310,19 +310,26 @@ def _fit_nlt(args: argparse.Namespace, settings: Settings) -> int:
     from prefcall.evaluation import fit_nlt
     from prefcall.evaluation.runner import Progress, git_commit
     from prefcall.storage import fits
+    from prefcall.strategies.nlt import SCORE_PROMPT_VERSION
 
     sets = tuple(x.strip() for x in (args.nlt_sets or ",".join(fit_nlt.DEFAULT_SETS)).split(",") if x.strip())
     items = fit_nlt.nlt_tune_items(sets)
     engine, embedder = (None if args.embedder_only else load_engine(settings)), load_embedder(settings)
+    fingerprint = fits.engine_fingerprint(engine, settings.data_dir) if engine is not None else None
+    cache = None
+    if engine is not None:  # the model's answers are kept per model: a rerun or a refit does not ask again
+        out = Path(args.out) if args.out else settings.data_dir / "fit-runs" / (
+            fits.file_name(fingerprint).removesuffix(".json") if fingerprint else "unknown-model")
+        out.mkdir(parents=True, exist_ok=True)
+        cache = out / f"nlt-evidence-{SCORE_PROMPT_VERSION}-{embedder.name}.jsonl"  # a new prompt asks again
     progress = Progress(len(items), sys.stderr, label="fit --nlt")
-    examples = fit_nlt.collect(engine, embedder, items, lambda _: progress.advance())
+    examples = fit_nlt.collect(engine, embedder, items, lambda _: progress.advance(), cache=cache)
     progress.close()
     large = fit_nlt.large_list_examples(embedder)
-    # without the model, the same items again with the cosine of each request's best sentence (cheap: embeddings)
+    # the same items again with the cosine of each request's best sentence (cheap: embeddings, no model)
     by_sentence = (fit_nlt.collect(None, embedder, items, by_sentence=True),
-                   fit_nlt.large_list_examples(embedder, by_sentence=True)) if engine is None else None
+                   fit_nlt.large_list_examples(embedder, by_sentence=True))
     fitted = fit_nlt.fit(examples, large, by_sentence=by_sentence)
-    fingerprint = fits.engine_fingerprint(engine, settings.data_dir) if engine is not None else None
     model = engine.info.model_name if engine is not None else "none (--embedder-only)"
     counts = dict(Counter(relative for relative, _ in items))
     note = {"command": "prefcall fit " + " ".join(sys.argv[2:]), "commit": git_commit(),

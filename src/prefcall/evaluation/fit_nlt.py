@@ -16,7 +16,9 @@ fitted on the same items plus the tune requests of tests/data/catalogue200 again
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from prefcall.errors import ConfigError
@@ -65,21 +67,59 @@ NO_MODEL = DecisionRule(model_weight=0.0, lexical_weight=1.0, embedding_weight=1
 
 
 def collect(engine: Any, embedder: Any, items: Sequence[tuple[str, EvalItem]],
-            progress: Callable[[str], None] | None = None, *, by_sentence: bool = False
-            ) -> list[tuple[Evidence, set[str]]]:
+            progress: Callable[[str], None] | None = None, *, by_sentence: bool = False,
+            cache: Path | None = None) -> list[tuple[Evidence, set[str]]]:
     """Every kind of evidence per tool for each item (the model is asked whatever the shipped rule says; with
-    `engine` None, BM25 and the cosine only); `by_sentence`: the cosine of the request's best sentence."""
+    `engine` None, BM25 and the cosine only); `by_sentence`: the cosine of the request's best sentence.
+
+    `cache`: a JSON-lines file of the evidence already collected for this model (one row per item: its file, id
+    and evidence). Items found there are not asked again and new ones are appended, so an interrupted fit resumes
+    and a refit reads the model's answers instead of asking it again."""
+    done = read_evidence(cache) if cache is not None else {}
+    # an interrupted write left a line without its end: the next row starts on a line of its own
+    torn = cache is not None and cache.exists() and not cache.read_bytes().endswith(b"\n") and \
+        cache.stat().st_size > 0
     examples: list[tuple[Evidence, set[str]]] = []
-    for _, item in items:
-        history = [(str(r), str(t)) for r, t in item.input.get("history") or []]
-        rule = NO_MODEL.model_copy(update={"sentence_cosine": by_sentence}) if engine is None else None
-        result = select_tools(engine, item.input["text"], item.input["tools"], context=item.input.get("context"),
-                              history=history, embedder=embedder, all_evidence=engine is not None, rule=rule)
-        examples.append(({d.name: (d.model_logodds, float(d.lexical or 0.0), d.cosine) for d in result.decisions},
-                         set(item.gold or [])))
+    for relative, item in items:
+        evidence = done.get((relative, item.id))
+        if evidence is None:
+            history = [(str(r), str(t)) for r, t in item.input.get("history") or []]
+            # the cosine asked for, whatever the model's shipped rule reads (`all_evidence` asks the model anyway)
+            rule = NO_MODEL.model_copy(update={"sentence_cosine": by_sentence})
+            result = select_tools(engine, item.input["text"], item.input["tools"], context=item.input.get("context"),
+                                  history=history, embedder=embedder, all_evidence=engine is not None, rule=rule)
+            evidence = {d.name: (d.model_logodds, float(d.lexical or 0.0), d.cosine) for d in result.decisions}
+            if cache is not None:
+                with cache.open("a", encoding="utf-8") as handle:
+                    handle.write(("\n" if torn else "") + json.dumps({"file": relative, "id": item.id,
+                                             "evidence": {k: list(v) for k, v in evidence.items()}}) + "\n")
+                torn = False
+        examples.append((evidence, set(item.gold or [])))
         if progress is not None:
             progress(item.id)
     return examples
+
+
+def read_evidence(path: Path) -> dict[tuple[str, str], Evidence]:
+    """(file, item id) -> evidence from a `collect` cache; a missing file reads as empty, a torn last line (an
+    interrupted write) is skipped."""
+    out: dict[tuple[str, str], Evidence] = {}
+    if not path.exists():
+        return out
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        out[(row["file"], row["id"])] = {k: (v[0], float(v[1]), v[2]) for k, v in row["evidence"].items()}
+    return out
+
+
+def with_sentence_cosine(asked: Examples, sentence: Examples) -> list[tuple[Evidence, set[str]]]:
+    """The model's log-odds from `asked` with the best sentence's cosine from `sentence` (the same items in the
+    same order, collected without the model): the evidence of a rule that weighs the model beside that cosine."""
+    return [({name: (m, lex, sentence_evidence[name][2]) for name, (m, lex, _) in evidence.items()}, gold)
+            for (evidence, gold), (sentence_evidence, _) in zip(asked, sentence, strict=True)]
 
 
 LIST_SIZES = (10, 50, 200)
@@ -124,7 +164,14 @@ def fit(examples: Examples, large: Examples = (), *, by_sentence: tuple[Examples
     (a tie keeps the whole request's)."""
     source = f"prefcall fit --nlt: the tune parts of its sets ({len(examples)} items)"
     asked = all(m is not None for evidence, _ in examples for m, _, _ in evidence.values())
-    out = {"with_model": fit_rule(examples, source=source)} if asked else {}
+    out: dict[str, tuple[DecisionRule, float]] = {}
+    if asked:
+        out["with_model"] = fit_rule(examples, source=source)
+        if by_sentence:  # the model beside the best sentence's cosine; a tie keeps the whole request's
+            rule, accuracy = fit_rule(with_sentence_cosine(examples, by_sentence[0]),
+                                      source=source + "; the cosine of the request's best sentence")
+            if accuracy > out["with_model"][1]:
+                out["with_model"] = (rule.model_copy(update={"sentence_cosine": True}), accuracy)
     kinds = {"without_model": (", model weight 0", {"model_weights": (0.0,)}),
              "embedder_only": (", the embedder's cosine alone (a baseline)",
                                {"model_weights": (0.0,), "lexical_weights": (0.0,)})}
