@@ -628,6 +628,44 @@ def test_a_flag_is_named_by_its_thing_not_by_its_relation_verb():
     assert drinks.calls and drinks.calls[0].arguments.get("serves_alcohol") is True
 
 
+def test_an_instruction_that_turns_a_flag_off_is_tagged_with_its_negation_and_sets_false():
+    """"I prefer no shuffle", "unfurnished places": a False preference is a tag on the negated words (a tag is a
+    span; without one the preference was lost, and "no pets" even read as a request for pet care)."""
+    music = Function(name="PlayMusic", description="Play music.", parameters={
+        "type": "object", "properties": {"artist": {"type": "string"}, "shuffle": {"type": "boolean"}}})
+    flats = Function(name="SearchApartments", description="Search apartments for rent.", parameters={
+        "type": "object", "properties": {"city": {"type": "string"}, "furnished": {"type": "boolean"},
+                                         "pets_allowed": {"type": "boolean"}}})
+    catalogue = Catalogue(name="home", functions=[music, flats])
+    for function, text, argument, words in [
+            ("PlayMusic", "If I ask for Music, I prefer no shuffle.", "shuffle", "no shuffle"),
+            ("SearchApartments", "When I look for an apartment, I want unfurnished places.", "furnished", "unfurnished"),
+            ("SearchApartments", "I prefer no pets when I look for an apartment.", "pets_allowed", "no pets")]:
+        engine = FakeEngine(scorer=scorer(function, **{argument: False}))
+        grounder = grounded.Grounder(engine, FakeEmbedder(), grounded.load_weights("m"))
+        tag = grounded.tag_structured(grounder, text, catalogue)
+        assert f"[SL:{argument.upper()} {words} ]" in tag.tagged, tag.tagged
+        assert grounded.preference_of(tag, catalogue).actions == {argument: [False]}
+    engine = FakeEngine(scorer=scorer("SearchApartments", pets_allowed=True))
+    grounder = grounded.Grounder(engine, FakeEmbedder(), grounded.load_weights("m"))
+    tag = grounded.tag_structured(grounder, "When I look for an apartment, I want pet friendly places.", catalogue)
+    assert grounded.preference_of(tag, catalogue).actions == {"pets_allowed": [True]}  # "pet" names pets
+
+
+def test_a_flag_is_named_by_a_form_of_its_word_and_a_negating_prefix_turns_it_off():
+    assert fill.flag_mention("delivery", "a refill of metformin delivered to my home") == "delivered"
+    assert fill.flag_mention("pets_allowed", "a flat that allows pets") == "allows pets"
+    assert fill.flag_mention("is_kid_friendly", "a kidney specialist") is None  # a longer word is no form of it
+    assert fill.flag_mention("furnished", "an unfurnished flat", negated=True) == "unfurnished"
+    assert fill.flag_mention("breakfast", "a room without breakfast, please", negated=True) == "without breakfast"
+    assert fill.flag_mention("breakfast", "a room with breakfast", negated=True) is None
+    assert fill.flag_value("furnished", "unfurnished") is False and fill.flag_value("furnished", "furnished")
+    assert fill.flag_value("university_housing", "university") is True  # a prefix negates the flag's word only
+    yes = scorer("GetRestaurants", city="Fremont", serves_alcohol=False)
+    dry = parse(FakeEngine(scorer=yes), "User: a restaurant in Fremont that is non-alcoholic")
+    assert dry.calls and dry.calls[0].arguments.get("serves_alcohol") is False
+
+
 def test_an_instruction_about_another_kind_of_the_request_gives_none_of_its_values():
     """"Search for Sushi restaurants that serve alcohol": about Sushi restaurants. A request for a Diner takes none
     of its values; a request that names no cuisine takes them all; "I like Sushi" is no kind of request."""

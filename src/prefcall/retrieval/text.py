@@ -114,3 +114,10 @@ def misspelt(word: str, vocabulary: frozenset[str], min_length: int = 8) -> bool
     default) that one edit does not make another common word ("preferance" for "preference"; "cooking" and
     "booking" are both words, so 7 letters are never folded)."""
     return len(word) >= min_length and word not in vocabulary and any(one_edit(word, v) for v in vocabulary)
+
+
+# A negation in the words before a flag's name, or a negating prefix on it, says the flag is off ("no pets",
+# "without breakfast", "unfurnished", "non-smoking").
+NEGATION = re.compile(r"\b(no|not|without|don't|dont|doesn't|never|non)\b", re.I)
+NEGATING_PREFIX = re.compile(r"(?:un|non-?)(?=[a-z]{4})")
+

@@ -216,8 +216,9 @@ def tag_structured(grounder: Grounder, instruction: str, catalogue: Catalogue,
 
     The filler reads the instruction as the request's text: under an empty request, a model reads every
     argument as not given (Qwen2.5-Coder-1.5B gave "Amazing Smile Dental" 0.003 against null for dentist_name).
-    A boolean set True is tagged on the words that name it ("[SL:SERVES_ALCOHOL serves alcohol ]"): tags are
-    spans, and a value without one would be lost."""
+    A boolean is tagged on the words that name it ("[SL:SERVES_ALCOHOL serves alcohol ]"), set False with the
+    negation that says so ("[SL:SHUFFLE no shuffle ]", "[SL:FURNISHED unfurnished ]"): tags are spans, and a value
+    without one would be lost."""
     domains = domains or DomainModel.build(catalogue)
     found = instruction_domains(domains, instruction, None, SelectionConfig())
     if not found and grounder.embedder is not None and domains.texts:  # embed only when no word names one
@@ -241,8 +242,8 @@ def tag_structured(grounder: Grounder, instruction: str, catalogue: Catalogue,
     slots = []
     for choice in choices:
         texts = [text for text in choice.texts if text]
-        if not texts and choice.values == [True]:
-            mention = flag_mention(choice.argument, instruction)
+        if not texts and choice.values in ([True], [False]):
+            mention = flag_mention(choice.argument, instruction, negated=choice.values == [False])
             texts = [mention] if mention else []
         slots += [(slot_label(choice.argument), text) for text in texts]
     also = []

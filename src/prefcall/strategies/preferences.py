@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field
 
 from prefcall.retrieval.text import tokenize
 from prefcall.schemas.model import Call, Catalogue, Function
+from prefcall.strategies.grounding.fill import flag_value
 from prefcall.strategies.selection import DomainModel, condition_values, domain_condition, split_condition
 from prefcall.tagging.tags import (
     TagNode,
@@ -156,7 +157,8 @@ def _collect(children: Sequence[TagNode | str], main: Function, intent: Function
         span = child.text().strip(_EDGE)
         if argument is None or not span:
             continue
-        value = slot_value(span, intent.properties[argument])
+        spec = intent.properties[argument]
+        value = flag_value(argument, span) if spec.get("type") == "boolean" else slot_value(span, spec)
         position = instruction.lower().find(span.lower())
         in_condition = condition_range is not None and condition_range[0] <= position < condition_range[1]
         if intent.name != main.name:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from prefcall.errors import ParseError
-from prefcall.retrieval.text import NAME_VERBS
+from prefcall.retrieval.text import NAME_VERBS, NEGATION
 from prefcall.schemas.model import Call, Catalogue, Function
 
 _OPEN_RE = re.compile(r"\[(IN|SL):([A-Za-z0-9_]+)")
@@ -237,9 +237,10 @@ def _collect(children: list[TagNode | str], intent: Function | None, catalogue: 
 
 
 def slot_value(span: str, spec: dict[str, Any]) -> Any:
-    """A span as the argument's value: booleans become True, enum spans snap to the enum's spelling."""
+    """A span as the argument's value: booleans become True unless a negation says the flag is off ("no
+    shuffle"), enum spans snap to the enum's spelling."""
     if spec.get("type") == "boolean":
-        return True  # a tagged boolean slot is an affirmative mention ("serves alcohol", "good for kids")
+        return not NEGATION.search(span)  # a tagged boolean slot names the flag ("serves alcohol", "no shuffle")
     for option in spec.get("enum") or []:
         if str(option).lower() == span.lower():
             return option

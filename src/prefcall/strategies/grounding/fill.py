@@ -38,6 +38,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from prefcall.engine.base import ChatMessage, Engine, Prompt, PromptUsage, score_batch
 from prefcall.errors import GrammarError
+from prefcall.retrieval.text import NEGATING_PREFIX as _NEGATING_PREFIX
+from prefcall.retrieval.text import NEGATION as _NEGATION
 from prefcall.schemas.model import Function, Turn
 from prefcall.schemas.render import grammar_schema, render_function_spec
 
@@ -57,6 +59,7 @@ from prefcall.strategies.grounding.values import (
     normal_text,
     origin_like,
     turn_of,
+    word_root,
     ungrounded_leaf,
 )
 
@@ -493,7 +496,6 @@ def _record(result: FillResult, lm: np.ndarray | None) -> None:
         result.decisions.append(float(math.exp(lm.max())))
 
 
-_NEGATION = re.compile(r"\b(no|not|without|don't|dont|doesn't|never|non)\b", re.I)
 
 
 # Verbs that say how a flag's thing relates to the item (serves_alcohol, offers_delivery, allows_pets): the thing
@@ -509,11 +511,45 @@ def _flag_words(argument: str, relations: bool = False) -> list[str]:
     return found if relations and content else content or [w for w in found if w not in ("has", "is", "are")]
 
 
-def _hits(argument: str, text: str, relations: bool = False) -> list[re.Match[str]]:
-    words = _flag_words(argument, relations)
-    if not words or not text:
+@dataclass(frozen=True)
+class _Hit:
+    """A word of the text that names a flag; `negated` when a prefix negates it ("unfurnished", "non-smoking")."""
+
+    start: int
+    end: int
+    negated: bool = False
+
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
+
+
+def _same_word(word: str, root: str) -> bool:
+    """`word` is a form of the flag word whose root is `root`: the same root, or one root begins the other and the
+    shorter has five letters or more ("delivered" for delivery, "pet" for pets, "alcoholic" for alcohol)."""
+    own = word_root(word)
+    if own == root:
+        return True
+    short, long = sorted((own, root), key=len)
+    return len(short) >= 5 and long.startswith(short)
+
+
+def _hits(argument: str, text: str, relations: bool = False) -> list[_Hit]:
+    roots = [word_root(w) for w in _flag_words(argument, relations)]
+    if not roots or not text:
         return []
-    return list(re.finditer(r"\b(" + "|".join(map(re.escape, words)) + r")\w*", text, re.I))
+    out = []
+    for match in _WORD.finditer(text):
+        word = match.group(0).lower()
+        if any(_same_word(word, root) for root in roots):
+            out.append(_Hit(match.start(), match.end()))
+        elif (prefix := _NEGATING_PREFIX.match(word)) and any(_same_word(word[prefix.end():], r) for r in roots):
+            out.append(_Hit(match.start(), match.end(), negated=True))
+    return out
+
+
+def _negated(hit: _Hit, text: str) -> bool:
+    """The mention says the flag is off: a negating prefix, or a negation in the words just before it."""
+    return hit.negated or bool(_NEGATION.search(text[max(0, hit.start - 25):hit.start]))
 
 
 def _named(pool: ArgumentCandidates, ctx: FeatureContext, candidate: Candidate) -> float:
@@ -522,22 +558,38 @@ def _named(pool: ArgumentCandidates, ctx: FeatureContext, candidate: Candidate) 
     hits = _hits(pool.name, texts)
     if not hits:
         return 0.0
-    negated = any(_NEGATION.search(texts[max(0, h.start() - 25):h.start()]) for h in hits)
+    negated = any(_negated(h, texts) for h in hits)
     return 1.0 if (candidate.value is False) == negated else -1.0
 
 
-def flag_mention(argument: str, text: str, max_gap: int = 3) -> str | None:
+def flag_mention(argument: str, text: str, max_gap: int = 3, *, negated: bool = False) -> str | None:
     """The words of `text` that name a boolean argument ("serves alcohol" for serves_alcohol): from the first
-    mention of one of its words to the last one within `max_gap` words of it; None when nothing names it."""
+    mention of one of its words to the last one within `max_gap` words of it; None when nothing names it.
+    `negated`: the mention that says the flag is off, with the negation that says so ("no pets", "unfurnished");
+    None when no mention is negated."""
     if not _hits(argument, text):  # only relation verbs ("serves fish") name no flag
         return None
     hits = _hits(argument, text, relations=True)
-    start, end = hits[0].start(), hits[0].end()
+    if negated:
+        hits = hits[next((i for i, h in enumerate(hits) if _negated(h, text)), len(hits)):]
+        if not hits:
+            return None
+    start, end = hits[0].start, hits[0].end
+    if negated and not hits[0].negated:  # the negation before it: "no", "without", "doesn't"
+        found = list(_NEGATION.finditer(text[max(0, start - 25):start]))
+        start = max(0, start - 25) + found[-1].start()
     for hit in hits[1:]:
-        if len(text[end:hit.start()].split()) > max_gap:
+        if len(text[end:hit.start].split()) > max_gap:
             break
-        end = hit.end()
+        end = hit.end
     return text[start:end]
+
+
+def flag_value(argument: str, span: str) -> bool:
+    """The value a tagged span gives a boolean argument: False where it says the flag is off ("no shuffle",
+    "unfurnished" for furnished; a prefix counts only on the flag's own word), else True."""
+    hits = _hits(argument, span, relations=True)
+    return not any(_negated(h, span) for h in hits) if hits else not _NEGATION.search(span)
 
 
 # ", MD", ", M.D.", ", CA": a short capitalised abbreviation a comma ties to a name ends it, before a clause goes on.

@@ -235,7 +235,7 @@ def enum_candidates(schema: dict[str, Any], sources: Sequence[Source]) -> list[C
     return out
 
 
-def _word_root(word: str) -> str:
+def word_root(word: str) -> str:
     """The word's stem, an adverb's without its "-ly" ("moderately" -> "moderate"; not "only", "family")."""
     word = normalise_word(word.lower())
     if word.endswith("ly") and len(word) >= 7:
@@ -250,10 +250,10 @@ def _derived_match(option_words: list[str], text: str) -> tuple[int, int] | None
     or fewer never matches by root."""
     tokens = words(text)
     n = len(option_words)
-    roots = [_word_root(w) for w in option_words]
+    roots = [word_root(w) for w in option_words]
     for i in range(len(tokens) - n + 1):
         window = tokens[i:i + n]
-        if all(len(option) > 3 and len(word) >= len(option) and _word_root(word) == root
+        if all(len(option) > 3 and len(word) >= len(option) and word_root(word) == root
                for (word, _, _), option, root in zip(window, option_words, roots)):
             return window[0][1], window[-1][2]
     return None
