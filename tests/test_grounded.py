@@ -666,6 +666,30 @@ def test_a_flag_is_named_by_a_form_of_its_word_and_a_negating_prefix_turns_it_of
     assert dry.calls and dry.calls[0].arguments.get("serves_alcohol") is False
 
 
+def test_a_value_goes_to_the_argument_whose_name_the_text_writes_before_it_most_fully():
+    """account_type and recipient_account_type share their options: "my preferred recipient account type is
+    savings" sets recipient_account_type, "my preferred account type is checking" sets account_type, whichever
+    argument the model likes more."""
+    kinds = {"enum": ["checking", "savings"]}
+    transfer = Function(name="TransferMoney", description="Move money between bank accounts.", parameters={
+        "type": "object", "properties": {"recipient_name": {"type": "string"}, "account_type": kinds,
+                                         "recipient_account_type": kinds}})
+    catalogue = Catalogue(name="bank", functions=[transfer])
+    both = scorer("TransferMoney", account_type=["checking", "savings"],
+                  recipient_account_type=["checking", "savings"])
+    grounder = grounded.Grounder(FakeEngine(scorer=both), FakeEmbedder(), grounded.load_weights("m"))
+    for text, argument, value in [
+            ("If I ask for Money Transfers, my preferred recipient account type is savings.",
+             "recipient_account_type", "savings"),
+            ("If I ask for Money Transfers, my preferred account type is checking.", "account_type", "checking")]:
+        tag = grounded.tag_structured(grounder, text, catalogue)
+        assert grounded.preference_of(tag, catalogue).actions == {argument: [value]}, tag.tagged
+    filled = grounder.fill(transfer, [Source("user", "Send Ana 5 dollars; recipient account type: savings", "u")],
+                           "User: Send Ana 5 dollars; recipient account type: savings")
+    assert {c.argument: c.values for c in filled.choices}.get("recipient_account_type") == ["savings"]
+    assert "account_type" not in {c.argument for c in filled.choices}
+
+
 def test_an_instruction_about_another_kind_of_the_request_gives_none_of_its_values():
     """"Search for Sushi restaurants that serve alcohol": about Sushi restaurants. A request for a Diner takes none
     of its values; a request that names no cuisine takes them all; "I like Sushi" is no kind of request."""

@@ -40,6 +40,7 @@ from prefcall.engine.base import ChatMessage, Engine, Prompt, PromptUsage, score
 from prefcall.errors import GrammarError
 from prefcall.retrieval.text import NEGATING_PREFIX as _NEGATING_PREFIX
 from prefcall.retrieval.text import NEGATION as _NEGATION
+from prefcall.retrieval.text import split_identifier
 from prefcall.schemas.model import Function, Turn
 from prefcall.schemas.render import grammar_schema, render_function_spec
 
@@ -59,8 +60,9 @@ from prefcall.strategies.grounding.values import (
     normal_text,
     origin_like,
     turn_of,
-    word_root,
     ungrounded_leaf,
+    word_root,
+    words,
 )
 
 TOP_K = 3
@@ -275,6 +277,7 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
             own = set(argument_words(name, {}).split())
             pool.candidates = [c for c in pool.candidates if not _names_argument(own, c.text)]
         plans[name] = _plan(pool, features_ctx, weights)
+    owners = _span_owners(pools, features_ctx)
     lms = scorer({name: [c.value for c in plan.top] for name, plan in plans.items() if plan and plan.ask})
     for name, pool in pools.items():
         ranked = _rank(pool, plans[name], lms.get(name), features_ctx, weights, result,
@@ -285,7 +288,8 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
     # The most probable arguments claim their spans first; a span fills one argument.
     taken: list[tuple[Source | None, int, int]] = []
     for _, name, ranked, pool in sorted(pending, key=lambda p: -p[0]):
-        chosen = _latest([(p, c, m) for p, c, m in ranked if p >= 0.5 and not _overlaps(c, taken)], sources)
+        chosen = _latest([(p, c, m) for p, c, m in ranked if p >= 0.5 and not _overlaps(c, taken)
+                          and owners.get(_span_key(c), name) == name], sources)
         unit = _newest_unit(pool, sources, temporal[name]) if name in only else None
         if unit is not None and not _overlaps(unit, taken) and (
                 chosen is None or (_said_last(chosen[1], sources) or -1) < (turn_of(unit.source) or 0)):
@@ -662,6 +666,55 @@ def _pool_spans(pending: list[tuple[float, str, list[tuple[float, Candidate, flo
         result.choices.append(_choice(name, [candidate], p, m))
         chosen.add(name)
         taken.append((candidate.source, candidate.start, candidate.end))
+
+
+# Words between an argument's name and its value that keep the name attached: "account type is checking".
+_NAME_TO_VALUE = frozenset("is are was be should would will to : = -".split())
+
+
+def _span_key(candidate: Candidate) -> tuple[int, int, int] | None:
+    return None if candidate.source is None else (id(candidate.source), candidate.start, candidate.end)
+
+
+def _name_run(candidate: Candidate, name_words: set[str], size: int) -> tuple[int, int]:
+    """How the argument's name is written right before the span: (its words read back from the span, over at most
+    two linking words such as "is"; its name words not written there). (0, size) when the name is not there."""
+    assert candidate.source is not None
+    tokens = [w.lower() for w, _, end in words(candidate.source.text) if end <= candidate.start]
+    i = len(tokens) - 1
+    while i >= 0 and len(tokens) - 1 - i < 2 and tokens[i] in _NAME_TO_VALUE:
+        i -= 1
+    found: set[str] = set()
+    while i >= 0 and tokens[i] in name_words:
+        found.add(tokens[i].removesuffix("s"))
+        i -= 1
+    return len(found), size - len(found)
+
+
+def _span_owners(pools: dict[str, ArgumentCandidates], ctx: FeatureContext) -> dict[tuple[int, int, int], str]:
+    """Spans that several arguments of the function can take, given to the one whose name the text writes right
+    before it most fully ("my preferred recipient account type is savings": recipient_account_type, not
+    account_type; "my preferred account type is checking": account_type, whose name is written whole). Spans
+    whose name no argument writes, or two write alike, are nobody's (the ranking decides)."""
+    by_span: dict[tuple[int, int, int], list[tuple[tuple[int, int], str]]] = {}
+    for name, pool in pools.items():
+        if pool.kind == "free":
+            continue
+        own = ctx.name_words(name)[0]
+        size = len({w.removesuffix("s") for w in split_identifier(name).lower().split()})
+        for candidate in pool.candidates:
+            key = _span_key(candidate)
+            if key is not None and candidate.end > candidate.start:
+                run, missing = _name_run(candidate, own, size)
+                by_span.setdefault(key, []).append(((run, -missing), name))
+    owners = {}
+    for key, claims in by_span.items():
+        if len({name for _, name in claims}) < 2:
+            continue
+        ranked = sorted(set(claims), reverse=True)
+        if ranked[0][0][0] > 0 and ranked[0][0] > ranked[1][0]:
+            owners[key] = ranked[0][1]
+    return owners
 
 
 def _named_enum_spans(pools: dict[str, ArgumentCandidates],
