@@ -904,3 +904,23 @@ def test_an_unwritten_default_is_no_value_and_a_written_one_is():
 
     assert run("User: find me a flight to Denver") == {"destination": "Denver"}  # the model's taste for the default
     assert run("User: find me an economy flight to Denver") == {"destination": "Denver", "flight_class": "Economy"}
+
+
+def test_a_number_written_out_in_several_words_is_one_candidate():
+    """Class b: "a ninety day supply" is 90, "twenty five dollars" 25 (one candidate, not 20 and 5), "two hundred
+    and fifty" 250; words that make no number together ("seven one") stay apart."""
+    from prefcall.retrieval.text import number_from_words
+    from prefcall.schemas.validation import coerce
+
+    def values(text: str) -> list[object]:
+        return [c.value for c in argument_candidates("amount", {"type": "integer"},
+                                                     [Source("user", text, "u")]).candidates]
+
+    assert values("a ninety day supply") == [90]
+    assert values("send twenty five dollars, thanks") == [25]
+    assert values("for two hundred and fifty dollars") == [250]
+    assert values("a hundred bucks") == [100]
+    assert values("pick seven one") == [7, 1]
+    assert [number_from_words(t) for t in ("twenty-five", "fifteen hundred", "a couple", "one two")] == [
+        25, 1500, None, None]
+    assert coerce("twenty-five", {"type": "integer"}) == 25 and coerce("a couple", {"type": "integer"}) == "a couple"

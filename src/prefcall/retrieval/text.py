@@ -26,8 +26,49 @@ NUMBER_WORDS = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
     "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15, "sixteen": 16,
     "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50,
-    "hundred": 100, "single": 1, "couple": 2, "pair": 2,
+    "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90, "hundred": 100, "thousand": 1000, "single": 1,
+    "couple": 2, "pair": 2,
 }  # fmt: skip
+# Words that multiply what came before them in a number written out ("two hundred", "three thousand").
+NUMBER_SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
+# Number words that only stand alone ("a couple of nights"), never a part of a longer number.
+_ALONE = frozenset({"single", "couple", "pair"})
+
+
+def number_from_words(text: str) -> int | None:
+    """A whole number written out in words: "ninety", "twenty-five", "two hundred and fifty", "a hundred",
+    "fifteen hundred"; None for anything else (a word that is not part of a number, "seven one", a bare "and")."""
+    parts = [w for w in re.split(r"[\s-]+", text.strip().lower()) if w]
+    if not parts or parts[-1] == "and" or (len(parts) > 1 and _ALONE.intersection(parts)):
+        return None
+    total = current = 0
+    last: str | None = None  # what the word before was: "unit" (1-19), "tens" (20-90), "scale", "a"
+    scale = 0  # the last scale word's size: a smaller or equal one may not follow it alone
+    for i, word in enumerate(parts):
+        if word == "and" and last == "scale":
+            continue
+        if word in ("a", "an") and i == 0 and len(parts) > 1 and parts[1] in NUMBER_SCALES:
+            current, last = 1, "a"
+        elif word in NUMBER_SCALES:
+            size = NUMBER_SCALES[word]
+            if last not in ("unit", "tens", "a") and not (last == "scale" and size > scale) and len(parts) > 1:
+                return None
+            current = max(current, 1) * size
+            if size >= 1000:
+                total, current = total + current, 0
+            last, scale = "scale", size
+        elif word in NUMBER_WORDS:
+            value = NUMBER_WORDS[word]
+            tens = value >= 20 and value % 10 == 0
+            if not (last in (None, "scale") or (last == "tens" and value < 10 and not tens)):
+                return None
+            current += value
+            last = "tens" if tens else "unit"
+        else:
+            return None
+    return total + current if last is not None else None
+
+
 
 NAME_VERBS = frozenset(
     "get find search lookup look reserve book buy make add check play rent schedule transfer request".split()

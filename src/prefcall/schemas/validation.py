@@ -24,7 +24,7 @@ from jsonschema.protocols import Validator
 from pydantic import BaseModel
 
 from prefcall.errors import ValidationError
-from prefcall.retrieval.text import NUMBER_WORDS
+from prefcall.retrieval.text import number_from_words
 from prefcall.schemas.calls import NUMBER_RE
 from prefcall.schemas.importers import BFCL_TYPES
 from prefcall.schemas.model import Call, Catalogue, Function
@@ -117,8 +117,8 @@ def coerce(value: Any, schema: dict[str, Any]) -> Any:
     kind = BFCL_TYPES.get(kind, kind) if isinstance(kind, str) else None
     if kind == "boolean" and isinstance(value, str) and value.strip().lower() in BOOLEAN_WORDS:
         value = BOOLEAN_WORDS[value.strip().lower()]
-    elif kind in ("integer", "number") and isinstance(value, str) and value.strip().lower() in NUMBER_WORDS:
-        value = NUMBER_WORDS[value.strip().lower()]  # "five" people, "a couple" of nights
+    elif kind in ("integer", "number") and isinstance(value, str) and number_from_words(value) is not None:
+        value = number_from_words(value)  # "five" people, "a couple" of nights, "twenty-five" dollars
     elif kind == "integer" and _lenient_integer(None, value) and not isinstance(value, bool):
         value = int(value.strip()) if isinstance(value, str) else int(value)
     elif kind == "number" and isinstance(value, str) and NUMBER_RE.fullmatch(value.strip()):

@@ -21,7 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from prefcall.retrieval.text import NUMBER_WORDS, STOP_WORDS, humanise, normalise_word, stem, tokenize
+from prefcall.retrieval.text import (NUMBER_WORDS, STOP_WORDS, humanise, normalise_word, number_from_words, stem,
+                                     tokenize)
 
 SourceKind = Literal["user", "instruction", "call", "profile"]
 ArgumentKind = Literal["span", "enum", "boolean", "number", "free"]
@@ -172,8 +173,8 @@ def _breaks(text: str, previous: tuple[str, int, int], next_start: int) -> bool:
 
 def parse_number(word: str) -> int | float | None:
     w = word.lower().strip(_EDGE)
-    if w in NUMBER_WORDS:
-        return NUMBER_WORDS[w]
+    if (written := number_from_words(w)) is not None:  # "ninety", "twenty-five"
+        return written
     amount = _AMOUNT_RE.match(w)
     if amount:
         w = amount["sign"] + amount["number"] if amount["number"] else amount["percent"]
@@ -184,16 +185,39 @@ def parse_number(word: str) -> int | float | None:
 
 
 def numbers(source: Source, integer: bool) -> list[Candidate]:
+    """Every number of the text: digits, amounts, and numbers written out in words, several words read as one
+    ("twenty five", "two hundred and fifty", "a hundred": one candidate for the whole)."""
     out = []
-    for word, start, end in words(source.text):
-        value = parse_number(word)
-        if value is None:
+    tokens = words(source.text)
+    i = 0
+    while i < len(tokens):
+        run = _number_run(source.text, tokens, i)
+        if run > i + 1:
+            start, end = tokens[i][1], tokens[run - 1][2]
+            value: int | float | None = number_from_words(source.text[start:end])
+            word = source.text[start:end]
+        else:
+            word, start, end = tokens[i]
+            value = parse_number(word)
+            run = i + 1
+        i = run
+        if value is None or (integer and isinstance(value, float)):
             continue
-        if integer:
-            if isinstance(value, float):
-                continue
         out.append(Candidate(value, word, source, start, end))
     return out
+
+
+def _number_run(text: str, tokens: list[tuple[str, int, int]], i: int) -> int:
+    """The end (exclusive) of the longest run of words from `i` that reads as one number written out ("twenty
+    five", "a hundred and ten"); `i` when none longer than one word starts there. The words stay in one clause:
+    no punctuation between them."""
+    best = i
+    for j in range(i + 1, min(len(tokens), i + 6) + 1):
+        if j > i + 1 and text[tokens[j - 2][2]:tokens[j - 1][1]].strip():
+            break
+        if number_from_words(text[tokens[i][1]:tokens[j - 1][2]]) is not None:
+            best = j
+    return best if best > i + 1 else i
 
 
 def normal_text(text: str) -> str:
