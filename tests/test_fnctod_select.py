@@ -320,3 +320,26 @@ def test_the_pipeline_bounds_the_calibration_with_the_models_fitted_floor(tmp_pa
     assert pipeline.calibration_floor() == -6.0
     scores = pipeline.stage_one("User: Thai food in Oakland please", CATALOGUE, get_config("full")).usage
     assert scores.calibration == pytest.approx(smoothed(scores.content_free, -6.0))
+
+
+def test_a_chain_names_its_target_by_a_word_of_the_target_s_own_name():
+    """"Green Basket is also fine for grocery orders" is no chain to OrderFood: "orders" is a word of the grocery
+    function's own name. "I prefer pickup in store" names no function, though a description mentions a store.
+    "also check parking" chains to ReserveParking."""
+    def function(name: str, description: str) -> Function:
+        return Function(name=name, description=description, parameters={"type": "object", "properties": {}})
+
+    catalogue = Catalogue(name="errands", functions=[
+        function("OrderGroceries", "Order groceries from a store for delivery."),
+        function("OrderFood", "Order food from a restaurant."),
+        function("RefillPrescription", "Refill a prescription at a pharmacy."),
+        function("ReserveParking", "Reserve a parking spot."),
+        function("BookFitnessClass", "Book a class at a gym.")])
+    assert chained_functions(catalogue, ["Green Basket is also fine for grocery orders."], ["OrderGroceries"]) == [
+        "OrderGroceries"]
+    assert chained_functions(catalogue, ["When I refill a prescription, I want pickup in store too."],
+                             ["RefillPrescription"]) == ["RefillPrescription"]
+    assert chained_functions(catalogue, ["If I ask for Fitness Classes, also check parking."],
+                             ["BookFitnessClass"]) == ["BookFitnessClass", "ReserveParking"]
+    assert chained_functions(catalogue, ["Whenever I order groceries, also order food."],
+                             ["OrderGroceries"]) == ["OrderGroceries", "OrderFood"]

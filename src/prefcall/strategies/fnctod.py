@@ -590,7 +590,7 @@ def chained_functions(catalogue: Catalogue, instructions: Sequence[str], functio
         if not ALSO_RE.search(consequence):
             continue
         sources = set(instruction_domains(model, text, None, SelectionConfig()))
-        targets = [n for n in model.named(_tokens(consequence)) if n not in sources]
+        targets = model.chain_targets(_tokens(consequence), sources)
         links.append((sources, targets))
     changed = True
     while changed:

@@ -251,8 +251,9 @@ def tag_structured(grounder: Grounder, instruction: str, catalogue: Catalogue,
         # A chain names another request in the consequence ("... then also look at Hotels"); a word that is a
         # chosen value ("my preferred event type is Music") names no request.
         values = {w for _, text in slots for w in tokenize(text, drop_stop_words=False)}
-        named = domains.named([w for w in tokenize(consequence, drop_stop_words=False) if w not in values])
-        also = [intent_label(n) for n in named if n != main.name]
+        named = domains.chain_targets([w for w in tokenize(consequence, drop_stop_words=False) if w not in values],
+                                      [main.name])
+        also = [intent_label(n) for n in named]
     try:
         built = build_span_tags(instruction, intent_label(main.name), slots, also)
     except ParseError as exc:

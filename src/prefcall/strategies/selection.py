@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import re
 from functools import lru_cache
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,6 +160,16 @@ class DomainModel:
             if score >= 1.0:
                 scores[n] = score
         return scores
+
+    def chain_targets(self, tokens: Sequence[str], sources: Collection[str]) -> list[str]:
+        """The functions a chain instruction's consequence names beside its own (`sources`): by a word of their
+        name that is not a word of a source's name ("also check parking" names ReserveParking; in "Green Basket is
+        also fine for grocery orders" the "orders" is OrderGroceries' own, not OrderFood's; "pickup in store"
+        names no function, though a description mentions a store)."""
+        own = {stem(w) for n in sources for w in self.name_words.get(n, ())}
+        rest = [t for t in tokens if stem(t) not in own]
+        return [n for n, score in self.named(rest).items()
+                if n not in sources and self._words_of(n, _present(rest))[0] > 0]
 
     def _words_of(self, n: str, present: set[str]) -> tuple[float, float]:
         """(name words, description words that are not name words) of function n present (`_present`: the words
