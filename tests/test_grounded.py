@@ -688,6 +688,17 @@ def test_a_value_goes_to_the_argument_whose_name_the_text_writes_before_it_most_
                            "User: Send Ana 5 dollars; recipient account type: savings")
     assert {c.argument: c.values for c in filled.choices}.get("recipient_account_type") == ["savings"]
     assert "account_type" not in {c.argument for c in filled.choices}
+    # A function word of a name names nothing: "in Denver" is no check-in date.
+    lodging = Function(name="FindLodging", description="Find a place to stay.", parameters={
+        "type": "object", "properties": {"city": {"type": "string"}, "check_in": {"type": "string"}}})
+    from prefcall.strategies.grounding.evidence import FeatureContext
+
+    source = Source("user", "I need a place to stay in Denver for 3 guests", "u")
+    pools = {n: argument_candidates(n, lodging.properties[n], [source]) for n in lodging.properties}
+    assert fill._span_owners(pools, FeatureContext(lodging, None)) == {}
+    source = Source("user", "I need a place to stay; check in Denver", "u")  # "check" is its content word
+    pools = {n: argument_candidates(n, lodging.properties[n], [source]) for n in lodging.properties}
+    assert set(fill._span_owners(pools, FeatureContext(lodging, None)).values()) == {"check_in"}
 
 
 def test_an_instruction_about_another_kind_of_the_request_gives_none_of_its_values():

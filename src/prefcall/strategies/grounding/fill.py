@@ -40,7 +40,7 @@ from prefcall.engine.base import ChatMessage, Engine, Prompt, PromptUsage, score
 from prefcall.errors import GrammarError
 from prefcall.retrieval.text import NEGATING_PREFIX as _NEGATING_PREFIX
 from prefcall.retrieval.text import NEGATION as _NEGATION
-from prefcall.retrieval.text import split_identifier
+from prefcall.retrieval.text import STOP_WORDS, split_identifier
 from prefcall.schemas.model import Function, Turn
 from prefcall.schemas.render import grammar_schema, render_function_spec
 
@@ -676,17 +676,20 @@ def _span_key(candidate: Candidate) -> tuple[int, int, int] | None:
     return None if candidate.source is None else (id(candidate.source), candidate.start, candidate.end)
 
 
-def _name_run(candidate: Candidate, name_words: set[str], size: int) -> tuple[int, int]:
-    """How the argument's name is written right before the span: (its words read back from the span, over at most
-    two linking words such as "is"; its name words not written there). (0, size) when the name is not there."""
+def _name_run(candidate: Candidate, name_words: set[str], size: int, glue: frozenset[str] = frozenset()
+              ) -> tuple[int, int]:
+    """How the argument's name is written right before the span: (its content words read back from the span, over
+    at most two linking words such as "is" and the name's own function words, "check in"; its content words not
+    written there). (0, size) when the name is not there."""
     assert candidate.source is not None
     tokens = [w.lower() for w, _, end in words(candidate.source.text) if end <= candidate.start]
     i = len(tokens) - 1
     while i >= 0 and len(tokens) - 1 - i < 2 and tokens[i] in _NAME_TO_VALUE:
         i -= 1
     found: set[str] = set()
-    while i >= 0 and tokens[i] in name_words:
-        found.add(tokens[i].removesuffix("s"))
+    while i >= 0 and (tokens[i] in name_words or tokens[i] in glue):
+        if tokens[i] in name_words:
+            found.add(tokens[i].removesuffix("s"))
         i -= 1
     return len(found), size - len(found)
 
@@ -700,12 +703,15 @@ def _span_owners(pools: dict[str, ArgumentCandidates], ctx: FeatureContext) -> d
     for name, pool in pools.items():
         if pool.kind == "free":
             continue
-        own = ctx.name_words(name)[0]
-        size = len({w.removesuffix("s") for w in split_identifier(name).lower().split()})
+        # Function words of a name ("in" of check_in, "of" of number_of_seats) name nothing: "in Denver" is a city.
+        own = {w for w in ctx.name_words(name)[0] if w not in STOP_WORDS}
+        parts = split_identifier(name).lower().split()
+        glue = frozenset(w for w in parts if w in STOP_WORDS)
+        size = len({w.removesuffix("s") for w in parts if w not in STOP_WORDS})
         for candidate in pool.candidates:
             key = _span_key(candidate)
             if key is not None and candidate.end > candidate.start:
-                run, missing = _name_run(candidate, own, size)
+                run, missing = _name_run(candidate, own, size, glue)
                 by_span.setdefault(key, []).append(((run, -missing), name))
     owners = {}
     for key, claims in by_span.items():
