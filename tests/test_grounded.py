@@ -701,6 +701,35 @@ def test_a_value_goes_to_the_argument_whose_name_the_text_writes_before_it_most_
     assert set(fill._span_owners(pools, FeatureContext(lodging, None)).values()) == {"check_in"}
 
 
+def test_from_and_into_give_a_pair_of_arguments_their_values_and_an_instruction_takes_the_open_twin():
+    """"from my checking account into their savings account": the account the money leaves is checking, whatever
+    the model likes; an instruction for the argument the user already gave sets its open twin instead."""
+    kinds = {"enum": ["checking", "savings"]}
+    transfer = Function(name="TransferMoney", description="Move money between bank accounts.", parameters={
+        "type": "object", "properties": {
+            "recipient_name": {"type": "string"},
+            "account_type": {**kinds, "description": "The account the money leaves."},
+            "recipient_account_type": {**kinds, "description": "The recipient's account."}}})
+    swapped = scorer("TransferMoney", recipient_name="Priya", account_type="savings",
+                     recipient_account_type="checking")
+    grounder = grounded.Grounder(FakeEngine(scorer=swapped), FakeEmbedder(), grounded.load_weights("m"))
+    text = "Transfer 75 dollars to Priya from my checking account into their savings account"
+    filled = grounder.fill(transfer, [Source("user", text, "u")], "User: " + text)
+    values = {c.argument: c.values for c in filled.choices}
+    assert values["account_type"] == ["checking"] and values["recipient_account_type"] == ["savings"]
+    draft = Draft(name="TransferMoney")
+    draft.set("recipient_account_type", ["checking"], Provenance(argument="recipient_account_type",
+                                                                 value="checking", origin="user"))
+    wish = Preference(instruction="When I transfer money, I want my savings account.", function="TransferMoney",
+                      actions={"recipient_account_type": ["savings"]})
+    catalogue = Catalogue(name="bank", functions=[transfer])
+    applied = apply_preferences([draft], [wish], catalogue)
+    assert applied.drafts[0].values == {"recipient_account_type": ["checking"], "account_type": ["savings"]}
+    same = apply_preferences([draft], [wish.model_copy(update={"actions": {"recipient_account_type": ["checking"]}})],
+                             catalogue)
+    assert same.drafts[0].values == {"recipient_account_type": ["checking"]}  # the same value: nothing to move
+
+
 def test_an_instruction_about_another_kind_of_the_request_gives_none_of_its_values():
     """"Search for Sushi restaurants that serve alcohol": about Sushi restaurants. A request for a Diner takes none
     of its values; a request that names no cuisine takes them all; "I like Sushi" is no kind of request."""

@@ -208,7 +208,17 @@ def apply_preferences(drafts: list[Draft], preferences: Sequence[Preference], ca
                     if (preference.instruction, argument) in draft.moved:
                         continue
                     if argument in draft.values or function is None or argument not in function.properties:
-                        if argument in draft.values and draft.provenance[argument].origin == "user":
+                        twin = _twin(function, draft, argument, values)
+                        if twin is not None and draft.provenance[argument].origin == "user":
+                            # The user gave this argument; its twin, with the same options, is open: the
+                            # instruction's value is the twin's ("I want my savings account" when the user named
+                            # the recipient's checking account).
+                            draft.set(twin, values, Provenance(argument=twin, value=values[0] if len(values) == 1
+                                                               else values, origin="instruction",
+                                                               instruction=preference.instruction))
+                            changed = True
+                            _mark(used, preference.instruction)
+                        elif argument in draft.values and draft.provenance[argument].origin == "user":
                             skipped.setdefault(preference.instruction, f"the user stated {argument}")
                         elif argument in draft.values and _another_wish(preference, draft.provenance[argument],
                                                                         conditional):
@@ -250,6 +260,19 @@ def apply_preferences(drafts: list[Draft], preferences: Sequence[Preference], ca
     for instruction in used:
         skipped.pop(instruction, None)
     return Applied(drafts=drafts, used=used, skipped=skipped)
+
+
+def _twin(function: Function | None, draft: Draft, argument: str, values: list[Any]) -> str | None:
+    """The one other argument of the function with the same options as `argument` (account_type and
+    recipient_account_type), unset in the draft, when the draft holds a different value for `argument`; None
+    otherwise (arguments without options have no twin: a free text or a number could be anything's)."""
+    if function is None or argument not in function.properties or argument not in draft.values:
+        return None
+    options = function.properties[argument].get("enum")
+    if not options or any(same_value(v, h) for v in values for h in draft.values[argument]):
+        return None
+    twins = [a for a, schema in function.properties.items() if a != argument and schema.get("enum") == options]
+    return twins[0] if len(twins) == 1 and twins[0] not in draft.values else None
 
 
 def _another_wish(preference: Preference, earlier: Provenance, conditional: dict[str, bool]) -> bool:

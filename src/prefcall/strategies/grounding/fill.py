@@ -288,8 +288,11 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
     # The most probable arguments claim their spans first; a span fills one argument.
     taken: list[tuple[Source | None, int, int]] = []
     for _, name, ranked, pool in sorted(pending, key=lambda p: -p[0]):
-        chosen = _latest([(p, c, m) for p, c, m in ranked if p >= 0.5 and not _overlaps(c, taken)
-                          and owners.get(_span_key(c), name) == name], sources)
+        eligible = [(p, c, m) for p, c, m in ranked if p >= 0.5 and not _overlaps(c, taken)
+                    and owners.get(_span_key(c), name) == name]
+        # A span the text gives this argument (its name written before it, "from") comes before the others.
+        own = [e for e in eligible if owners.get(_span_key(e[1])) == name]
+        chosen = _latest(own or eligible, sources)
         unit = _newest_unit(pool, sources, temporal[name]) if name in only else None
         if unit is not None and not _overlaps(unit, taken) and (
                 chosen is None or (_said_last(chosen[1], sources) or -1) < (turn_of(unit.source) or 0)):
@@ -694,12 +697,29 @@ def _name_run(candidate: Candidate, name_words: set[str], size: int, glue: froze
     return len(found), size - len(found)
 
 
+# Words between "from" and the value it marks: "from my checking account", "from the airport".
+_FROM_GAP = frozenset("my our your their his her its the a an".split())
+
+
+def _preposition(candidate: Candidate) -> str | None:
+    """The word before the span, over at most two determiners ("from my checking account": "from")."""
+    assert candidate.source is not None
+    tokens = [w.lower() for w, _, end in words(candidate.source.text) if end <= candidate.start]
+    i = len(tokens) - 1
+    while i >= 0 and len(tokens) - 1 - i < 2 and tokens[i] in _FROM_GAP:
+        i -= 1
+    return tokens[i] if i >= 0 else None
+
+
 def _span_owners(pools: dict[str, ArgumentCandidates], ctx: FeatureContext) -> dict[tuple[int, int, int], str]:
     """Spans that several arguments of the function can take, given to the one whose name the text writes right
     before it most fully ("my preferred recipient account type is savings": recipient_account_type, not
-    account_type; "my preferred account type is checking": account_type, whose name is written whole). Spans
-    whose name no argument writes, or two write alike, are nobody's (the ranking decides)."""
+    account_type; "my preferred account type is checking": account_type, whose name is written whole); where no
+    name is written, a span after "from" goes to the one argument that names where something leaves from
+    (`values.origin_like`: "from my checking account" is the account the money leaves). Other spans are nobody's
+    (the ranking decides)."""
     by_span: dict[tuple[int, int, int], list[tuple[tuple[int, int], str]]] = {}
+    origins = {name for name, pool in pools.items() if origin_like(name, pool.schema)}
     for name, pool in pools.items():
         if pool.kind == "free":
             continue
@@ -720,6 +740,17 @@ def _span_owners(pools: dict[str, ArgumentCandidates], ctx: FeatureContext) -> d
         ranked = sorted(set(claims), reverse=True)
         if ranked[0][0][0] > 0 and ranked[0][0] > ranked[1][0]:
             owners[key] = ranked[0][1]
+        elif ranked[0][0][0] == 0:
+            names = sorted({name for _, name in claims})
+            leaving = [name for name in names if name in origins]
+            if len(leaving) != 1:
+                continue
+            candidate = next(c for c in pools[leaving[0]].candidates if _span_key(c) == key)
+            word = _preposition(candidate)
+            if word == "from":
+                owners[key] = leaving[0]
+            elif word in ("to", "into") and len(names) == 2:  # the other one of a pair: where it goes
+                owners[key] = next(name for name in names if name != leaving[0])
     return owners
 
 

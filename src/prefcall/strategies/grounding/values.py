@@ -226,7 +226,7 @@ def normal_text(text: str) -> str:
 
 
 # Words that make an argument the start of a movement: where a trip, a transfer or a route leaves from.
-_ORIGIN_WORDS = frozenset("origin from departure depart departing source leaving start starting".split())
+_ORIGIN_WORDS = frozenset("origin from departure depart departing source leave leaves leaving start starting".split())
 
 
 def origin_like(name: str, schema: dict[str, Any]) -> bool:
