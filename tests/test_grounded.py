@@ -699,6 +699,12 @@ def test_a_value_goes_to_the_argument_whose_name_the_text_writes_before_it_most_
     source = Source("user", "I need a place to stay; check in Denver", "u")  # "check" is its content word
     pools = {n: argument_candidates(n, lodging.properties[n], [source]) for n in lodging.properties}
     assert set(fill._span_owners(pools, FeatureContext(lodging, None)).values()) == {"check_in"}
+    # A word that names the function names no argument: "my preferred city for a Dentist is Sunnyvale".
+    dentists = Function(name="GetDentists", description="Find a dentist.", parameters={
+        "type": "object", "properties": {"city": {"type": "string"}, "dentist_name": {"type": "string"}}})
+    source = Source("instruction", "State that your preferred city for a Dentist is Sunnyvale.", "i")
+    pools = {n: argument_candidates(n, dentists.properties[n], [source]) for n in dentists.properties}
+    assert "dentist_name" not in fill._span_owners(pools, FeatureContext(dentists, None)).values()
 
 
 def test_from_and_into_give_a_pair_of_arguments_their_values_and_an_instruction_takes_the_open_twin():

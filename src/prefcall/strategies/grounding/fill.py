@@ -40,7 +40,7 @@ from prefcall.engine.base import ChatMessage, Engine, Prompt, PromptUsage, score
 from prefcall.errors import GrammarError
 from prefcall.retrieval.text import NEGATING_PREFIX as _NEGATING_PREFIX
 from prefcall.retrieval.text import NEGATION as _NEGATION
-from prefcall.retrieval.text import STOP_WORDS, split_identifier
+from prefcall.retrieval.text import STOP_WORDS, split_identifier, stem
 from prefcall.schemas.model import Function, Turn
 from prefcall.schemas.render import grammar_schema, render_function_spec
 
@@ -723,11 +723,14 @@ def _span_owners(pools: dict[str, ArgumentCandidates], ctx: FeatureContext) -> d
     for name, pool in pools.items():
         if pool.kind == "free":
             continue
-        # Function words of a name ("in" of check_in, "of" of number_of_seats) name nothing: "in Denver" is a city.
-        own = {w for w in ctx.name_words(name)[0] if w not in STOP_WORDS}
+        # Function words of a name ("in" of check_in, "of" of number_of_seats) name nothing: "in Denver" is a city;
+        # nor do words that name the function ("my preferred city for a Dentist is X" is no dentist's name).
+        words_, function_words = ctx.name_words(name)
+        request = {stem(w) for w in function_words}
+        own = {w for w in words_ if w not in STOP_WORDS and stem(w) not in request}
         parts = split_identifier(name).lower().split()
-        glue = frozenset(w for w in parts if w in STOP_WORDS)
-        size = len({w.removesuffix("s") for w in parts if w not in STOP_WORDS})
+        glue = frozenset(w for w in parts if w in STOP_WORDS or stem(w) in request)
+        size = len({w.removesuffix("s") for w in parts if w not in glue})
         for candidate in pool.candidates:
             key = _span_key(candidate)
             if key is not None and candidate.end > candidate.start:
