@@ -705,6 +705,10 @@ def test_a_value_goes_to_the_argument_whose_name_the_text_writes_before_it_most_
     source = Source("instruction", "State that your preferred city for a Dentist is Sunnyvale.", "i")
     pools = {n: argument_candidates(n, dentists.properties[n], [source]) for n in dentists.properties}
     assert "dentist_name" not in fill._span_owners(pools, FeatureContext(dentists, None)).values()
+    # The name must be in the value's clause: "recipient account type, savings" names nothing.
+    source = Source("user", "recipient account type, savings", "u")
+    pools = {n: argument_candidates(n, transfer.properties[n], [source]) for n in transfer.properties}
+    assert fill._span_owners(pools, FeatureContext(transfer, None)) == {}
 
 
 def test_from_and_into_give_a_pair_of_arguments_their_values_and_an_instruction_takes_the_open_twin():

@@ -679,13 +679,29 @@ def _span_key(candidate: Candidate) -> tuple[int, int, int] | None:
     return None if candidate.source is None else (id(candidate.source), candidate.start, candidate.end)
 
 
+_CLAUSE_BREAK = re.compile(r"[,.;!?()\n]")
+
+
+def _clause_before(candidate: Candidate) -> list[str]:
+    """The words of the span's clause before it, lowercased: a comma, a sentence end or a bracket ends the clause
+    ("a 15 percent tip, one order": "one" follows no "tip")."""
+    assert candidate.source is not None
+    text, end = candidate.source.text, candidate.start
+    out: list[str] = []
+    for word, start, stop in reversed([t for t in words(text) if t[2] <= candidate.start]):
+        if _CLAUSE_BREAK.search(text[stop:end]):
+            break
+        out.append(word.lower())
+        end = start
+    return out[::-1]
+
+
 def _name_run(candidate: Candidate, name_words: set[str], size: int, glue: frozenset[str] = frozenset()
               ) -> tuple[int, int]:
     """How the argument's name is written right before the span: (its content words read back from the span, over
     at most two linking words such as "is" and the name's own function words, "check in"; its content words not
     written there). (0, size) when the name is not there."""
-    assert candidate.source is not None
-    tokens = [w.lower() for w, _, end in words(candidate.source.text) if end <= candidate.start]
+    tokens = _clause_before(candidate)
     i = len(tokens) - 1
     while i >= 0 and len(tokens) - 1 - i < 2 and tokens[i] in _NAME_TO_VALUE:
         i -= 1
@@ -703,8 +719,7 @@ _FROM_GAP = frozenset("my our your their his her its the a an".split())
 
 def _preposition(candidate: Candidate) -> str | None:
     """The word before the span, over at most two determiners ("from my checking account": "from")."""
-    assert candidate.source is not None
-    tokens = [w.lower() for w, _, end in words(candidate.source.text) if end <= candidate.start]
+    tokens = _clause_before(candidate)
     i = len(tokens) - 1
     while i >= 0 and len(tokens) - 1 - i < 2 and tokens[i] in _FROM_GAP:
         i -= 1
@@ -721,7 +736,7 @@ def _span_owners(pools: dict[str, ArgumentCandidates], ctx: FeatureContext) -> d
     by_span: dict[tuple[int, int, int], list[tuple[tuple[int, int], str]]] = {}
     origins = {name for name, pool in pools.items() if origin_like(name, pool.schema)}
     for name, pool in pools.items():
-        if pool.kind == "free":
+        if pool.kind not in ("span", "enum"):  # a number's name follows it ("a 15 percent tip", "3 bedrooms")
             continue
         # Function words of a name ("in" of check_in, "of" of number_of_seats) name nothing: "in Denver" is a city;
         # nor do words that name the function ("my preferred city for a Dentist is X" is no dentist's name).
