@@ -146,3 +146,27 @@ def test_known_domains_replace_the_request_words():
     assert CHAINED[3] not in words.selected_texts
     told = select_instructions("User: Anything fun going on in Fresno?", CHAINED, NLSI, domains=["GetEvents"])
     assert told.selected_texts == [CHAINED[3]] and told.dialogue_domains == ["GetEvents"]
+
+
+def test_a_condition_that_names_the_request_by_its_function_s_verb_is_no_value_condition():
+    """"Whenever I transfer money, go with my checking account": "transfer" is TransferMoney's own verb, so the
+    clause says which request it is about; "Send some money to my landlord" is that request."""
+    from prefcall.schemas.model import Catalogue, Function
+    from prefcall.strategies.selection import DomainModel, condition_values
+
+    transfer = Function(name="TransferMoney", description="Move money between bank accounts.", parameters={
+        "type": "object", "properties": {"recipient_name": {"type": "string"},
+                                         "account_type": {"enum": ["checking", "savings"]}}})
+    parking = Function(name="ReserveParking", description="Reserve a parking spot.", parameters={
+        "type": "object", "properties": {"location": {"type": "string"}}})
+    catalogue = Catalogue(name="errands", functions=[transfer, parking])
+    model = DomainModel.build(catalogue)
+    def needs(instruction: str) -> list[str]:
+        return condition_values(split_condition(instruction)[0] or "", model)
+
+    assert needs("Whenever I transfer money, go with my checking account.") == []
+    assert needs("If I reserve parking at the airport, I want four hours.") == ["airport"]
+    instruction = "Whenever I transfer money, go with my checking account."
+    chosen = select_instructions("User: Send some money to my landlord for $50.", [instruction], catalogue,
+                                 FakeEmbedder())
+    assert [s.text for s in chosen.selected] == [instruction]

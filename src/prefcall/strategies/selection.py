@@ -286,7 +286,10 @@ def domain_condition(condition: str, model: DomainModel) -> bool:
 def condition_values(condition: str, model: DomainModel) -> list[str]:
     """Value words of a condition: what remains after domain vocabulary and request phrasing are removed."""
     enum_words = {w for n in model.names for v in model.enum_values[n] for w in v}
-    ignore = (model.vocabulary - enum_words) | STOP_WORDS
+    # The verbs of the functions' own names say which request it is ("Whenever I transfer money" for TransferMoney,
+    # "When I refill a prescription"), never a value the request must have.
+    name_verbs = {w for n in model.names for w in tokenize(n) if w in NAME_VERBS}
+    ignore = (model.vocabulary - enum_words) | STOP_WORDS | name_verbs
     values: list[str] = []
     for clause in re.split(r"\b(?:and|with)\b|,", condition):
         if _REQUEST_RE.search(clause) and model.named(_words(clause)):
