@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from prefcall.strategies.grounding.temporal import align, argument_kind, expressions, newest_unit
+from prefcall.strategies.grounding.temporal import align, argument_kind, expressions, newest_unit, with_dates
 from prefcall.strategies.grounding.values import Source, argument_candidates
 
 
@@ -59,6 +59,34 @@ def test_a_date_is_no_time_and_a_time_no_date():
     assert texts[0] == "tonight" and "7 pm" not in texts  # tonight is a date and a time; 7 pm only a time
     time = argument_candidates("time", {"type": "string"}, [evening])
     assert [c.text for c in align(time.candidates, [evening], "time")][0] == "7 pm tonight"
+
+
+def test_a_time_argument_with_no_date_argument_beside_it_takes_the_date_the_time_is_on():
+    """A reminder's "when" is "8:30 tomorrow", not "8:30": where the function has no date argument, the date beside
+    a time is part of its one value. With a date argument beside it, the time stays a time."""
+    text = "Remind me to pay the phone bill at 8:30 tomorrow, and call mom at 7 pm on Friday; tomorrow at noon too."
+    assert [text[a:b] for a, b in with_dates(text)] == ["8:30 tomorrow", "7 pm on Friday", "tomorrow at noon"]
+    source = Source("user", "Remind me to pay the phone bill at 8:30 tomorrow.", "turn 0")
+    pool = argument_candidates("time", {"type": "string", "description": "When."}, [source])
+    assert [c.text for c in align(pool.candidates, [source], "time", dated=True)][0] == "8:30 tomorrow"
+    assert [c.text for c in align(pool.candidates, [source], "time")][0] == "8:30"
+    from prefcall.engine.fake import FakeEngine
+    from prefcall.schemas.model import Function
+    from prefcall.strategies.grounding.evidence import FeatureContext
+    from prefcall.strategies.grounded import load_weights
+    from prefcall.strategies.grounding.fill import fill_arguments
+
+    def choose(properties: dict) -> dict:
+        function = Function(name="SetReminder", description="Set a reminder.",
+                            parameters={"type": "object", "properties": properties})
+        engine = FakeEngine(scorer=lambda prompt, candidate: 0.0 if candidate != "null" else -9.0)
+        filled = fill_arguments(engine, function, [source], "User: " + source.text,
+                                FeatureContext(function, None, sources_text=source.text), load_weights("m"))
+        return {c.argument: c.texts for c in filled.choices}
+
+    assert choose({"time": {"type": "string", "description": "When."}})["time"] == ["8:30 tomorrow"]
+    split = choose({"time": {"type": "string", "description": "When."}, "date": {"type": "string"}})
+    assert split.get("time") == ["8:30"]
 
 
 def test_which_arguments_hold_a_time_or_a_date():

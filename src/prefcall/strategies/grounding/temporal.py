@@ -84,14 +84,36 @@ def argument_kind(name: str, schema: dict[str, Any]) -> Kind | None:
     return klass if klass in ("time", "date") else None
 
 
-def align(candidates: Sequence[Candidate], sources: Sequence[Source], kind: Kind) -> list[Candidate]:
+# What may stand between a time and the date it is on ("8:30 tomorrow", "7 pm on Friday", "tomorrow at noon").
+_TIME_THEN_DATE = re.compile(r"\s*,?\s*(?:on\s+)?", re.I)
+_DATE_THEN_TIME = re.compile(r"\s*,?\s*(?:at\s+)?", re.I)
+
+
+def with_dates(text: str) -> list[tuple[int, int]]:
+    """The time expressions of `text`, each joined with a date expression written right beside it ("8:30
+    tomorrow", "7 pm on Friday", "tomorrow at noon"): the one value of a function whose time argument is its only
+    temporal one (a reminder's "when")."""
+    dates = expressions(text, "date")
+    out = []
+    for start, end in expressions(text, "time"):
+        after = next(((s, e) for s, e in dates if s >= end and _TIME_THEN_DATE.fullmatch(text[end:s])), None)
+        before = next(((s, e) for s, e in dates if e <= start and _DATE_THEN_TIME.fullmatch(text[e:start])), None)
+        out.append((before[0] if before else start, after[1] if after else end))
+    return out
+
+
+def align(candidates: Sequence[Candidate], sources: Sequence[Source], kind: Kind, *,
+          dated: bool = False) -> list[Candidate]:
     """A time or date argument's candidates with its sources' `kind` expressions as units: every expression is a
     candidate (first, so that a tie keeps it), and a span of the same source that overlaps an expression without
     being it ("the morning" of "half past 11 in the morning", "reservation at morning 11:15") is dropped. A span
     that overlaps an expression of the other kind and none of its own is dropped too: "March 5th" is no time, and
-    "7 pm" no date. Spans that touch no expression, and candidates of sources with none, stay."""
+    "7 pm" no date. Spans that touch no expression, and candidates of sources with none, stay. `dated`: a time
+    argument that is the function's only temporal one takes a time with the date beside it as one unit
+    (`with_dates`)."""
     other: Kind = "date" if kind == "time" else "time"
-    found = {id(s): expressions(s.text, kind) for s in sources if s.kind != "call"}  # a call's value is whole
+    find = with_dates if dated and kind == "time" else (lambda text: expressions(text, kind))
+    found = {id(s): find(s.text) for s in sources if s.kind != "call"}  # a call's value is whole
     foreign = {id(s): expressions(s.text, other) for s in sources if s.kind != "call"}
     units: list[Candidate] = []
     seen: set[tuple[int, int, int]] = set()
