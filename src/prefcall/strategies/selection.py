@@ -168,8 +168,8 @@ class DomainModel:
         names no function, though a description mentions a store)."""
         own = {stem(w) for n in sources for w in self.name_words.get(n, ())}
         rest = [t for t in tokens if stem(t) not in own]
-        return [n for n, score in self.named(rest).items()
-                if n not in sources and self._words_of(n, _present(rest))[0] > 0]
+        present = _present(rest)
+        return [n for n in self.named(rest) if n not in sources and self._words_of(n, present)[0] > 0]
 
     def _words_of(self, n: str, present: set[str]) -> tuple[float, float]:
         """(name words, description words that are not name words) of function n present (`_present`: the words
@@ -287,7 +287,7 @@ def condition_values(condition: str, model: DomainModel) -> list[str]:
     """Value words of a condition: what remains after domain vocabulary and request phrasing are removed."""
     enum_words = {w for n in model.names for v in model.enum_values[n] for w in v}
     # The verbs of the functions' own names say which request it is ("Whenever I transfer money" for TransferMoney,
-    # "When I refill a prescription"), never a value the request must have.
+    # "When I reserve parking" for ReserveParking), never a value the request must have.
     name_verbs = {w for n in model.names for w in tokenize(n) if w in NAME_VERBS}
     ignore = (model.vocabulary - enum_words) | STOP_WORDS | name_verbs
     values: list[str] = []

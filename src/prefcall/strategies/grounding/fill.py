@@ -506,8 +506,6 @@ def _record(result: FillResult, lm: np.ndarray | None) -> None:
         result.decisions.append(float(math.exp(lm.max())))
 
 
-
-
 # Verbs that say how a flag's thing relates to the item (serves_alcohol, offers_delivery, allows_pets): the thing
 # names the flag, the verb does not ("serves freshwater fish" says nothing of alcohol).
 RELATION_WORDS = frozenset("has have is are can does serves serve offers offer allows allow includes include accepts "
@@ -685,13 +683,13 @@ def _span_key(candidate: Candidate) -> tuple[int, int, int] | None:
 _CLAUSE_BREAK = re.compile(r"[,.;!?()\n]")
 
 
-def _clause_before(candidate: Candidate) -> list[str]:
+def _clause_before(candidate: Candidate, tokens: list[tuple[str, int, int]] | None = None) -> list[str]:
     """The words of the span's clause before it, lowercased: a comma, a sentence end or a bracket ends the clause
-    ("a 15 percent tip, one order": "one" follows no "tip")."""
+    ("a 15 percent tip, one order": "one" follows no "tip"). `tokens`: the source's `words`, when known."""
     assert candidate.source is not None
     text, end = candidate.source.text, candidate.start
     out: list[str] = []
-    for word, start, stop in reversed([t for t in words(text) if t[2] <= candidate.start]):
+    for word, start, stop in reversed([t for t in (tokens or words(text)) if t[2] <= candidate.start]):
         if _CLAUSE_BREAK.search(text[stop:end]):
             break
         out.append(word.lower())
@@ -699,12 +697,12 @@ def _clause_before(candidate: Candidate) -> list[str]:
     return out[::-1]
 
 
-def _name_run(candidate: Candidate, name_words: set[str], size: int, glue: frozenset[str] = frozenset()
+def _name_run(tokens: list[str], name_words: set[str], size: int, glue: frozenset[str] = frozenset()
               ) -> tuple[int, int]:
-    """How the argument's name is written right before the span: (its content words read back from the span, over
-    at most two linking words such as "is" and the name's own function words, "check in"; its content words not
-    written there). (0, size) when the name is not there."""
-    tokens = _clause_before(candidate)
+    """How the argument's name is written right before a span, given the words of its clause before it
+    (`_clause_before`): (its content words read back from the span, over at most two linking words such as "is"
+    and the name's own function words, "check in"; its content words not written there). (0, size) when the name
+    is not there."""
     i = len(tokens) - 1
     while i >= 0 and len(tokens) - 1 - i < 2 and tokens[i] in _NAME_TO_VALUE:
         i -= 1
@@ -720,9 +718,9 @@ def _name_run(candidate: Candidate, name_words: set[str], size: int, glue: froze
 _FROM_GAP = frozenset("my our your their his her its the a an".split())
 
 
-def _preposition(candidate: Candidate) -> str | None:
-    """The word before the span, over at most two determiners ("from my checking account": "from")."""
-    tokens = _clause_before(candidate)
+def _preposition(tokens: list[str]) -> str | None:
+    """The word before a span, given the words of its clause before it, over at most two determiners ("from my
+    checking account": "from")."""
     i = len(tokens) - 1
     while i >= 0 and len(tokens) - 1 - i < 2 and tokens[i] in _FROM_GAP:
         i -= 1
@@ -736,42 +734,48 @@ def _span_owners(pools: dict[str, ArgumentCandidates], ctx: FeatureContext) -> d
     name is written, a span after "from" goes to the one argument that names where something leaves from
     (`values.origin_like`: "from my checking account" is the account the money leaves). Other spans are nobody's
     (the ranking decides)."""
-    by_span: dict[tuple[int, int, int], list[tuple[tuple[int, int], str]]] = {}
-    origins = {name for name, pool in pools.items() if origin_like(name, pool.schema)}
+    # a number's name follows it ("a 15 percent tip", "3 bedrooms"): numbers take no part
+    claimed: dict[tuple[int, int, int], tuple[Candidate, set[str]]] = {}
     for name, pool in pools.items():
-        if pool.kind not in ("span", "enum"):  # a number's name follows it ("a 15 percent tip", "3 bedrooms")
-            continue
+        if pool.kind in ("span", "enum"):
+            for candidate in pool.candidates:
+                key = _span_key(candidate)
+                if key is not None and candidate.end > candidate.start:
+                    claimed.setdefault(key, (candidate, set()))[1].add(name)
+    shared = {key: value for key, value in claimed.items() if len(value[1]) > 1}
+    if not shared:
+        return {}
+    names: dict[str, tuple[set[str], int, frozenset[str]]] = {}
+    for name in {n for _, held in shared.values() for n in held}:
         # Function words of a name ("in" of check_in, "of" of number_of_seats) name nothing: "in Denver" is a city;
         # nor do words that name the function ("my preferred city for a Dentist is X" is no dentist's name).
         words_, function_words = ctx.name_words(name)
         request = {stem(w) for w in function_words}
-        own = {w for w in words_ if w not in STOP_WORDS and stem(w) not in request}
         parts = split_identifier(name).lower().split()
         glue = frozenset(w for w in parts if w in STOP_WORDS or stem(w) in request)
-        size = len({w.removesuffix("s") for w in parts if w not in glue})
-        for candidate in pool.candidates:
-            key = _span_key(candidate)
-            if key is not None and candidate.end > candidate.start:
-                run, missing = _name_run(candidate, own, size, glue)
-                by_span.setdefault(key, []).append(((run, -missing), name))
+        names[name] = ({w for w in words_ if w not in STOP_WORDS and stem(w) not in request},
+                       len({w.removesuffix("s") for w in parts if w not in glue}), glue)
+    origins = {name for name in names if origin_like(name, pools[name].schema)}
+    tokens: dict[int, list[tuple[str, int, int]]] = {}
     owners = {}
-    for key, claims in by_span.items():
-        if len({name for _, name in claims}) < 2:
-            continue
-        ranked = sorted(set(claims), reverse=True)
+    for key, (candidate, held) in shared.items():
+        assert candidate.source is not None
+        source_words = tokens.setdefault(id(candidate.source), words(candidate.source.text))
+        before = _clause_before(candidate, source_words)
+        claims = [((run, -missing), name) for name in held
+                  for run, missing in [_name_run(before, *names[name])]]
+        ranked = sorted(claims, reverse=True)
         if ranked[0][0][0] > 0 and ranked[0][0] > ranked[1][0]:
             owners[key] = ranked[0][1]
         elif ranked[0][0][0] == 0:
-            names = sorted({name for _, name in claims})
-            leaving = [name for name in names if name in origins]
+            leaving = [name for name in held if name in origins]
             if len(leaving) != 1:
                 continue
-            candidate = next(c for c in pools[leaving[0]].candidates if _span_key(c) == key)
-            word = _preposition(candidate)
+            word = _preposition(before)
             if word == "from":
                 owners[key] = leaving[0]
-            elif word in ("to", "into") and len(names) == 2:  # the other one of a pair: where it goes
-                owners[key] = next(name for name in names if name != leaving[0])
+            elif word in ("to", "into") and len(held) == 2:  # the other one of a pair: where it goes
+                owners[key] = next(name for name in held if name != leaving[0])
     return owners
 
 
