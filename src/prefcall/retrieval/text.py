@@ -69,7 +69,6 @@ def number_from_words(text: str) -> int | None:
     return total + current if last is not None else None
 
 
-
 NAME_VERBS = frozenset(
     "get find search lookup look reserve book buy make add check play rent schedule transfer request".split()
 )
@@ -161,4 +160,3 @@ def misspelt(word: str, vocabulary: frozenset[str], min_length: int = 8) -> bool
 # "without breakfast", "unfurnished", "non-smoking").
 NEGATION = re.compile(r"\b(no|not|without|don't|dont|doesn't|never|non)\b", re.I)
 NEGATING_PREFIX = re.compile(r"(?:un|non-?)(?=[a-z]{4})")
-

@@ -117,8 +117,9 @@ def coerce(value: Any, schema: dict[str, Any]) -> Any:
     kind = BFCL_TYPES.get(kind, kind) if isinstance(kind, str) else None
     if kind == "boolean" and isinstance(value, str) and value.strip().lower() in BOOLEAN_WORDS:
         value = BOOLEAN_WORDS[value.strip().lower()]
-    elif kind in ("integer", "number") and isinstance(value, str) and number_from_words(value) is not None:
-        value = number_from_words(value)  # "five" people, "a couple" of nights, "twenty-five" dollars
+    elif kind in ("integer", "number") and isinstance(value, str) and \
+            (written := number_from_words(value)) is not None:
+        value = written  # "five" people, "a couple" of nights, "twenty-five" dollars
     elif kind == "integer" and _lenient_integer(None, value) and not isinstance(value, bool):
         value = int(value.strip()) if isinstance(value, str) else int(value)
     elif kind == "number" and isinstance(value, str) and NUMBER_RE.fullmatch(value.strip()):

@@ -21,8 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from prefcall.retrieval.text import (NUMBER_WORDS, STOP_WORDS, humanise, normalise_word, number_from_words, stem,
-                                     tokenize)
+from prefcall.retrieval.text import (NUMBER_SCALES, NUMBER_WORDS, STOP_WORDS, humanise, normalise_word,
+                                     number_from_words, stem, tokenize)
 
 SourceKind = Literal["user", "instruction", "call", "profile"]
 ArgumentKind = Literal["span", "enum", "boolean", "number", "free"]
@@ -207,10 +207,15 @@ def numbers(source: Source, integer: bool) -> list[Candidate]:
     return out
 
 
+_NUMBER_STARTS = frozenset(NUMBER_WORDS) | frozenset(NUMBER_SCALES) | {"a", "an"}
+
+
 def _number_run(text: str, tokens: list[tuple[str, int, int]], i: int) -> int:
     """The end (exclusive) of the longest run of words from `i` that reads as one number written out ("twenty
     five", "a hundred and ten"); `i` when none longer than one word starts there. The words stay in one clause:
     no punctuation between them."""
+    if tokens[i][0].lower().split("-")[0] not in _NUMBER_STARTS:  # no written-out number starts with another word
+        return i
     best = i
     for j in range(i + 1, min(len(tokens), i + 6) + 1):
         if j > i + 1 and text[tokens[j - 2][2]:tokens[j - 1][1]].strip():
