@@ -18,7 +18,7 @@ from prefcall.evaluation import fit, splits
 from prefcall.storage import fits
 from prefcall.strategies.grounded import load_weights
 from prefcall.strategies.grounding.evidence import FEATURES, Weights
-from prefcall.strategies.grounding.fill import TOP_K, RankRow
+from prefcall.strategies.grounding.fill import TOP_K, GroundingWeights, RankRow, combine
 from prefcall.strategies.pipeline import Pipeline
 
 
@@ -57,6 +57,39 @@ def test_a_kind_is_fitted_only_with_enough_right_values_and_never_scores_worse_o
     assert fitted.f1_fitted >= fitted.f1_shipped and fitted.f1_fitted > 0.9
     few = fit.fit_kind("span", rows[:200], shipped, min_right=300)
     assert not few.fitted and few.combination == list(shipped) and "needs 300" in few.why
+
+
+def test_a_span_fit_weighs_the_values_length_where_the_rows_carry_it():
+    # The model's odds fall with every token of a value, whatever its worth: the right values here are the longer
+    # ones, and their odds are lower for it. The length weight gives that back; rows without lengths (collected
+    # before it was recorded) fit the three-number combination.
+    rng = np.random.default_rng(2)
+    rows = []
+    for g in range(800):
+        right_len, wrong_len = float(rng.integers(2, 6)), float(rng.integers(0, 2))
+        rows += [fit.LabelledRow(item="i", group=g, kind="span", function="F", argument="a", value="long",
+                                 evidence=rng.normal(0.5, 1), odds=rng.normal(1.0, 1.0) - 1.5 * right_len,
+                                 right=True, gold=True, length=right_len),
+                 fit.LabelledRow(item="i", group=g, kind="span", function="F", argument="a", value="short",
+                                 evidence=rng.normal(-0.5, 1), odds=rng.normal(-1.0, 1.0) - 1.5 * wrong_len,
+                                 right=False, gold=True, length=wrong_len)]
+    shipped = (0.5, 0.5, -1.0)
+    fitted = fit.fit_kind("span", rows, shipped, min_right=300)
+    assert len(fitted.combination) == 4 and fitted.combination[3] > 0
+    assert fitted.f1_fitted > fitted.f1_shipped
+    plain = fit.fit_kind("span", [r.model_copy(update={"length": None}) for r in rows], shipped, min_right=300)
+    assert len(plain.combination) == 3 and plain.f1_fitted < fitted.f1_fitted
+    enum = fit.fit_kind("enum", [r.model_copy(update={"kind": "enum"}) for r in rows], shipped, min_right=300)
+    assert len(enum.combination) == 3  # only spans and numbers have a length
+
+
+def test_the_length_weight_counts_in_the_combination_and_a_wrong_size_is_refused():
+    assert combine((1.0, 0.5, -1.0), 2.0, -4.0, 3.0) == pytest.approx(-1.0)  # no length term
+    assert combine((1.0, 0.5, -1.0, 0.5), 2.0, -4.0, 3.0) == pytest.approx(0.5)
+    weights = load_weights()
+    assert weights.model_copy(update={"span": (1.0, 0.5, -1.0, 0.5)}).span[3] == 0.5
+    with pytest.raises(ValueError, match="combination"):
+        GroundingWeights(structure=weights.structure, span=(1.0, 0.5))
 
 
 def test_rows_are_labelled_by_the_gold_value_of_that_argument():

@@ -1,8 +1,9 @@
 """`prefcall fit`: fit the grounded filler's combination for one model file, reproducibly, on tuning items only.
 
 What is fitted: for each argument kind (span, number, enum, boolean) the rule that turns a candidate's structural
-evidence and the model's log-odds against null into a probability, sigmoid(a * evidence + b * odds + c)
-(strategies.grounding.fill.GroundingWeights). Steps:
+evidence and the model's log-odds against null into a probability, sigmoid(a * evidence + b * odds + c), for span and
+number values + d * length (the value's tokens beyond null's: a small model's log-odds fall with every token of a
+value, so that "the drugstore on Elm" loses to "Elm"; strategies.grounding.fill.GroundingWeights). Steps:
 
 1. Tuning items: the tune part of the frozen split (prefcall.evaluation.splits) of the shared NLSI dev file and of
    the bundled generated corpus (prefcall.evaluation.corpus); `--subset N` takes every k-th item so that N remain.
@@ -13,7 +14,7 @@ evidence and the model's log-odds against null into a probability, sigmoid(a * e
    lowercase values unseen before fall under the prune); the filler hands every scored candidate to a recorder
    (`RankRow`); a candidate is right when the item's gold calls give that value to that argument of that
    function (values and names normalised as the NLSI scorer normalises them).
-3. Slopes (a, b): logistic regression (Newton's method, a small ridge) on the candidates the model scored.
+3. Slopes (a, b, and d for span and number): logistic regression (Newton's method, a small ridge) on the candidates the model scored.
    Bias c: the value on a 0.25 grid that gives the best argument-level F1 over the rows' decisions (per ranking:
    the most probable candidate is set when it reaches 0.5), the slopes fixed; ties go to the bias nearest the
    logistic one.
@@ -46,9 +47,10 @@ from prefcall.evaluation.metrics.calls import calls_from_any, load_aliases, norm
 from prefcall.schemas.importers import import_catalogue
 from prefcall.schemas.model import Catalogue
 from prefcall.strategies.grounding.evidence import FEATURES, Weights, fit_logistic
-from prefcall.strategies.grounding.fill import TOP_K, GroundingWeights, RankRow
+from prefcall.strategies.grounding.fill import TOP_K, GroundingWeights, RankRow, combine
 
 KINDS = ("span", "number", "enum", "boolean")
+LENGTH_KINDS = ("span", "number")  # kinds whose combination weighs the value's length in tokens
 MIN_RIGHT = 300
 BIAS_GRID = [round(-8.0 + 0.25 * i, 2) for i in range(49)]  # -8 .. 4
 SOURCES = ("nlsi", "corpus")
@@ -79,6 +81,7 @@ class LabelledRow(BaseModel):
     gold: bool  # the item's gold sets this argument of this function (a miss is a false negative)
     features: list[float] | None = None  # span and number candidates: evidence.FEATURES (the structure fit)
     ranked: bool = True  # False: structure kept it out of the scored top (a structure-fit row only)
+    length: float | None = None  # the value's tokens beyond null's, where the model scored it (span and number)
 
 
 class KindFit(BaseModel):
@@ -187,7 +190,7 @@ def label(item: TuneItem, rows: Iterable[RankRow], aliases: dict[str, str]) -> l
         out.append(LabelledRow(item=item.id, group=row.group, kind=row.kind, function=row.function,
                                argument=row.argument, value=row.value, evidence=row.evidence, odds=row.odds,
                                right=normalise_value(row.value, aliases) in values, gold=bool(values),
-                               features=row.features, ranked=row.ranked))
+                               features=row.features, ranked=row.ranked, length=row.length))
     return out
 
 
@@ -253,14 +256,15 @@ def logistic(x: np.ndarray, y: np.ndarray, ridge: float = 1e-2, steps: int = 50)
 
 def decide(rows: Sequence[LabelledRow], combination: Sequence[float]) -> tuple[int, int, int]:
     """(tp, fp, fn) over the rankings: the most probable candidate of each is set when it reaches 0.5 (a pruned
-    or unscored candidate counts with odds 0, as the filler treats it)."""
-    a, b, c = combination
+    or unscored candidate counts with odds 0 and length 0, as the filler treats it). `combination`: (a, b, c) or
+    (a, b, c, length weight), as fill.combine reads it."""
     groups: dict[int, list[LabelledRow]] = {}
     for row in rows:
         groups.setdefault(row.group, []).append(row)
     tp = fp = fn = 0
     for members in groups.values():
-        scored = [(1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, a * r.evidence + b * (r.odds or 0.0) + c)))), r)
+        scored = [(1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, combine(combination, r.evidence, r.odds or 0.0,
+                                                                        r.length or 0.0))))), r)
                   for r in members]
         best_p, best = max(scored, key=lambda t: t[0])
         if best_p >= 0.5:
@@ -292,12 +296,17 @@ def fit_kind(kind: str, rows: Sequence[LabelledRow], shipped: Sequence[float], m
     if right < min_right or positives < 2 or positives == len(scored):
         return KindFit(**common, fitted=False, combination=list(shipped), f1_fitted=round(base, 4),
                        why=f"{right} right values (needs {min_right}): the shipped combination stays")
-    x = np.array([[r.evidence, r.odds] for r in scored], dtype=np.float64)
+    # Span and number values also weigh their length in tokens (fill.GroundingWeights.span), where every scored
+    # row has it (rows collected before the length was recorded fit the three-number combination).
+    lengths = kind in LENGTH_KINDS and all(r.length is not None for r in scored)
+    x = np.array([[r.evidence, r.odds, *([r.length] if lengths else [])] for r in scored], dtype=np.float64)
     y = np.array([float(r.right) for r in scored])
-    a, b, intercept = (float(v) for v in logistic(x, y))
-    best = max(BIAS_GRID, key=lambda c: (f1(*decide(mine, (a, b, c)))[2], -abs(c - intercept)))
-    precision, recall, score = f1(*decide(mine, (a, b, best)))
-    return KindFit(**common, fitted=True, combination=[round(a, 3), round(b, 3), best], f1_fitted=round(score, 4),
+    a, b, *rest, intercept = (float(v) for v in logistic(x, y))
+    slopes = [round(a, 3), round(b, 3)]
+    tail = [round(v, 3) for v in rest]
+    best = max(BIAS_GRID, key=lambda c: (f1(*decide(mine, (*slopes, c, *tail)))[2], -abs(c - intercept)))
+    precision, recall, score = f1(*decide(mine, (*slopes, best, *tail)))
+    return KindFit(**common, fitted=True, combination=[*slopes, best, *tail], f1_fitted=round(score, 4),
                    precision=round(precision, 4), recall=round(recall, 4))
 
 

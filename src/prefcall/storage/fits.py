@@ -39,9 +39,10 @@ _SERVED: dict[str, tuple[weakref.ref[Any], str]] = {}
 
 
 class Fit(BaseModel):
-    """One model's fitted rules. `grounding`: the filler's combination per argument kind, [a, b, c] as in
-    strategies.grounding.fill.GroundingWeights; kinds not listed keep the shipped defaults. `selection`: stage 1's
-    weights over its evidence (strategies.fnctod.SelectionRule)."""
+    """One model's fitted rules. `grounding`: the filler's combination per argument kind, [a, b, c] (span and
+    number: [a, b, c, length] where fitted with the length weight) as in strategies.grounding.fill.GroundingWeights;
+    kinds not listed keep the shipped defaults. `selection`: stage 1's weights over its evidence
+    (strategies.fnctod.SelectionRule)."""
 
     fingerprint: str
     model_name: str = ""

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from prefcall.engine.base import ChatMessage, Engine, Prompt, PromptUsage, score_batch
 from prefcall.errors import GrammarError
@@ -82,9 +82,13 @@ class GroundingWeights(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     structure: Weights
-    span: tuple[float, float, float] = (1.0, 0.5, 0.0)  # (structure log-odds, model log-odds, bias)
+    # (structure log-odds, model log-odds, bias[, length]): `length` weighs how many more tokens the value has than
+    # null. A small model's log-odds of a value sum its tokens' log-probabilities, so a value of several words
+    # ("the drugstore on Elm", "call my mother") loses to a one-word piece of it or to null for its length alone;
+    # a fitted length weight gives that back (`prefcall fit`; three numbers: no length term).
+    span: tuple[float, ...] = (1.0, 0.5, 0.0)
     # Numbers have no closing quote to heal, so their model log-odds keep the earlier scale: their own combination.
-    number: tuple[float, float, float] | None = None  # None: the span combination
+    number: tuple[float, ...] | None = None  # None: the span combination
     enum: tuple[float, float, float] = (2.0, 0.5, -1.0)  # (value written in the text, model log-odds, bias)
     boolean: tuple[float, float, float] = (2.0, 0.5, -1.5)  # (argument named in the text, model log-odds, bias)
     prune: float = -4.0  # structure log-odds under which the model is not asked
@@ -95,6 +99,20 @@ class GroundingWeights(BaseModel):
     # "half past 11 in the morning" is a candidate, its parts and spans running past it are not.
     temporal_units: bool = True
     use_model: bool = True
+
+    @field_validator("span", "number")
+    @classmethod
+    def _three_or_four(cls, value: tuple[float, ...] | None) -> tuple[float, ...] | None:
+        if value is not None and len(value) not in (3, 4):
+            raise ValueError("a span or number combination is (structure, model, bias) or (structure, model, bias, "
+                             "length)")
+        return value
+
+
+def combine(combination: Sequence[float], evidence: float, odds: float, length: float = 0.0) -> float:
+    """The combination's log-odds: a * evidence + b * odds + c, plus d * length where it has a length weight."""
+    a, b, c, *rest = combination
+    return a * evidence + b * odds + c + (rest[0] * length if rest else 0.0)
 
 
 class Choice(BaseModel):
@@ -159,6 +177,7 @@ class RankRow(BaseModel):
     # structure weights; `ranked` is False for candidates that structure kept out of the top TOP_K (never scored).
     features: list[float] | None = None
     ranked: bool = True
+    length: float | None = None  # how many more tokens the scored value has than null (None: not scored)
 
 
 Recorder = Callable[[RankRow], None]
@@ -176,6 +195,7 @@ class _Scorer:
         self.system = SYSTEM.format(name=function.name, spec=render_function_spec(function))
         self.context = context
         self.result = result
+        self.lengths: dict[str, np.ndarray] = {}  # argument -> each scored value's tokens minus null's
 
     def __call__(self, asks: dict[str, list[Any]]) -> dict[str, np.ndarray | None]:
         """Each argument's candidate values and null scored, all arguments at once (one batched evaluation where
@@ -192,6 +212,8 @@ class _Scorer:
             self._count(scores.usage, scores.decoded)
             logprobs = np.asarray(scores.logprobs, dtype=np.float64)
             out[argument] = logprobs - np.logaddexp.reduce(logprobs)  # renormalised over the candidates and null
+            counts = np.asarray(scores.token_counts, dtype=np.float64)
+            self.lengths[argument] = counts[:-1] - counts[-1]
         return out
 
     def _count(self, usage: PromptUsage, decoded: int) -> None:
@@ -284,7 +306,8 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
     lms = scorer({name: [c.value for c in plan.top] for name, plan in plans.items() if plan and plan.ask})
     for name, pool in pools.items():
         ranked = _rank(pool, plans[name], lms.get(name), features_ctx, weights, result,
-                       None if record is None else _Rows(record, function.name, name, pool.kind))
+                       None if record is None else _Rows(record, function.name, name, pool.kind),
+                       scorer.lengths.get(name))
         if ranked:
             result.considered[name] = ranked[0][0]
             pending.append((ranked[0][0], name, ranked, pool))
@@ -415,9 +438,9 @@ class _Rows:
         self.group = next(_GROUPS)
 
     def __call__(self, value: Any, evidence: float, odds: float | None, features: np.ndarray | None = None,
-                 ranked: bool = True) -> None:
+                 ranked: bool = True, length: float | None = None) -> None:
         self.record(RankRow(function=self.function, argument=self.argument, kind=self.kind, group=self.group,
-                            value=value, evidence=evidence, odds=odds, ranked=ranked,
+                            value=value, evidence=evidence, odds=odds, ranked=ranked, length=length,
                             features=None if features is None else [round(float(f), 5) for f in features]))
 
 
@@ -462,10 +485,10 @@ def _plan(pool: ArgumentCandidates, ctx: FeatureContext, weights: GroundingWeigh
 
 def _rank(pool: ArgumentCandidates, plan: _Plan | None, lm: np.ndarray | None, ctx: FeatureContext,
           weights: GroundingWeights, result: FillResult,
-          rows: _Rows | None = None) -> list[tuple[float, Candidate, float | None]]:
+          rows: _Rows | None = None, lengths: np.ndarray | None = None) -> list[tuple[float, Candidate, float | None]]:
     """(probability, candidate, model probability) best first, from the plan and the model's scores of its
-    candidates (`lm`: log-probabilities of `plan.top` and null, None without a model); empty when nothing can be
-    a value."""
+    candidates (`lm`: log-probabilities of `plan.top` and null, None without a model; `lengths`: their tokens
+    beyond null's); empty when nothing can be a value."""
     if plan is None:
         return []
     if plan.structure is not None:
@@ -480,13 +503,16 @@ def _rank(pool: ArgumentCandidates, plan: _Plan | None, lm: np.ndarray | None, c
             if rows is not None:
                 rows(top[0].value, structure[0], None, matrix[order[0]])
             return [(_sigmoid(structure[0]), top[0], None)]
-        a, b, c = weights.number if pool.kind == "number" and weights.number is not None else weights.span
+        combination = weights.number if pool.kind == "number" and weights.number is not None else weights.span
         out = []
         for i, (cand, s) in enumerate(zip(top, structure)):
             odds = float(lm[i] - lm[-1]) if lm is not None else 0.0
+            length = float(lengths[i]) if lm is not None and lengths is not None else 0.0
             if rows is not None:
-                rows(cand.value, s, odds if lm is not None else None, matrix[order[i]])
-            out.append((_sigmoid(a * s + b * odds + c), cand, math.exp(lm[i]) if lm is not None else None))
+                rows(cand.value, s, odds if lm is not None else None, matrix[order[i]],
+                     length=length if lm is not None and lengths is not None else None)
+            out.append((_sigmoid(combine(combination, s, odds, length)), cand,
+                        math.exp(lm[i]) if lm is not None else None))
         _record(result, lm)
         return sorted(out, key=lambda t: -t[0])
     _record(result, lm)
