@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from prefcall.strategies.grounding.temporal import align, argument_kind, expressions, newest_unit, with_dates
+from prefcall.strategies.grounding.temporal import align, argument_kind, expressions, joined, newest_unit, with_dates
 from prefcall.strategies.grounding.values import Source, argument_candidates
 
 
@@ -87,6 +87,32 @@ def test_a_time_argument_with_no_date_argument_beside_it_takes_the_date_the_time
     assert choose({"time": {"type": "string", "description": "When."}})["time"] == ["8:30 tomorrow"]
     split = choose({"time": {"type": "string", "description": "When."}, "date": {"type": "string"}})
     assert split.get("time") == ["8:30"]
+
+
+def test_a_date_argument_with_no_time_argument_beside_it_takes_the_time_of_that_day():
+    """A class's "day" is "Saturday morning", not "Saturday", where the function has no time argument; with one
+    beside it, the date stays a date."""
+    text = "Book a yoga class on Saturday morning, or Friday at 7 pm."
+    assert [text[a:b] for a, b in joined(text, "date")] == ["Saturday morning", "Friday at 7 pm"]
+    source = Source("user", "can you get me into a boxing class on saturday morning.", "turn 0")
+    from prefcall.engine.fake import FakeEngine
+    from prefcall.schemas.model import Function
+    from prefcall.strategies.grounding.evidence import FeatureContext
+    from prefcall.strategies.grounded import load_weights
+    from prefcall.strategies.grounding.fill import fill_arguments
+
+    def choose(properties: dict) -> dict:
+        function = Function(name="BookClass", description="Book a class.",
+                            parameters={"type": "object", "properties": properties})
+        engine = FakeEngine(scorer=lambda prompt, candidate: 0.0 if candidate != "null" else -9.0)
+        filled = fill_arguments(engine, function, [source], "User: " + source.text,
+                                FeatureContext(function, None, sources_text=source.text), load_weights("m"))
+        return {c.argument: c.texts for c in filled.choices}
+
+    assert choose({"day": {"type": "string", "description": "Day of the class."}})["day"] == ["saturday morning"]
+    split = choose({"day": {"type": "string", "description": "Day of the class."},
+                    "time": {"type": "string", "description": "Time of the class."}})
+    assert split.get("day") == ["saturday"] and split.get("time") == ["morning"]
 
 
 def test_which_arguments_hold_a_time_or_a_date():

@@ -93,6 +93,13 @@ def value_class(text: str) -> str:
     return "text"
 
 
+def value_classes(text: str) -> set[str]:
+    """Every class the text's shape fits: a time on its date ("Saturday morning", "8:30 tomorrow") is a time and a
+    date, and fits an argument of either."""
+    found = {k for k, pattern in (("time", _TIME_RE), ("date", _DATE_RE)) if pattern.search(text)}
+    return found or {value_class(text)}
+
+
 def normal(text: Any) -> str:
     return " ".join(re.findall(r"[a-z0-9]+", str(text).lower()))
 
@@ -305,7 +312,7 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
     for i, (c, t) in enumerate(zip(candidates, texts)):
         tokens = [w for w, _, _ in words(t)]
         n = max(1, len(tokens))
-        vclass = value_class(t)
+        classes = value_classes(t)
         kind = c.source.kind if c.source is not None else ""
         m = float(memory[i]) if memory is not None else 0.0
         row = {
@@ -313,8 +320,8 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
             "memory": m, "memory_sq": m * m, "memory_exact": memory_exact[i], "has_memory": has_memory,
             "description": float(description[i]) if description is not None else 0.0,
             "context": float(context[i]) if context is not None else 0.0,
-            "format": float(klass != "text" and vclass == klass),
-            "format_mismatch": float(vclass != "text" and vclass != klass),
+            "format": float(klass != "text" and klass in classes),
+            "format_mismatch": float("text" not in classes and klass not in classes),
             "n_words": float(n), "one_word": float(n == 1),
             "capitals": sum(w[:1].isupper() for w in tokens) / n,
             **_shape(c),

@@ -290,8 +290,10 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
             # Economy)"): the model's taste for it is no value of the user's.
             pool.candidates = [c for c in pool.candidates if c.grounded or str(c.value) != str(default)]
         if name in temporal:
-            # A time argument with no date argument beside it takes the date the time is on ("8:30 tomorrow").
-            dated = temporal[name] == "time" and "date" not in kinds.values() and not any(
+            # A time argument with no date argument beside it takes the date the time is on ("8:30 tomorrow"), and
+            # a date argument with no time argument the time of that day ("Saturday morning").
+            other = "date" if temporal[name] == "time" else "time"
+            dated = other not in kinds.values() and not any(
                 sch.get("format") == "date-time" for sch in function.properties.values())
             pool.candidates = align_temporal(pool.candidates, sources, temporal[name], dated=dated)
         if avoided and pool.kind == "span" and not origin_like(name, schema):

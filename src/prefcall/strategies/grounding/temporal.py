@@ -93,13 +93,27 @@ def with_dates(text: str) -> list[tuple[int, int]]:
     """The time expressions of `text`, each joined with a date expression written right beside it ("8:30
     tomorrow", "7 pm on Friday", "tomorrow at noon"): the one value of a function whose time argument is its only
     temporal one (a reminder's "when")."""
-    dates = expressions(text, "date")
+    return joined(text, "time")
+
+
+def joined(text: str, kind: Kind) -> list[tuple[int, int]]:
+    """The `kind` expressions of `text`, each joined with an expression of the other kind written right beside it:
+    a time with its date ("8:30 tomorrow", "7 pm on Friday", "tomorrow at noon"), a date with its time ("Saturday
+    morning", "Friday at 7 pm"). The one value of a function whose argument of that kind is its only temporal one
+    (a reminder's "when", a class's "day")."""
+    other: Kind = "date" if kind == "time" else "time"
+    partners = expressions(text, other)
     out = []
-    for start, end in expressions(text, "time"):
-        after = next(((s, e) for s, e in dates if s >= end and _TIME_THEN_DATE.fullmatch(text[end:s])), None)
-        before = next(((s, e) for s, e in dates if e <= start and _DATE_THEN_TIME.fullmatch(text[e:start])), None)
+    for start, end in expressions(text, kind):
+        after = next(((s, e) for s, e in partners if s >= end and _after(kind).fullmatch(text[end:s])), None)
+        before = next(((s, e) for s, e in partners if e <= start and _after(other).fullmatch(text[e:start])), None)
         out.append((before[0] if before else start, after[1] if after else end))
     return out
+
+
+def _after(kind: Kind) -> re.Pattern[str]:
+    """What may stand between an expression of `kind` and the other kind's after it."""
+    return _TIME_THEN_DATE if kind == "time" else _DATE_THEN_TIME
 
 
 def align(candidates: Sequence[Candidate], sources: Sequence[Source], kind: Kind, *,
@@ -108,11 +122,11 @@ def align(candidates: Sequence[Candidate], sources: Sequence[Source], kind: Kind
     candidate (first, so that a tie keeps it), and a span of the same source that overlaps an expression without
     being it ("the morning" of "half past 11 in the morning", "reservation at morning 11:15") is dropped. A span
     that overlaps an expression of the other kind and none of its own is dropped too: "March 5th" is no time, and
-    "7 pm" no date. Spans that touch no expression, and candidates of sources with none, stay. `dated`: a time
-    argument that is the function's only temporal one takes a time with the date beside it as one unit
-    (`with_dates`)."""
+    "7 pm" no date. Spans that touch no expression, and candidates of sources with none, stay. `dated`: an argument
+    that is the function's only temporal one takes a time with the date beside it, or a date with its time, as one
+    unit (`joined`)."""
     other: Kind = "date" if kind == "time" else "time"
-    find = with_dates if dated and kind == "time" else (lambda text: expressions(text, kind))
+    find = (lambda text: joined(text, kind)) if dated else (lambda text: expressions(text, kind))
     found = {id(s): find(s.text) for s in sources if s.kind != "call"}  # a call's value is whole
     foreign = {id(s): expressions(s.text, other) for s in sources if s.kind != "call"}
     units: list[Candidate] = []
