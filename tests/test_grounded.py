@@ -255,6 +255,32 @@ def test_the_argument_s_own_name_is_never_its_value():
     assert result.calls[0].arguments == {"city": "Oakland", "cuisine": "Thai"}
 
 
+def test_a_number_written_as_a_count_of_something_else_is_not_a_value_in_another_unit():
+    """"two orders of it" counts orders: no tip in percent, even where the model likes it there; "a twenty percent
+    tip" and "four hours" keep their own units."""
+    food = Function(name="OrderFood", description="Order food for delivery.", parameters={
+        "type": "object", "properties": {
+            "dish": {"type": "string", "description": "What to eat."},
+            "quantity": {"type": "integer", "description": "How many portions."},
+            "tip_percent": {"type": "integer", "description": "Tip in percent."}}, "required": ["dish"]})
+    catalogue = Catalogue(name="food", functions=[food])
+    base = scorer("OrderFood", dish="pad thai", quantity=2, tip_percent=[2, 20])
+
+    def likes_tips(prompt: str, candidate: str) -> float:  # the model would rather tip 2% than order two
+        return base(prompt, candidate) + (3.0 if prompt.endswith('{"tip_percent": ') and candidate == "2" else 0.0)
+
+    engine = FakeEngine(scorer=likes_tips)
+
+    def arguments(text: str) -> dict:
+        result = Pipeline(engine, FakeEmbedder()).parse(text, [], catalogue, get_config("full"), applicable=[])
+        return result.calls[0].arguments
+
+    assert arguments("User: get me pad thai, two orders of it.") == {"dish": "pad thai", "quantity": 2}
+    assert arguments("User: get me pad thai with a 20 percent tip.")["tip_percent"] == 20
+    assert fill.unit_of("tip_percent") == "percent" and fill.unit_of("hours") == "hour"
+    assert fill.unit_of("supply_days") == "day" and fill.unit_of("quantity") is None
+
+
 def test_a_flag_nobody_mentioned_stays_unset_even_when_the_model_likes_true():
     engine = FakeEngine(scorer=scorer("GetRestaurants", city="Oakland", serves_alcohol=True))
     plain = parse(engine, "User: Find restaurants in Oakland")

@@ -303,6 +303,8 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
         if pool.kind == "span":
             own = set(argument_words(name, {}).split())
             pool.candidates = [c for c in pool.candidates if not _names_argument(own, c.text)]
+        if pool.kind == "number" and (unit := unit_of(name)) is not None:
+            pool.candidates = [c for c in pool.candidates if not _counts_other(c, unit)]
         plans[name] = _plan(pool, features_ctx, weights)
     owners = _span_owners(pools, features_ctx)
     lms = scorer({name: [c.value for c in plan.top] for name, plan in plans.items() if plan and plan.ask})
@@ -643,6 +645,34 @@ def _suffixed(candidate: Candidate, pool: ArgumentCandidates) -> Candidate:
     end = found.end()
     return next((c for c in pool.candidates if c.source is candidate.source and c.start == candidate.start
                  and c.end in (end, end - 1) and c.end > candidate.end), candidate)
+
+
+# Units of measure an argument's name can carry ("tip_percent", "hours", "supply_days", "distance_km"): English
+# measurement words, no data set's vocabulary.
+UNITS = frozenset("""percent percentage hour minute second day week month year night mile kilometer km meter metre
+    foot feet inch pound lb kilogram kg gram dollar euro degree""".split())
+
+
+def unit_of(argument: str) -> str | None:
+    """The one unit of measure the argument's name carries, in its singular form; None for none or several."""
+    found = {w.removesuffix("s") if w.removesuffix("s") in UNITS else w
+             for w in split_identifier(argument).lower().split()} & UNITS
+    return next(iter(found)) if len(found) == 1 else None
+
+
+def _counts_other(candidate: Candidate, unit: str) -> bool:
+    """The number is written as a count of something else than `unit`: the word right after it is another unit
+    ("four hours" is no tip in percent) or a plural noun ("two orders of it")."""
+    if candidate.source is None:
+        return False
+    after = words(candidate.source.text[candidate.end:])
+    if not after or candidate.source.text[candidate.end:after[0][1]].strip():
+        return False  # nothing after it, or punctuation between ("15%", "20, please")
+    word = after[0][0].lower()
+    single = word.removesuffix("s")
+    if single == unit or word == unit or word in STOP_WORDS or stem(single) == stem(unit):
+        return False
+    return single in UNITS or (word.endswith("s") and len(single) >= 3 and word.isalpha())
 
 
 def _names_argument(own: set[str], text: str) -> bool:
