@@ -1000,3 +1000,16 @@ def test_a_number_written_out_in_several_words_is_one_candidate():
     assert [number_from_words(t) for t in ("twenty-five", "fifteen hundred", "a couple", "one two")] == [
         25, 1500, None, None]
     assert coerce("twenty-five", {"type": "integer"}) == 25 and coerce("a couple", {"type": "integer"}) == "a couple"
+
+
+def test_the_pronoun_one_is_no_number():
+    """"a boxing one at Pulse Studio" and "the blue one, please" point at a thing named before: no count of one for
+    a chained call's hours. "a table for one", "the one ticket" and "one please" are counts."""
+    def values(text: str) -> list[object]:
+        return [c.value for c in argument_candidates("hours", {"type": "integer"},
+                                                     [Source("user", text, "u")]).candidates]
+
+    assert values("Book me a fitness class a boxing one at Pulse Studio on Thursday, thanks.") == []
+    assert values("the blue one, please") == [] and values("I want a spin one.") == []
+    assert values("a table for one at 7") == [1, 7]
+    assert values("the one ticket") == [1] and values("one please") == [1] and values("a one hour slot") == [1]

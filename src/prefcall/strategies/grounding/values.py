@@ -200,11 +200,32 @@ def numbers(source: Source, integer: bool) -> list[Candidate]:
             word, start, end = tokens[i]
             value = parse_number(word)
             run = i + 1
-        i = run
-        if value is None or (integer and isinstance(value, float)):
+        if value is None or (integer and isinstance(value, float)) or (run == i + 1 and _pronoun_one(tokens, i)):
+            i = run
             continue
+        i = run
         out.append(Candidate(value, word, source, start, end))
     return out
+
+
+# Words after which "one" stands for a thing named before ("this one", "the one", "a boxing one"), not a count.
+_POINTING = frozenset("a an the this that which another each every any no some".split())
+
+
+def _pronoun_one(tokens: list[tuple[str, int, int]], i: int) -> bool:
+    """Is the word at `i` the pronoun "one" ("a boxing one at Pulse", "the blue one, please", "that one")? It is
+    when a determiner stands right before it, or one word before an adjective before it, and no noun follows it
+    that it would count ("a one hour slot", "the one ticket" keep their number)."""
+    if tokens[i][0].lower() != "one":
+        return False
+    before = [w.lower() for w, _, _ in tokens[max(0, i - 2):i]]
+    pointed = bool(before) and (before[-1] in _POINTING or (len(before) == 2 and before[0] in _POINTING
+                                                             and before[1] not in NUMBER_WORDS))
+    following = tokens[i + 1][0].lower() if i + 1 < len(tokens) else ""
+    return pointed and (not following or following in STOP_WORDS or following in _POLITE)
+
+
+_POLITE = frozenset("please thanks thank".split())
 
 
 _NUMBER_STARTS = frozenset(NUMBER_WORDS) | frozenset(NUMBER_SCALES) | {"a", "an"}
