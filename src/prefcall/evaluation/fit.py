@@ -14,7 +14,8 @@ value, so that "the drugstore on Elm" loses to "Elm"; strategies.grounding.fill.
    lowercase values unseen before fall under the prune); the filler hands every scored candidate to a recorder
    (`RankRow`); a candidate is right when the item's gold calls give that value to that argument of that
    function (values and names normalised as the NLSI scorer normalises them).
-3. Slopes (a, b, and d for span and number): logistic regression (Newton's method, a small ridge) on the candidates the model scored.
+3. Slopes (a, b, and d for span and number): logistic regression (Newton's method, a small ridge) on the
+   candidates the model scored.
    Bias c: the value on a 0.25 grid that gives the best argument-level F1 over the rows' decisions (per ranking:
    the most probable candidate is set when it reaches 0.5), the slopes fixed; ties go to the bias nearest the
    logistic one.
