@@ -1013,3 +1013,27 @@ def test_the_pronoun_one_is_no_number():
     assert values("the blue one, please") == [] and values("I want a spin one.") == []
     assert values("a table for one at 7") == [1, 7]
     assert values("the one ticket") == [1] and values("one please") == [1] and values("a one hour slot") == [1]
+
+
+def test_a_capitalised_article_inside_a_sentence_opens_a_name():
+    """"A J Dental Lab" and "The Cheesecake Factory" are candidates whole; a sentence's first "A" and a lowercase
+    "a" before a capitalised word open none."""
+    from prefcall.strategies.grounding.values import spans
+
+    def starting(text: str) -> list[str]:
+        return [c.text for c in spans(Source("user", text, "u")) if c.text.split()[0].lower() in ("a", "the")]
+
+    assert "A J Dental Lab" in starting("If I'm looking for a dentist, my go-to is A J Dental Lab.")
+    assert "The Cheesecake Factory" in starting("dinner at The Cheesecake Factory please")
+    assert starting("A table for two at Nopa.") == [] and starting("I want a Thai place") == []
+
+
+def test_a_flag_word_inside_a_proper_name_does_not_name_the_flag():
+    """"Family & Cosmetic Dentistry" is a dentist's name: it says nothing of offers_cosmetic_services; "provides
+    cosmetic services" and a title-cased "Live Music" still name their flags."""
+    assert fill.flag_mention("offers_cosmetic_services", "Request Andrei Simel from Family & Cosmetic Dentistry.") \
+        is None
+    assert fill.flag_mention("offers_cosmetic_services", "I want the one called Cosmetic Dentistry Antioch Ca.") is None
+    assert fill.flag_mention("offers_cosmetic_services", "a dentist that provides cosmetic services") == \
+        "cosmetic services"
+    assert fill.flag_mention("has_live_music", "Request Restaurants with Live Music") == "Live Music"

@@ -576,13 +576,25 @@ def _hits(argument: str, text: str, relations: bool = False) -> list[_Hit]:
     if not roots or not text:
         return []
     out = []
+    names = _proper_names(text)
     for match in _WORD.finditer(text):
         word = match.group(0).lower()
+        if any(start <= match.start() < end for start, end in names):
+            continue  # "Family & Cosmetic Dentistry" is a dentist's name, not a word about cosmetic services
         if any(_same_word(word, root) for root in roots):
             out.append(_Hit(match.start(), match.end()))
         elif (prefix := _NEGATING_PREFIX.match(word)) and any(_same_word(word[prefix.end():], r) for r in roots):
             out.append(_Hit(match.start(), match.end(), negated=True))
     return out
+
+
+# Three or more capitalised words in a row, "&", "and", "of" or "the" between them: a proper name ("Family &
+# Cosmetic Dentistry", "Cosmetic Dentistry Antioch Ca"); two ("Live Music") may be a title-cased phrase.
+_PROPER_NAME = re.compile(r"[A-Z][\w'.-]*(?:(?:\s+(?:&|and|of|the))?\s+[A-Z][\w'.-]*){2,}")
+
+
+def _proper_names(text: str) -> list[tuple[int, int]]:
+    return [(m.start(), m.end()) for m in _PROPER_NAME.finditer(text)]
 
 
 def _negated(hit: _Hit, text: str) -> bool:

@@ -135,7 +135,7 @@ def spans(source: Source, max_words: int = MAX_SPAN_WORDS) -> list[Candidate]:
             start = match.start(1) + match.group(1).index(inner)
             seen.setdefault(inner, Candidate(inner, inner, source, start, start + len(inner)))
     for i, (first, start, _) in enumerate(tokens):
-        if _edge_word(first) and not _opens_noun_phrase(text, tokens, i):
+        if _edge_word(first) and not _opens_noun_phrase(text, tokens, i) and not _opens_name(text, tokens, i):
             continue
         for j in range(i, min(len(tokens), i + max_words)):
             last, _, end = tokens[j]
@@ -158,6 +158,16 @@ def _opens_noun_phrase(text: str, tokens: list[tuple[str, int, int]], i: int) ->
             and not _breaks(text, tokens[i], tokens[i + 1][1]))
 
 
+def _opens_name(text: str, tokens: list[tuple[str, int, int]], i: int) -> bool:
+    """An article written capitalised inside a sentence, before a capitalised word, is a name's first word: "my
+    go-to is A J Dental Lab", "dinner at The Cheesecake Factory"."""
+    word = tokens[i][0]
+    return (word.lower() in _ARTICLES and word[:1].isupper() and 0 < i < len(tokens) - 1
+            and not _breaks(text, tokens[i - 1], tokens[i][1]) and tokens[i + 1][0][:1].isupper()
+            and not _breaks(text, tokens[i], tokens[i + 1][1]))
+
+
+_ARTICLES = frozenset({"a", "an", "the"})
 _ABBREVIATION_RE = re.compile(r"^([A-Z][a-z]{0,2}|[A-Za-z](\.[A-Za-z])+)$")  # Dr. St. Mr. M.D. U.S.
 
 
