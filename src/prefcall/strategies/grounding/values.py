@@ -210,10 +210,10 @@ def numbers(source: Source, integer: bool) -> list[Candidate]:
             word, start, end = tokens[i]
             value = parse_number(word)
             run = i + 1
-        if value is None or (integer and isinstance(value, float)) or (run == i + 1 and _pronoun_one(tokens, i)):
-            i = run
-            continue
+        pronoun = run == i + 1 and _pronoun_one(tokens, i)
         i = run
+        if value is None or (integer and isinstance(value, float)) or pronoun:
+            continue
         out.append(Candidate(value, word, source, start, end))
     return out
 
