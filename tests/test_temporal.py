@@ -70,23 +70,25 @@ def test_a_time_argument_with_no_date_argument_beside_it_takes_the_date_the_time
     pool = argument_candidates("time", {"type": "string", "description": "When."}, [source])
     assert [c.text for c in align(pool.candidates, [source], "time", dated=True)][0] == "8:30 tomorrow"
     assert [c.text for c in align(pool.candidates, [source], "time")][0] == "8:30"
+    assert _chosen(source, {"time": {"type": "string", "description": "When."}})["time"] == ["8:30 tomorrow"]
+    split = _chosen(source, {"time": {"type": "string", "description": "When."}, "date": {"type": "string"}})
+    assert split.get("time") == ["8:30"]
+
+
+def _chosen(source: Source, properties: dict) -> dict:
+    """What the filler sets from `source` for a function of these arguments, with a fake model that prefers any
+    value to null."""
     from prefcall.engine.fake import FakeEngine
     from prefcall.schemas.model import Function
-    from prefcall.strategies.grounding.evidence import FeatureContext
     from prefcall.strategies.grounded import load_weights
+    from prefcall.strategies.grounding.evidence import FeatureContext
     from prefcall.strategies.grounding.fill import fill_arguments
 
-    def choose(properties: dict) -> dict:
-        function = Function(name="SetReminder", description="Set a reminder.",
-                            parameters={"type": "object", "properties": properties})
-        engine = FakeEngine(scorer=lambda prompt, candidate: 0.0 if candidate != "null" else -9.0)
-        filled = fill_arguments(engine, function, [source], "User: " + source.text,
-                                FeatureContext(function, None, sources_text=source.text), load_weights("m"))
-        return {c.argument: c.texts for c in filled.choices}
-
-    assert choose({"time": {"type": "string", "description": "When."}})["time"] == ["8:30 tomorrow"]
-    split = choose({"time": {"type": "string", "description": "When."}, "date": {"type": "string"}})
-    assert split.get("time") == ["8:30"]
+    function = Function(name="Book", description="Book it.", parameters={"type": "object", "properties": properties})
+    engine = FakeEngine(scorer=lambda prompt, candidate: 0.0 if candidate != "null" else -9.0)
+    filled = fill_arguments(engine, function, [source], "User: " + source.text,
+                            FeatureContext(function, None, sources_text=source.text), load_weights("m"))
+    return {c.argument: c.texts for c in filled.choices}
 
 
 def test_a_date_argument_with_no_time_argument_beside_it_takes_the_time_of_that_day():
@@ -95,23 +97,10 @@ def test_a_date_argument_with_no_time_argument_beside_it_takes_the_time_of_that_
     text = "Book a yoga class on Saturday morning, or Friday at 7 pm."
     assert [text[a:b] for a, b in joined(text, "date")] == ["Saturday morning", "Friday at 7 pm"]
     source = Source("user", "can you get me into a boxing class on saturday morning.", "turn 0")
-    from prefcall.engine.fake import FakeEngine
-    from prefcall.schemas.model import Function
-    from prefcall.strategies.grounding.evidence import FeatureContext
-    from prefcall.strategies.grounded import load_weights
-    from prefcall.strategies.grounding.fill import fill_arguments
-
-    def choose(properties: dict) -> dict:
-        function = Function(name="BookClass", description="Book a class.",
-                            parameters={"type": "object", "properties": properties})
-        engine = FakeEngine(scorer=lambda prompt, candidate: 0.0 if candidate != "null" else -9.0)
-        filled = fill_arguments(engine, function, [source], "User: " + source.text,
-                                FeatureContext(function, None, sources_text=source.text), load_weights("m"))
-        return {c.argument: c.texts for c in filled.choices}
-
-    assert choose({"day": {"type": "string", "description": "Day of the class."}})["day"] == ["saturday morning"]
-    split = choose({"day": {"type": "string", "description": "Day of the class."},
-                    "time": {"type": "string", "description": "Time of the class."}})
+    assert _chosen(source, {"day": {"type": "string", "description": "Day of the class."}})["day"] == \
+        ["saturday morning"]
+    split = _chosen(source, {"day": {"type": "string", "description": "Day of the class."},
+                             "time": {"type": "string", "description": "Time of the class."}})
     assert split.get("day") == ["saturday"] and split.get("time") == ["morning"]
 
 
