@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from prefcall.strategies.grounding.temporal import align, argument_kind, expressions, joined, newest_unit, with_dates
+from prefcall.strategies.grounding.temporal import align, argument_kind, expressions, joined, newest_unit
 from prefcall.strategies.grounding.values import Source, argument_candidates
 
 
@@ -65,7 +65,7 @@ def test_a_time_argument_with_no_date_argument_beside_it_takes_the_date_the_time
     """A reminder's "when" is "8:30 tomorrow", not "8:30": where the function has no date argument, the date beside
     a time is part of its one value. With a date argument beside it, the time stays a time."""
     text = "Remind me to pay the phone bill at 8:30 tomorrow, and call mom at 7 pm on Friday; tomorrow at noon too."
-    assert [text[a:b] for a, b in with_dates(text)] == ["8:30 tomorrow", "7 pm on Friday", "tomorrow at noon"]
+    assert [text[a:b] for a, b in joined(text, "time")] == ["8:30 tomorrow", "7 pm on Friday", "tomorrow at noon"]
     source = Source("user", "Remind me to pay the phone bill at 8:30 tomorrow.", "turn 0")
     pool = argument_candidates("time", {"type": "string", "description": "When."}, [source])
     assert [c.text for c in align(pool.candidates, [source], "time", dated=True)][0] == "8:30 tomorrow"

@@ -25,6 +25,7 @@ the model leaves null, cuts at its token limit or writes from nowhere stays unse
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -511,11 +512,10 @@ def _rank(pool: ArgumentCandidates, plan: _Plan | None, lm: np.ndarray | None, c
         out = []
         for i, (cand, s) in enumerate(zip(top, structure)):
             odds = float(lm[i] - lm[-1]) if lm is not None else 0.0
-            length = float(lengths[i]) if lm is not None and lengths is not None else 0.0
+            length = float(lengths[i]) if lm is not None and lengths is not None else None
             if rows is not None:
-                rows(cand.value, s, odds if lm is not None else None, matrix[order[i]],
-                     length=length if lm is not None and lengths is not None else None)
-            out.append((_sigmoid(combine(combination, s, odds, length)), cand,
+                rows(cand.value, s, odds if lm is not None else None, matrix[order[i]], length=length)
+            out.append((_sigmoid(combine(combination, s, odds, length or 0.0)), cand,
                         math.exp(lm[i]) if lm is not None else None))
         _record(result, lm)
         return sorted(out, key=lambda t: -t[0])
@@ -593,8 +593,10 @@ def _hits(argument: str, text: str, relations: bool = False) -> list[_Hit]:
 _PROPER_NAME = re.compile(r"[A-Z][\w'.-]*(?:(?:\s+(?:&|and|of|the))?\s+[A-Z][\w'.-]*){2,}")
 
 
-def _proper_names(text: str) -> list[tuple[int, int]]:
-    return [(m.start(), m.end()) for m in _PROPER_NAME.finditer(text)]
+@functools.lru_cache(maxsize=256)
+def _proper_names(text: str) -> tuple[tuple[int, int], ...]:
+    """Where `text` writes proper names; each flag argument and candidate asks again of the same sources."""
+    return tuple((m.start(), m.end()) for m in _PROPER_NAME.finditer(text))
 
 
 def _negated(hit: _Hit, text: str) -> bool:
@@ -672,15 +674,16 @@ def unit_of(argument: str) -> str | None:
     return next(iter(found)) if len(found) == 1 else None
 
 
+_NEXT_WORD = re.compile(r"\s+([A-Za-z][A-Za-z'-]*)")  # the word right after a value, only spaces between
+
+
 def _counts_other(candidate: Candidate, unit: str) -> bool:
     """The number is written as a count of something else than `unit`: the word right after it is another unit
     ("four hours" is no tip in percent) or a plural noun ("two orders of it")."""
-    if candidate.source is None:
-        return False
-    after = words(candidate.source.text[candidate.end:])
-    if not after or candidate.source.text[candidate.end:after[0][1]].strip():
+    following = _NEXT_WORD.match(candidate.source.text, candidate.end) if candidate.source is not None else None
+    if following is None:
         return False  # nothing after it, or punctuation between ("15%", "20, please")
-    word = after[0][0].lower()
+    word = following.group(1).lower()
     single = word.removesuffix("s")
     if single == unit or word == unit or word in STOP_WORDS or stem(single) == stem(unit):
         return False

@@ -89,13 +89,6 @@ _TIME_THEN_DATE = re.compile(r"\s*,?\s*(?:on\s+)?", re.I)
 _DATE_THEN_TIME = re.compile(r"\s*,?\s*(?:at\s+)?", re.I)
 
 
-def with_dates(text: str) -> list[tuple[int, int]]:
-    """The time expressions of `text`, each joined with a date expression written right beside it ("8:30
-    tomorrow", "7 pm on Friday", "tomorrow at noon"): the one value of a function whose time argument is its only
-    temporal one (a reminder's "when")."""
-    return joined(text, "time")
-
-
 def joined(text: str, kind: Kind) -> list[tuple[int, int]]:
     """The `kind` expressions of `text`, each joined with an expression of the other kind written right beside it:
     a time with its date ("8:30 tomorrow", "7 pm on Friday", "tomorrow at noon"), a date with its time ("Saturday

@@ -218,8 +218,10 @@ def numbers(source: Source, integer: bool) -> list[Candidate]:
     return out
 
 
-# Words after which "one" stands for a thing named before ("this one", "the one", "a boxing one"), not a count.
+# Words after which "one" stands for a thing named before ("this one", "the one", "a boxing one"), not a count,
+# and words that may follow it ("the blue one, please").
 _POINTING = frozenset("a an the this that which another each every any no some".split())
+_POLITE = frozenset("please thanks thank".split())
 
 
 def _pronoun_one(tokens: list[tuple[str, int, int]], i: int) -> bool:
@@ -233,9 +235,6 @@ def _pronoun_one(tokens: list[tuple[str, int, int]], i: int) -> bool:
                                                              and before[1] not in NUMBER_WORDS))
     following = tokens[i + 1][0].lower() if i + 1 < len(tokens) else ""
     return pointed and (not following or following in STOP_WORDS or following in _POLITE)
-
-
-_POLITE = frozenset("please thanks thank".split())
 
 
 _NUMBER_STARTS = frozenset(NUMBER_WORDS) | frozenset(NUMBER_SCALES) | {"a", "an"}
