@@ -654,6 +654,15 @@ def test_a_flag_is_named_by_its_thing_not_by_its_relation_verb():
     assert drinks.calls and drinks.calls[0].arguments.get("serves_alcohol") is True
 
 
+def test_a_function_word_of_a_flags_name_names_no_flag():
+    """good_for_kids: the "for" of "If I ask for Travel" says nothing about children; "kids" does."""
+    from prefcall.strategies.grounding.fill import flag_mention
+
+    assert flag_mention("good_for_kids", "If I ask for Travel, then also look at Hotels") is None
+    assert flag_mention("good_for_kids", "I'd like my travel to be suitable for kids") == "kids"
+    assert flag_mention("has_live_music", "somewhere that has live music") == "has live music"
+
+
 def test_an_instruction_that_turns_a_flag_off_is_tagged_with_its_negation_and_sets_false():
     """"I prefer no shuffle", "unfurnished places": a False preference is a tag on the negated words (a tag is a
     span; without one the preference was lost, and "no pets" even read as a request for pet care)."""
@@ -1037,3 +1046,16 @@ def test_a_flag_word_inside_a_proper_name_does_not_name_the_flag():
     assert fill.flag_mention("offers_cosmetic_services", "a dentist that provides cosmetic services") == \
         "cosmetic services"
     assert fill.flag_mention("has_live_music", "Request Restaurants with Live Music") == "Live Music"
+
+
+def test_a_consequence_that_comes_first_takes_its_own_value_not_the_conditions(monkeypatch):
+    # "Y if X": the condition's value lies after the consequence; it must not count as the consequence's value,
+    # or the name the instruction exists to state is lost.
+    engine = FakeEngine(scorer=scorer("GetRestaurants", cuisine="Southern"))
+    grounder = grounded.Grounder(engine, FakeEmbedder(), grounded.load_weights("m"))
+    monkeypatch.setattr(grounded, "INSTRUCTION_FLOOR", 0.0)
+    text = "Look for the restaurant Golden Grill if you want Southern cuisine."
+    preference = grounded.preference_of(grounded.tag_structured(grounder, text, CATALOGUE), CATALOGUE)
+    assert preference.conditions == {"cuisine": "Southern"}
+    [(argument, values)] = preference.actions.items()
+    assert values[0] in "Look for the restaurant Golden Grill"

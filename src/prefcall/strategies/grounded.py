@@ -273,9 +273,11 @@ def _consequence_value(filled: FillResult, choices: list[Choice], instruction: s
     start = instruction.rfind(consequence)
     if start < 0 or domains.named(tokenize(consequence, drop_stop_words=False)).keys() - {main}:
         return []
+    end = start + len(consequence)  # the consequence may come first ("Y if X"): its own words, not the condition's
 
     def inside(text: str) -> bool:
-        return bool(text) and instruction.find(text, start) >= 0
+        found = instruction.find(text, start) if text else -1
+        return 0 <= found and found + len(text) <= end
 
     if any(inside(text) for choice in choices for text in choice.texts):
         return []

@@ -161,6 +161,20 @@ class DomainModel:
                 scores[n] = score
         return scores
 
+    def first_named(self, names: Collection[str], tokens: Sequence[str]) -> list[str]:
+        """Of `names`, the ones a word of their own name names first in the text (several when one word names
+        them all): the request's object comes first ("looking for a restaurant that won't break the bank" is
+        about restaurants, not banks). Empty when no name word occurs."""
+        stems = [stem(t) for t in tokens]
+
+        def first(n: str) -> int:
+            own = {stem(w) for w in self.name_words.get(n, ())}
+            return next((i for i, s in enumerate(stems) if s in own), len(stems))
+
+        positions = {n: first(n) for n in names}
+        earliest = min(positions.values(), default=len(stems))
+        return [n for n in names if positions[n] == earliest < len(stems)]
+
     def chain_targets(self, tokens: Sequence[str], sources: Collection[str]) -> list[str]:
         """The functions a chain instruction's consequence names beside its own (`sources`): by a word of their
         name that is not a word of a source's name ("also check parking" names ReserveParking; in "Green Basket is
@@ -251,6 +265,9 @@ def instruction_domains(model: DomainModel, text: str, cosines: np.ndarray | Non
     if condition and _REQUEST_RE.search(condition):
         # "If I ask for Travel, then also look at Hotels" is a Travel instruction; Hotels is its chain target.
         named = model.named(_words(condition))
+        by_name = model.first_named(named, _words(condition))
+        if by_name:
+            return by_name
         if named:
             best = max(named.values())
             return [n for n, s in named.items() if s >= best * 0.999]

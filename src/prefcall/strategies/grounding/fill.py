@@ -543,8 +543,10 @@ RELATION_WORDS = frozenset("has have is are can does serves serve offers offer a
 
 
 def _flag_words(argument: str, relations: bool = False) -> list[str]:
-    """The words that name a flag: without relation verbs unless they are all it has (or `relations`)."""
-    found = [w for w in argument_words(argument, {}).split() if len(w) > 2]
+    """The words that name a flag: without relation verbs unless they are all it has (or `relations`), and never
+    a function word other than those ("for" of good_for_kids names nothing in "If I ask for Travel")."""
+    found = [w for w in argument_words(argument, {}).split()
+             if len(w) > 2 and (w not in STOP_WORDS or w in RELATION_WORDS)]
     content = [w for w in found if w not in RELATION_WORDS]
     return found if relations and content else content or [w for w in found if w not in ("has", "is", "are")]
 
