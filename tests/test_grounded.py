@@ -644,6 +644,31 @@ def test_a_span_that_is_probably_some_arguments_value_goes_to_the_most_probable_
     assert fill_with(True, null=0.5).choices == []  # 0.2 + 0.13 + 0.06: probably no value
 
 
+def test_a_pooled_or_left_over_name_keeps_the_credential_written_after_it():
+    """"Jay Bansal, MD": the abbreviation a comma ties to a name is part of it, whichever way the name is taken:
+    pooled over the arguments that might hold it, or left unset for an instruction's reading to take."""
+    people = Function(name="FindDoctors", description="Find doctors.", parameters={"type": "object", "properties": {
+        "doctor_name": {"type": "string"}, "city": {"type": "string"}, "street_address": {"type": "string"}}})
+    text = "a visit to Jay Bansal, MD"
+
+    def fill_with(pooled: bool):
+        def score(prompt: str, candidate: str) -> float:
+            argument = re.search(r'\{"(\w+)": $', prompt)
+            odds = {"doctor_name": -0.9, "city": -1.4, "street_address": -2.2}.get(argument.group(1) if argument else "")
+            if odds is None:
+                return -0.1
+            return odds if candidate == '"Jay Bansal"' else -0.6 if candidate == "null" else -9.0
+
+        weights = grounded.load_weights().model_copy(update={"span": (0.0, 1.0, 0.0), "pooled_spans": pooled})
+        return fill.fill_arguments(FakeEngine(scorer=score), people, [Source("user", text, "turn 1")], text,
+                                   fill.FeatureContext(function=people, embedder=FakeEmbedder()), weights)
+
+    assert [(c.argument, c.values) for c in fill_with(True).choices] == [("doctor_name", ["Jay Bansal, MD"])]
+    alone = fill_with(False)
+    assert alone.choices == [] and alone.runner_up.values == ["Jay Bansal, MD"]
+    assert alone.unset[0].values == ["Jay Bansal, MD"]
+
+
 def test_a_flag_is_named_by_its_thing_not_by_its_relation_verb():
     """serves_alcohol: "serves freshwater fish" names no alcohol, so the flag stays unset even for a model that
     says yes to it; "serves alcohol" sets it."""

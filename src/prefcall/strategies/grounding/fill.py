@@ -375,13 +375,17 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
             result.choices.append(_choice(name, [code], 0.5, None))
             chosen_names.add(name)
     chosen_names |= set(result.misfits)
-    left = [(ranked[0], name) for _, name, ranked, _ in pending if name not in chosen_names]
+    # What is left unset is what an instruction's reading may still take (grounded.tag_structured): a name keeps
+    # its written credential there too ("Benjamin Sadoff, MD").
+    left = [(ranked[0], name, pool) for _, name, ranked, pool in pending if name not in chosen_names]
     if left:
-        (probability, candidate, model_p), name = max(left, key=lambda t: t[0][0])
+        (probability, candidate, model_p), name, pool = max(left, key=lambda t: t[0][0])
+        candidate = _suffixed(candidate, pool) if pool.kind == "span" else candidate
         if not _overlaps(candidate, taken):
             result.runner_up = _choice(name, [candidate], probability, model_p)
-    unset = [(p, name, c, m) for _, name, ranked, _ in pending if name not in chosen_names
-             for p, c, m in ranked if not _overlaps(c, taken)]
+    unset = [(p, name, _suffixed(c, pool) if pool.kind == "span" else c, m)
+             for _, name, ranked, pool in pending if name not in chosen_names for p, c, m in ranked]
+    unset = [(p, name, c, m) for p, name, c, m in unset if not _overlaps(c, taken)]
     result.unset = [_choice(name, [c], p, m) for p, name, c, m in sorted(unset, key=lambda t: -t[0])]
     order = list(function.properties)
     result.choices.sort(key=lambda c: order.index(c.argument))
@@ -728,20 +732,21 @@ def _pool_spans(pending: list[tuple[float, str, list[tuple[float, Candidate, flo
     argument counts for its best span that is still free."""
     chosen = {c.argument for c in result.choices}
     while True:
-        groups: dict[tuple[int, int, int], list[tuple[float, str, Candidate, float | None]]] = {}
+        groups: dict[tuple[int, int, int], list[tuple[float, str, Candidate, float | None, ArgumentCandidates]]] = {}
         for _, name, ranked, pool in pending:
             if name in chosen or pool.kind not in ("span", "number"):
                 continue
             best = next(((p, c, m) for p, c, m in ranked if not _overlaps(c, taken)), None)
             if best is not None and best[1].source is not None:
                 p, c, m = best
-                groups.setdefault((id(c.source), c.start, c.end), []).append((p, name, c, m))
+                groups.setdefault((id(c.source), c.start, c.end), []).append((p, name, c, m, pool))
         if not groups:
             return
-        group = max(groups.values(), key=lambda g: sum(p for p, *_ in g))
-        if sum(p for p, *_ in group) < 0.5:
+        group = max(groups.values(), key=lambda g: sum(t[0] for t in g))
+        if sum(t[0] for t in group) < 0.5:
             return
-        p, name, candidate, m = max(group, key=lambda t: t[0])
+        p, name, candidate, m, pool = max(group, key=lambda t: t[0])
+        candidate = _suffixed(candidate, pool) if pool.kind == "span" else candidate  # "Jay Bansal, MD" as written
         result.choices.append(_choice(name, [candidate], p, m))
         chosen.add(name)
         taken.append((candidate.source, candidate.start, candidate.end))
