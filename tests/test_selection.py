@@ -170,3 +170,25 @@ def test_a_condition_that_names_the_request_by_its_function_s_verb_is_no_value_c
     chosen = select_instructions("User: Send some money to my landlord for $50.", [instruction], catalogue,
                                  FakeEmbedder())
     assert [s.text for s in chosen.selected] == [instruction]
+
+
+def test_a_condition_naming_two_requests_is_about_the_one_it_names_first():
+    """"looking for a restaurant that won't break the bank": the request's object is named first; the idiom's
+    "bank" names the banking function only by accident, though "bank" is the rarer catalogue word."""
+    from prefcall.schemas.model import Catalogue, Function
+    from prefcall.strategies.selection import DomainModel, instruction_domains
+
+    def function(name: str, description: str) -> Function:
+        return Function(name=name, description=description,
+                        parameters={"type": "object", "properties": {"city": {"type": "string"}}})
+
+    catalogue = Catalogue(name="t", functions=[
+        function("OpenBankAccount", "Open an account at a bank."),
+        function("FindRestaurants", "Find a restaurant to eat at."),
+        function("BookRestaurantTable", "Book a table at a restaurant."),
+        function("FindDentists", "Find a dentist.")])
+    model = DomainModel.build(catalogue)
+    text = "If you're looking for a restaurant that won't break the bank, check out Isla Filipino Restaurant."
+    assert "OpenBankAccount" not in instruction_domains(model, text, None, SelectionConfig())
+    assert instruction_domains(model, "If I ask for a bank account, use savings.", None,
+                               SelectionConfig()) == ["OpenBankAccount"]
