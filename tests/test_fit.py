@@ -221,8 +221,9 @@ def test_a_stored_fit_is_used_for_that_model_file_only(tmp_path: Path):
     from prefcall.strategies.fnctod import HAND_RULE
 
     fits.save(found.model_copy(update={"selection": [0.5, 1.0, 6.0, 1.0, 0.5, 1.0]}), data / "fits")
+    # a rule stored before the profile feature existed weighs it 0
     assert Pipeline(FileEngine(model), FakeEmbedder(), data_dir=data).selection_rule().weights == [0.5, 1.0, 6.0, 1.0, 0.5,
-                                                                                            1.0]
+                                                                                            1.0, 0.0]
     assert Pipeline(FileEngine(model), data_dir=data).selection_rule() == HAND_RULE
     # Every request's view shares the rules the parent read once (no fit file read per request).
     from prefcall.engine.base import LOCAL
@@ -303,7 +304,7 @@ def test_fit_selection_stores_the_stage_one_rule_beside_the_grounding_fit(tmp_pa
               tmp_path / "data" / "fits")
     assert main(["fit", "--selection", "--sources", "corpus", "--subset", "60"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["items"] == {"corpus": 60} and report["rows"] == 60 and len(report["weights"]) == 6
+    assert report["items"] == {"corpus": 60} and report["rows"] == 60 and len(report["weights"]) == 7
     stored = fits.load(fingerprint, tmp_path / "data")
     assert stored.grounding == {"span": [1.0, 2.0, -3.0]}  # the grounding fit stays
     assert report["fitted"] == (stored.selection is not None)

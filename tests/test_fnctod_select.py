@@ -209,7 +209,15 @@ def test_a_fitted_rule_ranks_the_functions_and_never_decides_that_none_fits():
     rule = SelectionRule(weights=[1.0, 0.2, 10.0, 0.5, 1.0, 1.0])
     fitted = score_functions(engine, CATALOGUE, THAI, calibration=None, evidence=evidence, rule=rule)
     assert fitted.best() == "GetRestaurants" and fitted.table()["GetRestaurants"]["fitted"] == 6.3
-    assert fitted.features[1] == [0.0, -1.0, 0.6, 0.0, 0.5, 0.0]
+    assert fitted.features[1] == [0.0, -1.0, 0.6, 0.0, 0.5, 0.0, 0.0]  # a rule fitted before "profile" weighs it 0
+    # The user's standing instructions are evidence too: a request between two functions goes to the one the
+    # profile speaks of, under a rule that weighs it.
+    profiled = evidence.model_copy(update={"prior": [0.0] * 4, "cosines": [0.3, 0.3, 0.3, 0.3],
+                                           "parts": [(0.0, 0.0, 0.0)] * 4, "profile": [0.0, 0.0, 1.0, 0.0]})
+    blind = score_functions(engine, CATALOGUE, THAI, calibration=None, evidence=profiled, rule=rule)
+    told = score_functions(engine, CATALOGUE, THAI, calibration=None, evidence=profiled,
+                           rule=SelectionRule(weights=[1.0, 0.2, 10.0, 0.5, 1.0, 1.0, 2.0]))
+    assert told.best() == CATALOGUE.names[2] != blind.best()
     # Whether no function fits stays the hand-set rule's call (the None prior is calibrated against it).
     none = DomainEvidence(prior=[-1.0] * 4 + [5.0], cosines=[0.1, 0.6, 0.2, 0.1, 0.0], parts=[(0.0, 0.0, 0.0)] * 5)
     refused = score_functions(engine, CATALOGUE, THAI, calibration=None, evidence=none, rule=rule, allow_none=True)
@@ -232,7 +240,7 @@ def test_the_conditional_logit_learns_which_evidence_names_the_function():
     rows = []
     for i in range(120):  # the cosine marks the gold function; the prior often points at another one
         gold = int(rng.integers(4))
-        features = rng.normal(0, 0.5, size=(4, 6))
+        features = rng.normal(0, 0.5, size=(4, 7))
         features[:, 2] = rng.uniform(0.1, 0.3, 4)
         features[gold, 2] += 0.3
         features[:, 1] = -1.0
@@ -343,3 +351,34 @@ def test_a_chain_names_its_target_by_a_word_of_the_target_s_own_name():
                              ["BookFitnessClass"]) == ["BookFitnessClass", "ReserveParking"]
     assert chained_functions(catalogue, ["Whenever I order groceries, also order food."],
                              ["OrderGroceries"]) == ["OrderGroceries", "OrderFood"]
+
+
+def test_the_profile_feature_marks_the_functions_the_users_instructions_speak_of():
+    from prefcall.strategies.fnctod import domain_evidence
+
+    profile = ["If I ask for Hotels, my preferred hotel is the Ritz.", "When I take a bus, I like the window seat."]
+    found = domain_evidence(CATALOGUE, "User: anything fun to do in Chicago?", profile=profile)
+    assert dict(zip(CATALOGUE.names, found.profile)) == {"GetBuses": 1.0, "GetRestaurants": 0.0, "GetTravel": 0.0,
+                                                         "GetHotels": 1.0}
+    assert domain_evidence(CATALOGUE, "User: anything fun to do in Chicago?").profile == [0.0] * 4
+
+
+def test_parse_gives_stage_one_the_whole_profile_not_only_the_instructions_selected(monkeypatch):
+    from prefcall.engine.fake import FakeEmbedder
+    from prefcall.strategies import fnctod
+    from prefcall.strategies.pipeline_models import get_config
+
+    seen = []
+    real = fnctod.select_by_score
+
+    def spy(engine, catalogue, ctx, **kwargs):
+        seen.append(list(ctx.profile))
+        return real(engine, catalogue, ctx, **kwargs)
+
+    monkeypatch.setattr(fnctod, "select_by_score", spy)
+    profile = ["If I ask for Hotels, my preferred hotel is the Ritz.", "When I take a bus, I like the window seat."]
+    pipeline = Pipeline(FakeEngine(scorer=lambda prompt, candidate: 0.0), FakeEmbedder())
+    pipeline.parse(THAI, profile, CATALOGUE, get_config("full"))
+    assert seen == [profile]
+    staged = pipeline.stage_one(THAI, CATALOGUE, get_config("full"), profile=profile[:1]).usage
+    assert [f[-1] for f in staged.features] == [0.0, 0.0, 0.0, 1.0]

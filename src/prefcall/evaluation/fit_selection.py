@@ -66,7 +66,7 @@ def collect(pipeline: Any, items: Sequence[TuneItem], progress: Callable[[str], 
     config = get_config("full")
     rows = []
     for item in items:
-        output = pipeline.stage_one(item.dialogue, item.catalogue, config)
+        output = pipeline.stage_one(item.dialogue, item.catalogue, config, profile=item.instructions)
         scores = output.usage
         gold = gold_function(item)
         if isinstance(scores, FunctionScores) and gold is not None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from prefcall.engine.base import Engine, Generation, Prompt, score_batch
 from prefcall.engine.loader import file_signature
@@ -73,6 +73,7 @@ class CallingContext(BaseModel):
 
     dialogue: str  # rendered transcript
     instructions: list[str] = Field(default_factory=list)  # plain or tagged standing instructions
+    profile: list[str] = Field(default_factory=list)  # every standing instruction of the user (stage 1's evidence)
     demos: list[Demonstration] = Field(default_factory=list)
 
 
@@ -280,10 +281,13 @@ DOMAIN_PRIOR_MASS = 0.9  # share of prior probability on the functions the dialo
 
 
 # Stage 1's evidence per candidate function (`FunctionScores.features`): the calibrated model score, the domain
-# prior, the request's cosine to "name: description", and the lexical evidence split by where the words come from
-# (selection.DomainModel.parts). A fitted SelectionRule weighs them (`prefcall fit --selection`, stored per model
-# fingerprint); without one, the hand-set rule adds the model score and the prior, as the scored stage 1 always did.
-SELECTION_FEATURES = ("model", "prior", "similarity", "name_words", "description_words", "parameters")
+# prior, the request's cosine to "name: description", the lexical evidence split by where the words come from
+# (selection.DomainModel.parts), and whether a standing instruction of the user's profile is about the function
+# (a request that could be for events or for travel, from a user whose instructions speak of events). A fitted
+# SelectionRule weighs them (`prefcall fit --selection`, stored per model fingerprint); without one, the hand-set
+# rule adds the model score and the prior, as the scored stage 1 always did.
+SELECTION_FEATURES = ("model", "prior", "similarity", "name_words", "description_words", "parameters", "profile")
+_EARLIER_FEATURES = 6  # a rule fitted before "profile" existed weighs it 0
 
 
 class SelectionRule(BaseModel):
@@ -291,11 +295,18 @@ class SelectionRule(BaseModel):
 
     weights: list[float] = Field(min_length=len(SELECTION_FEATURES), max_length=len(SELECTION_FEATURES))
 
+    @field_validator("weights", mode="before")
+    @classmethod
+    def _earlier_fit(cls, value: Any) -> Any:
+        if isinstance(value, list) and len(value) == _EARLIER_FEATURES:
+            return [*value, 0.0]
+        return value
+
     def score(self, features: Sequence[float]) -> float:
         return float(sum(w * x for w, x in zip(self.weights, features)))
 
 
-HAND_RULE = SelectionRule(weights=[1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+HAND_RULE = SelectionRule(weights=[1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
 
 # Whether any function fits the request at all: the request's best cosine with a function text, and the model's
 # calibrated score of "None" against its best function (`relevance_features`). A fitted AbstentionRule weighs them
@@ -326,6 +337,7 @@ class DomainEvidence(BaseModel):
     cosines: list[float] | None = None
     parts: list[tuple[float, float, float]] = Field(default_factory=list)
     named: bool = False  # the user's words name a function outright (an input of the None prior)
+    profile: list[float] = Field(default_factory=list)  # 1.0 where a standing instruction is about the function
 
 
 class FunctionScores(BaseModel):
@@ -484,11 +496,14 @@ def domain_log_prior(catalogue: Catalogue, dialogue: str, embedder: Any = None, 
 
 
 def domain_evidence(catalogue: Catalogue, dialogue: str, embedder: Any = None, *,
-                    allow_none: bool = False, none_prior: NonePrior = HAND_NONE_PRIOR) -> DomainEvidence:
+                    allow_none: bool = False, none_prior: NonePrior = HAND_NONE_PRIOR,
+                    profile: Sequence[str] = ()) -> DomainEvidence:
     """log prior per candidate from instruction selection's dialogue-domain detection (lexical evidence from the
     catalogue's own vocabulary, plus dialogue/function-description cosine when an embedder is given).
     Detected functions share DOMAIN_PRIOR_MASS, the rest share the remainder; nothing detected: flat (all 0).
-    Also the cosines and the lexical parts per candidate (zeros for the None candidate), the fitted rule's features."""
+    Also the cosines and the lexical parts per candidate (zeros for the None candidate) and which functions the
+    user's standing instructions (`profile`) are about (by their words, selection.instruction_domains): the fitted
+    rule's features."""
     model = DomainModel.build(catalogue)
     text = user_words(dialogue)
     cosines = None
@@ -510,10 +525,12 @@ def domain_evidence(catalogue: Catalogue, dialogue: str, embedder: Any = None, *
         prior[names.index(NONE_CANDIDATE)] = none_prior.log_odds(float(np.max(cosines)), named)
     parts = model.parts(tokenize(text, drop_stop_words=False)) if text else {}
     index = {n: i for i, n in enumerate(model.names)}
+    about = {n for instruction in profile for n in instruction_domains(model, instruction, None, SelectionConfig())}
     return DomainEvidence(
         prior=prior,
         cosines=[float(cosines[index[n]]) if n in index else 0.0 for n in names] if cosines is not None else None,
-        parts=[parts.get(n, (0.0, 0.0, 0.0)) for n in names], named=named)
+        parts=[parts.get(n, (0.0, 0.0, 0.0)) for n in names], named=named,
+        profile=[1.0 if n in about else 0.0 for n in names])
 
 
 def user_words(transcript: str) -> str:
@@ -542,8 +559,9 @@ def score_functions(engine: Engine, catalogue: Catalogue, dialogue: str, *, cali
     combined = [r - c + prior_weight * p for r, c, p in zip(scores.logprobs, calibration, prior)]
     cosines = evidence.cosines if evidence is not None and evidence.cosines is not None else [0.0] * len(names)
     parts = evidence.parts if evidence is not None and evidence.parts else [(0.0, 0.0, 0.0)] * len(names)
-    features = [[r - c, p, cos, *part] for r, c, p, cos, part in zip(scores.logprobs, calibration, prior, cosines,
-                                                                          parts)]
+    profile = evidence.profile if evidence is not None and evidence.profile else [0.0] * len(names)
+    features = [[r - c, p, cos, *part, about] for r, c, p, cos, part, about in
+                zip(scores.logprobs, calibration, prior, cosines, parts, profile)]
     fitted = None
     if rule is not None and rule != HAND_RULE:
         fitted = [rule.score(f) for f in features]
@@ -619,7 +637,7 @@ def select_by_score(engine: Engine, catalogue: Catalogue, ctx: CallingContext, *
     per-function score table (JSON)."""
     started = time.perf_counter()
     evidence = domain_evidence(catalogue, ctx.dialogue, embedder, allow_none=allow_none,
-                               none_prior=none_prior) if use_prior else None
+                               none_prior=none_prior, profile=ctx.profile) if use_prior else None
     scores = score_functions(engine, catalogue, ctx.dialogue, calibration=calibration, evidence=evidence,
                              prior_weight=prior_weight, allow_none=allow_none, rule=rule if use_prior else None,
                              abstention=abstention if use_prior else None, floor=floor)

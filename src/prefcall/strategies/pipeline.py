@@ -251,11 +251,13 @@ class Pipeline:
         meter.time("total", started)
         return result
 
-    def stage_one(self, dialogue: list[Turn] | str, catalogue: Catalogue, config: PipelineConfig) -> fnctod.StageOutput:
-        """Stage 1 alone, as `parse` runs it with `config` (no instructions, so no chained functions): which function
-        the request is for, with the per-function score table (`usage`: FunctionScores when scored)."""
+    def stage_one(self, dialogue: list[Turn] | str, catalogue: Catalogue, config: PipelineConfig,
+                  profile: Sequence[str] = ()) -> fnctod.StageOutput:
+        """Stage 1 alone, as `parse` runs it with `config` for a user whose standing instructions are `profile`
+        (none selected, so no chained functions): which function the request is for, with the per-function score
+        table (`usage`: FunctionScores when scored)."""
         turns = grounded.split_turns(dialogue)
-        ctx = fnctod.CallingContext(dialogue=render_dialogue(turns), instructions=[])
+        ctx = fnctod.CallingContext(dialogue=render_dialogue(turns), instructions=[], profile=list(profile))
         return self._select_functions(catalogue, ctx, config, ParseResult(config=config.name), _Meter(Trace()))
 
     # -- grounded ----------------------------------------------------------------------
@@ -269,7 +271,8 @@ class Pipeline:
         grounder = self._grounder(catalogue, exclude)
 
         started = time.perf_counter()
-        ctx = fnctod.CallingContext(dialogue=render_dialogue(turns), instructions=result.instructions_used)
+        ctx = fnctod.CallingContext(dialogue=render_dialogue(turns), instructions=result.instructions_used,
+                                    profile=[i.instruction for i in instructions])
         selection = self._select_functions(catalogue, ctx, config, result, meter)
         meter.time("select_functions", started)
         if isinstance(selection.usage, fnctod.FunctionScores):
