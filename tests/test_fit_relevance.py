@@ -347,3 +347,68 @@ def test_fit_relevance_with_a_model_fits_the_none_prior_beside_the_rule_and_writ
     assert printed["embedder_threshold"]["n_relevant"] == 12  # the threshold still reads every request
     ids = [json.loads(line)["id"] for line in (few / "relevance-rows.jsonl").read_text(encoding="utf-8").splitlines()]
     assert ids == ["r0", "r1", "r2", "i0", "i1", "i2"]
+
+
+def _check_rows(n: int, relevant: bool, source: str, gate: float, yes: float) -> list[fit_relevance.RelevanceRow]:
+    return [fit_relevance.RelevanceRow(source=source, id=f"{source}{i}", relevant=relevant, features=[0.5, 0.0],
+                                       hand_refused=False, gate_cosine=gate + 0.01 * i, model_yes=yes + 0.1 * (i % 5))
+            for i in range(n)]
+
+
+def test_the_models_check_is_kept_only_when_its_answers_refuse_more_than_the_embedder_alone():
+    # On-topic requests no function serves: the embedder's score cannot tell them from relevant ones (both clear
+    # its threshold 0.0), the model's yes-margin can.
+    rows = (_check_rows(40, True, "a", 0.5, 2.0) + _check_rows(40, True, "b", 0.3, 1.5)
+            + _check_rows(30, False, "n", 0.4, -1.0) + _check_rows(10, False, "n2", -0.5, 0.0))
+    found = fit_relevance.fit_check(rows, embedder_threshold=0.0)
+    assert found.kept and found.embedder == {"no_call": 0.25, "false_refusal": 0.0}
+    assert found.fitted["no_call"] > 0.9 and found.fitted["false_refusal"] <= 0.02
+    assert found.weights[2] > 0  # a larger yes-margin keeps
+    # A model that says yes to everything adds nothing: not kept, and says why.
+    blind = [r.model_copy(update={"model_yes": 2.0}) for r in rows]
+    noise = fit_relevance.fit_check(blind, embedder_threshold=0.0)
+    assert not noise.kept and "adds nothing" in noise.why
+    with pytest.raises(Exception, match="rerun `prefcall fit"):
+        fit_relevance.fit_check([r.model_copy(update={"model_yes": None}) for r in rows], 0.0)
+
+
+def test_the_pipeline_asks_the_model_whether_the_tool_can_do_it_when_its_fit_has_a_check(tmp_path: Path,
+                                                                                        monkeypatch):
+    from prefcall.storage import fits
+    from prefcall.strategies import model_check, relevance
+    from prefcall.strategies.pipeline import Pipeline
+    from prefcall.strategies.pipeline_models import get_config
+
+    catalogue, _, data, _ = _weather_model(tmp_path)
+    model = tmp_path / "m.gguf"
+
+    def scorer(prompt: str, candidate: str) -> float:
+        if model_check.QUESTION in prompt:  # the model reads the request: only weather is weather
+            return {"Yes": 0.0, "No": -3.0}[candidate] if "rain" in prompt else {"Yes": -3.0, "No": 0.0}[candidate]
+        return -1.0
+
+    engine = FileEngine(model, scorer=scorer)
+    fingerprint = fits.engine_fingerprint(engine, data)
+    # The embedder's rule keeps both requests (a threshold no score is under): alone it refuses neither.
+    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: relevance.RelevanceRule(
+        embedder=embedder.name, threshold=-10.0))
+    config = get_config("full", allow_refuse=True)
+
+    def parse(text: str):
+        return Pipeline(engine, FakeEmbedder(), data_dir=data).parse(f"User: {text}", [], catalogue, config)
+
+    assert parse("What is the weather like today?").decision != "refuse"
+    fits.save(fits.Fit(fingerprint=fingerprint, check={"weights": [0.0, 0.0, 1.0], "threshold": 0.0}),
+              data / fits.FITS_DIR)
+    off = parse("What is the weather like on Mars, scientifically speaking?")
+    assert off.decision == "refuse" and any("yes-margin -3.00" in n for n in off.notes), off.notes
+    assert parse("Will it rain in Paris?").decision != "refuse"
+    prompts = [c["prompt"] for c in engine.calls if model_check.QUESTION in c.get("prompt", "")]
+    assert prompts and all("User request:\nWill it rain in Paris?" in p or "Mars" in p for p in prompts)
+    # Without an embedder the check (it weighs the embedder's score) is not used; a damaged one says how to mend it.
+    assert Pipeline(engine, data_dir=data).check_rule() is None
+    from prefcall.errors import StoreError
+
+    fits.save(fits.Fit(fingerprint=fingerprint, check={"weights": [1.0], "threshold": 0.0}), data / fits.FITS_DIR)
+    with pytest.raises(StoreError, match="refit it with `prefcall fit --relevance`"):
+        Pipeline(engine, FakeEmbedder(), data_dir=data).check_rule()

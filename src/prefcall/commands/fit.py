@@ -259,9 +259,10 @@ def _fit_relevance(args: argparse.Namespace, settings: Settings) -> int:
 
 def _fit_model_relevance(args: argparse.Namespace, settings: Settings, embedder: object, items: list,
                          command: str, counts: dict[str, int], cosines: list[float], threshold: float) -> dict:
-    """The model's rule (fit_relevance.fit_rule) and stage 1's None prior (fit_relevance.fit_none_prior, counted
-    with the embedder check at `threshold`) from stage 1 on every request; each is stored with the model's fit
-    only when it is better than the hand-set one."""
+    """The model's rule (fit_relevance.fit_rule), stage 1's None prior (fit_relevance.fit_none_prior, counted
+    with the embedder check at `threshold`) and the model's check (fit_relevance.fit_check: its yes/no reading
+    beside the embedder's score) from stage 1 and the check question on every request; each is stored with the
+    model's fit only when it is better than the hand-set one (the check: than the embedder's rule alone)."""
     import datetime as dt
 
     from prefcall.engine import load_engine
@@ -274,7 +275,7 @@ def _fit_model_relevance(args: argparse.Namespace, settings: Settings, embedder:
     fingerprint = fits.engine_fingerprint(engine, settings.data_dir)
     pipeline = Pipeline(engine, embedder, data_dir=settings.data_dir)
     progress = Progress(len(items), sys.stderr, label="fit --relevance (stage 1)")
-    rows = fit_relevance.collect(pipeline, items, lambda _: progress.advance(), gate_cosines=cosines)
+    rows = fit_relevance.collect(pipeline, items, lambda _: progress.advance(), gate_cosines=cosines, check=True)
     progress.close()
     if args.out:
         out = Path(args.out)
@@ -298,9 +299,14 @@ def _fit_model_relevance(args: argparse.Namespace, settings: Settings, embedder:
         fields["relevance"], notes["relevance"] = result.rule(), note
     if prior.kept:
         fields["none_prior"], notes["none_prior"] = prior.prior, prior_note
+    check = fit_relevance.fit_check(rows, threshold)
+    check_note = {**header, **check.model_dump(exclude={"sources"}),
+                  "sources": {k: v.model_dump() for k, v in check.sources.items()}}
+    if check.kept:
+        fields["check"], notes["check"] = check.rule(), check_note
     stored = None if args.dry_run else _store_parts(settings, engine, fingerprint, fields, notes)
     return {"model": engine.info.model_name, "fingerprint": fingerprint, **result.rule(), **note,
-            "none_prior": prior_note, "stored_in": str(stored) if stored else None}
+            "none_prior": prior_note, "check": check_note, "stored_in": str(stored) if stored else None}
 
 
 def _fit_nlt(args: argparse.Namespace, settings: Settings) -> int:

@@ -343,6 +343,8 @@ class RelevanceRow(BaseModel):
     # the best function's combined score, the best cosine, whether a function is named (1.0) or not (0.0)
     none_inputs: list[float] | None = None
     gate_cosine: float | None = None  # the embedder check's score (its rule's, rule_scores), when the fit computed it
+    # the model's best yes-margin on "can this tool do it?" for the closest function and stage 1's (model_check)
+    model_yes: float | None = None
 
 
 class ModelRelevanceFit(BaseModel):
@@ -362,12 +364,15 @@ class ModelRelevanceFit(BaseModel):
 
 
 def collect(pipeline: Any, items: Sequence[Request], progress: Callable[[str], None] | None = None,
-            gate_cosines: Sequence[float] | None = None) -> list[RelevanceRow]:
+            gate_cosines: Sequence[float] | None = None, check: bool = False) -> list[RelevanceRow]:
     """Stage 1 (the `full` config with refusals allowed, as the MCP server runs it) on each request; with
     `gate_cosines` (the embedder rule's scores of the same items, rule_scores), each row also carries the embedder
-    check's score."""
+    check's score, and with `check` the model's yes-margin (strategies.model_check) for the function closest to
+    the request and the one stage 1 chose, as the pipeline asks it."""
+    from prefcall.strategies import model_check
     from prefcall.strategies.fnctod import NONE_CANDIDATE, FunctionScores
     from prefcall.strategies.pipeline_models import get_config
+    from prefcall.strategies.relevance import evidence
 
     config = get_config("full", allow_refuse=True)
     rows = []
@@ -378,9 +383,16 @@ def collect(pipeline: Any, items: Sequence[Request], progress: Callable[[str], N
             none = scores.names.index(NONE_CANDIDATE)
             hand = scores.combined[none] > max(c for i, c in enumerate(scores.combined) if i != none)
             inputs = scores.none_prior_inputs()
+            model_yes = None
+            if check and pipeline.embedder is not None and item.text.strip():
+                chosen = scores.best()
+                closest = evidence(pipeline.embedder, item.text, item.catalogue.functions).closest
+                asked = [f for f in item.catalogue.functions if f.name in {closest, chosen}]
+                model_yes = max(model_check.yes_margins(pipeline.engine, asked, item.text))
             rows.append(RelevanceRow(source=item.source, id=item.id, relevant=item.relevant, features=features,
                                      hand_refused=hand, none_inputs=[*inputs[:3], float(inputs[3])] if inputs else None,
-                                     gate_cosine=gate_cosines[n] if gate_cosines is not None else None))
+                                     gate_cosine=gate_cosines[n] if gate_cosines is not None else None,
+                                     model_yes=model_yes))
         if progress is not None:
             progress(item.id)
     return rows
@@ -419,6 +431,50 @@ def fit_rule(rows: Sequence[RelevanceRow]) -> ModelRelevanceFit:
     return ModelRelevanceFit(weights=weights, threshold=threshold, kept=kept, why=why, auc=split["auc"],
                              rows=len(rows), fitted=fitted, hand=hand, sources=split["sources"],
                              hand_sources=hand_split["sources"])
+
+
+class CheckFit(BaseModel):
+    weights: list[float]  # bias, then one weight per model_check.CHECK_FEATURES
+    threshold: float
+    kept: bool  # stored only when it refuses more irrelevant tuning requests than the embedder's rule alone
+    why: str = ""
+    auc: float
+    rows: int
+    fitted: dict[str, float]  # "no_call" and "false_refusal" with the check, in sample
+    embedder: dict[str, float]  # the same for the embedder's rule alone (its threshold) on the same rows
+    sources: dict[str, SourceShare] = Field(default_factory=dict)
+
+    def rule(self) -> dict[str, Any]:
+        return {"weights": self.weights, "threshold": self.threshold}
+
+
+def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckFit:
+    """The model's check (strategies.model_check.CheckRule): a logistic regression of "a function fits" on the
+    embedder rule's score and the model's yes-margin, then the threshold that keeps KEEP of the relevant rows and
+    KEEP_PER_SOURCE of each source's (`threshold_for`, the embedder rule's keep rule, which bounds what it may
+    cost relevant requests). Kept only when, on the same rows, it refuses more irrelevant requests than the
+    embedder's rule alone."""
+    from prefcall.evaluation.fit import logistic
+
+    rows = [r for r in rows if r.gate_cosine is not None and r.model_yes is not None]
+    if not any(r.relevant for r in rows) or all(r.relevant for r in rows):
+        raise ConfigError("the check fit needs rows of both kinds with the model's answers: rerun `prefcall fit "
+                          "--relevance`")
+    x = np.asarray([[r.gate_cosine, r.model_yes] for r in rows], dtype=float)
+    y = np.asarray([float(r.relevant) for r in rows])
+    w = logistic(x, y, ridge=RIDGE)
+    weights = [round(float(w[-1]), 4), *(round(float(v), 4) for v in w[:-1])]
+    scores = [weights[0] + float(np.dot(weights[1:], f)) for f in x]
+    threshold = threshold_for(scores, rows)
+    refused = [s < threshold for s in scores]
+    alone = [float(r.gate_cosine) < embedder_threshold for r in rows]  # type: ignore[arg-type]
+    fitted, embedder = _rates(refused, rows), _rates(alone, rows)
+    kept = fitted["no_call"] > embedder["no_call"]
+    why = "" if kept else (f"the embedder's rule alone refuses {embedder['no_call']:.1%} of the irrelevant tuning "
+                           f"requests, the check {fitted['no_call']:.1%}: it adds nothing")
+    split = shares(scores, rows, threshold)
+    return CheckFit(weights=weights, threshold=threshold, kept=kept, why=why, auc=split["auc"], rows=len(rows),
+                    fitted=fitted, embedder=embedder, sources=split["sources"])
 
 
 # -- stage 1's "None" prior: the constants of fnctod.NonePrior -----------------------------------------------------

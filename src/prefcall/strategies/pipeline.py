@@ -34,7 +34,7 @@ from prefcall.schemas.model import Call, Catalogue, Turn, as_dialogue, render_di
 from prefcall.schemas.state import DialogueState, user_turn_index
 from prefcall.storage import fits
 from prefcall.storage.demos import DemoStore
-from prefcall.strategies import fnctod, grounded, relevance, shortlist
+from prefcall.strategies import fnctod, grounded, model_check, relevance, shortlist
 from prefcall.strategies.fcicl import DemoQuery, DemoRetriever, HeuristicReranker, Reranker, ScoredDemo
 from prefcall.strategies.grounding.values import accepted_offers
 from prefcall.strategies.pipeline_models import ParseResult, PipelineConfig, Trace
@@ -157,6 +157,7 @@ class Pipeline:
         self._abstention: tuple[fnctod.AbstentionRule | None] | None = None
         self._none_prior: fnctod.NonePrior | None = None
         self._floor: float | None = None
+        self._check: tuple[model_check.CheckRule | None] | None = None
         self._fit: tuple[fits.Fit | None] | None = None  # the model's fit, read once (`fit`)
         self.record: grounded.Recorder | None = None  # `prefcall fit` collects the filler's scored candidates
         self.scope = LOCAL
@@ -173,6 +174,7 @@ class Pipeline:
         self.abstention_rule()
         self.none_prior()
         self.calibration_floor()
+        self.check_rule()
         view = copy.copy(self)
         view.engine = ScopedEngine(self.engine, scope)
         view.scope = scope
@@ -359,23 +361,42 @@ class Pipeline:
         decided = isinstance(selection.usage, fnctod.FunctionScores) and selection.usage.refused is not None
         if config.allow_refuse and config.ask_relevance and checked_answer and not decided:
             started = time.perf_counter()
-            self._refuse_off_topic(turns, catalogue, result)
+            self._refuse_off_topic(turns, catalogue, result, meter)
             meter.time("ask_relevance", started)
 
-    def _refuse_off_topic(self, turns: list[Turn], catalogue: Catalogue, result: ParseResult) -> None:
+    def _refuse_off_topic(self, turns: list[Turn], catalogue: Catalogue, result: ParseResult,
+                          meter: _Meter | None = None) -> None:
         """An answer for functions the request is not about becomes a refusal (strategies.relevance): the user's
         words are compared with the name and description of every function of the catalogue, against the
         embedder's fitted threshold; the request is refused only when none clears it. With `relevance_scope`
         "all" every call and ask is checked, whatever the filler found (the threshold is fitted low enough to keep
         requests worded far from their function: "Get me to Paris tomorrow"); "unfilled_asks" reads only asks that
-        fill no required argument. Without an embedder or a fitted threshold, the answer stands."""
+        fill no required argument. Without an embedder or a fitted threshold, the answer stands. A model with a
+        fitted CheckRule (strategies.model_check) is also asked whether the closest function, and the one stage 1
+        chose, can do what the request asks; the rule weighs its answer with the embedder's score."""
         # Every function of the catalogue, not only the ones stage 1 chose: a request that another function fits
         # is about the catalogue (stage 1 may have chosen wrong), and refusing it would cost a real request.
         words = "\n".join(t.content for t in turns if t.role == "user" and t.content)
-        found = relevance.unrelated(self.embedder, words, catalogue.functions)
-        if found is None:
-            return
-        result.notes.append(f"refuse {', '.join(result.functions)}: the request is not about them ({found.describe()})")
+        check = self.check_rule()
+        if check is None:
+            found = relevance.unrelated(self.embedder, words, catalogue.functions)
+            if found is None:
+                return
+            why = found.describe()
+        else:
+            judged = relevance.judged(self.embedder, words, catalogue.functions)
+            if judged is None:
+                return
+            asked = [f for f in catalogue.functions if f.name in {judged.closest, *result.functions[:1]}]
+            margins = model_check.yes_margins(self.engine, asked, words)
+            if meter is not None:
+                meter.trace.model_calls += len(asked)
+            features = model_check.features(judged.similarity, margins)
+            if not check.refuses(features):
+                return
+            why = (f"closest {judged.closest}: relevance score {judged.similarity:.2f}, the model's yes-margin "
+                   f"{features[1]:.2f}; the check's score {check.score(features):.2f} < {check.threshold:.2f}")
+        result.notes.append(f"refuse {', '.join(result.functions)}: the request is not about them ({why})")
         result.calls, result.missing, result.question, result.decision = [], [], None, "refuse"
 
     def fit(self) -> fits.Fit | None:
@@ -533,6 +554,20 @@ class Pipeline:
                 raise StoreError(f"the fitted None prior of {self.engine.info.model_name} is unreadable "
                                  f"({exc.errors()[0]['msg']}): refit it with `prefcall fit --relevance`") from exc
         return self._none_prior
+
+    def check_rule(self) -> model_check.CheckRule | None:
+        """The model's fitted check (`prefcall fit --relevance`: its yes/no reading of whether a tool can do what
+        is asked, weighed with the embedder's relevance score); None without one (the embedder's rule alone). It
+        weighs the embedder's score, so it is used only with an embedder."""
+        if self._check is None:
+            fit = self.fit()
+            found = fit.check if fit is not None and self.embedder is not None else None
+            try:
+                self._check = (model_check.CheckRule.model_validate(found),) if found else (None,)
+            except PydanticValidationError as exc:
+                raise StoreError(f"the fitted check rule of {self.engine.info.model_name} is unreadable "
+                                 f"({exc.errors()[0]['msg']}): refit it with `prefcall fit --relevance`") from exc
+        return self._check[0]
 
     def calibration_floor(self) -> float:
         """Stage 1's bound on the calibration's gain: the model's fitted floor (`prefcall fit --selection`, kept only

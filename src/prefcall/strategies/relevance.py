@@ -154,19 +154,26 @@ class Unrelated(BaseModel):
         return f"closest {self.closest}: {what} {self.similarity:.2f} < {self.rule.threshold:.2f}, {self.rule.embedder}"
 
 
-def unrelated(embedder: Embedder | None, request: str, functions: Sequence[Function],
-              scores: dict[str, float] | None = None) -> Unrelated | None:
-    """The request is not about any of `functions` (its score under the embedder's fitted rule); None when it
-    clears it, or when there is no embedder, fitted rule, function or request text. `scores` reuses similarities
-    already computed for these functions (a rule without weights)."""
+def judged(embedder: Embedder | None, request: str, functions: Sequence[Function],
+           scores: dict[str, float] | None = None) -> Unrelated | None:
+    """The request's score under the embedder's fitted rule and the function closest to it, whether or not the
+    score clears the threshold; None when there is no embedder, fitted rule, function or request text. `scores`
+    reuses similarities already computed for these functions (a rule without weights)."""
     rule = ask_rule(embedder)
     if rule is None or embedder is None or not functions or not request.strip():
         return None
     if rule.weights is not None:
         found = evidence(embedder, request, functions)
-        score = rule.score(found)
-        return None if score >= rule.threshold else Unrelated(closest=found.closest, similarity=score, rule=rule)
+        return Unrelated(closest=found.closest, similarity=rule.score(found), rule=rule)
     if scores is None or any(f.name not in scores for f in functions):
         scores = similarities(embedder, request, functions)
     best = max((f.name for f in functions), key=lambda name: scores[name])
-    return None if scores[best] >= rule.threshold else Unrelated(closest=best, similarity=scores[best], rule=rule)
+    return Unrelated(closest=best, similarity=scores[best], rule=rule)
+
+
+def unrelated(embedder: Embedder | None, request: str, functions: Sequence[Function],
+              scores: dict[str, float] | None = None) -> Unrelated | None:
+    """The request is not about any of `functions` (its score under the embedder's fitted rule, `judged`); None
+    when it clears it, or when there is nothing to judge it by."""
+    found = judged(embedder, request, functions, scores)
+    return found if found is not None and found.similarity < found.rule.threshold else None

@@ -1,0 +1,62 @@
+"""Can this tool do what the user asks? The model's own reading, as relevance evidence beside the embedder's.
+
+A request on a function's topic that the function cannot serve ("What type of rock is best for a garden
+sculpture?" against `sculpture.create`) is close to the function's text by any cosine; only a model that reads the
+request can turn it down. Where a model's fit has a `CheckRule` (`prefcall fit --relevance` stores one only when it
+refuses more irrelevant tuning requests than the embedder's rule alone, within the same keep rule), the pipeline
+asks the model one yes/no question per function in question (the one closest to the request by the embedder, and
+the one stage 1 chose) and refuses the answer when the rule's score of the embedder's relevance score and the best
+function's yes-margin (log P(Yes) - log P(No)) is under its threshold.
+
+The function's text is catalogue data and the request is the user's: both go in the user message, the request last
+and marked as the request; neither can change the question.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+
+from prefcall.engine.base import Engine, Prompt, score_batch
+from prefcall.schemas.model import Function
+from prefcall.schemas.render import render_function_spec
+
+CHECK_FEATURES = ("relevance_score", "model_yes")
+SPEC_CHARS = 1500  # a function's text beyond this adds nothing to the question (and costs prompt tokens)
+REQUEST_CHARS = 1500
+SYSTEM = "You check whether a tool can fulfil a user's request. Answer with one word: Yes or No."
+QUESTION = "Can this tool, called with suitable arguments, do what the user asks?"
+ANSWERS = ("Yes", "No")
+
+
+class CheckRule(BaseModel):
+    """Refuse when bias + weights . CHECK_FEATURES falls under `threshold`."""
+
+    weights: list[float] = Field(min_length=len(CHECK_FEATURES) + 1, max_length=len(CHECK_FEATURES) + 1)
+    threshold: float
+
+    def score(self, features: Sequence[float]) -> float:
+        return float(self.weights[0] + sum(w * x for w, x in zip(self.weights[1:], features)))
+
+    def refuses(self, features: Sequence[float]) -> bool:
+        return self.score(features) < self.threshold
+
+
+def check_prompt(function: Function, request: str) -> Prompt:
+    user = (f"{render_function_spec(function)[:SPEC_CHARS]}\n\nUser request:\n{request.strip()[:REQUEST_CHARS]}\n\n"
+            f"{QUESTION}")
+    return Prompt.chat(SYSTEM, user)
+
+
+def yes_margins(engine: Engine, functions: Sequence[Function], request: str) -> list[float]:
+    """log P(Yes) - log P(No) of the check question for each function (one batch)."""
+    if not functions:
+        return []
+    scored = score_batch(engine, [(check_prompt(f, request), list(ANSWERS)) for f in functions])
+    return [s.logprobs[0] - s.logprobs[1] for s in scored]
+
+
+def features(relevance_score: float, margins: Sequence[float]) -> list[float]:
+    """CHECK_FEATURES: the embedder rule's score and the best yes-margin of the functions asked about."""
+    return [relevance_score, max(margins)]
