@@ -315,11 +315,10 @@ HAND_RULE = SelectionRule(weights=[1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
 RELEVANCE_FEATURES = ("similarity", "none_margin")
 
 
-class AbstentionRule(BaseModel):
-    """Refuse when bias + weights . RELEVANCE_FEATURES falls under `threshold` (fitted to keep a share of the
-    tuning requests that a function fits, in every source)."""
+class LinearRule(BaseModel):
+    """Refuse when bias + weights . features falls under `threshold`; a subclass says which features."""
 
-    weights: list[float] = Field(min_length=len(RELEVANCE_FEATURES) + 1, max_length=len(RELEVANCE_FEATURES) + 1)
+    weights: list[float]
     threshold: float
 
     def score(self, features: Sequence[float]) -> float:
@@ -327,6 +326,13 @@ class AbstentionRule(BaseModel):
 
     def refuses(self, features: Sequence[float]) -> bool:
         return self.score(features) < self.threshold
+
+
+class AbstentionRule(LinearRule):
+    """Over RELEVANCE_FEATURES (fitted to keep a share of the tuning requests that a function fits, in every
+    source)."""
+
+    weights: list[float] = Field(min_length=len(RELEVANCE_FEATURES) + 1, max_length=len(RELEVANCE_FEATURES) + 1)
 
 
 class DomainEvidence(BaseModel):

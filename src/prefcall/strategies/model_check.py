@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from prefcall.engine.base import Engine, Prompt, score_batch
 from prefcall.schemas.model import Function
 from prefcall.schemas.render import render_function_spec
+from prefcall.strategies.fnctod import LinearRule
 
 CHECK_FEATURES = ("relevance_score", "model_yes")
 SPEC_CHARS = 1500  # a function's text beyond this adds nothing to the question (and costs prompt tokens)
@@ -30,17 +31,10 @@ QUESTION = "Can this tool, called with suitable arguments, do what the user asks
 ANSWERS = ("Yes", "No")
 
 
-class CheckRule(BaseModel):
-    """Refuse when bias + weights . CHECK_FEATURES falls under `threshold`."""
+class CheckRule(LinearRule):
+    """Over CHECK_FEATURES."""
 
     weights: list[float] = Field(min_length=len(CHECK_FEATURES) + 1, max_length=len(CHECK_FEATURES) + 1)
-    threshold: float
-
-    def score(self, features: Sequence[float]) -> float:
-        return float(self.weights[0] + sum(w * x for w, x in zip(self.weights[1:], features)))
-
-    def refuses(self, features: Sequence[float]) -> bool:
-        return self.score(features) < self.threshold
 
 
 def check_prompt(function: Function, request: str) -> Prompt:

@@ -22,8 +22,9 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
 from prefcall.engine.base import LOCAL, Embedder, Engine, Generation, Scope, ScopedEngine
@@ -43,6 +44,9 @@ from prefcall.strategies.preferences import apply_preferences
 from prefcall.strategies.selection import DomainModel, select_instructions
 from prefcall.strategies.taps_gate import default_threshold, gate_mismatch, uncertainty
 from prefcall.strategies.taps_tagger import TagExamples, TagResult, check_tagging, tag_instruction
+
+_Rule = TypeVar("_Rule", bound=BaseModel)  # a stored part of a model's fit (`Pipeline._fitted`)
+
 
 class _Meter:
     """Accumulates token usage and model calls of everything one parse does."""
@@ -535,11 +539,7 @@ class Pipeline:
         if self._abstention is None:
             fit = self.fit()
             found = fit.relevance if fit is not None and self.embedder is not None else None
-            try:
-                self._abstention = (fnctod.AbstentionRule.model_validate(found),) if found else (None,)
-            except PydanticValidationError as exc:
-                raise StoreError(f"the fitted relevance rule of {self.engine.info.model_name} is unreadable "
-                                 f"({exc.errors()[0]['msg']}): refit it with `prefcall fit --relevance`") from exc
+            self._abstention = (self._fitted(fnctod.AbstentionRule, found, "relevance rule", "--relevance"),)
         return self._abstention[0]
 
     def none_prior(self) -> fnctod.NonePrior:
@@ -548,11 +548,8 @@ class Pipeline:
         if self._none_prior is None:
             fit = self.fit()
             found = fit.none_prior if fit is not None else None
-            try:
-                self._none_prior = fnctod.NonePrior.model_validate(found) if found else fnctod.HAND_NONE_PRIOR
-            except PydanticValidationError as exc:
-                raise StoreError(f"the fitted None prior of {self.engine.info.model_name} is unreadable "
-                                 f"({exc.errors()[0]['msg']}): refit it with `prefcall fit --relevance`") from exc
+            self._none_prior = self._fitted(fnctod.NonePrior, found, "None prior", "--relevance") \
+                or fnctod.HAND_NONE_PRIOR
         return self._none_prior
 
     def check_rule(self) -> model_check.CheckRule | None:
@@ -562,12 +559,19 @@ class Pipeline:
         if self._check is None:
             fit = self.fit()
             found = fit.check if fit is not None and self.embedder is not None else None
-            try:
-                self._check = (model_check.CheckRule.model_validate(found),) if found else (None,)
-            except PydanticValidationError as exc:
-                raise StoreError(f"the fitted check rule of {self.engine.info.model_name} is unreadable "
-                                 f"({exc.errors()[0]['msg']}): refit it with `prefcall fit --relevance`") from exc
+            self._check = (self._fitted(model_check.CheckRule, found, "check rule", "--relevance"),)
         return self._check[0]
+
+    def _fitted(self, kind: type[_Rule], found: Any, what: str, option: str) -> _Rule | None:
+        """One stored part of the model's fit, read as `kind`; None when it has none. A damaged part is a one-line
+        error that says how to mend it."""
+        if not found:
+            return None
+        try:
+            return kind.model_validate(found)
+        except PydanticValidationError as exc:
+            raise StoreError(f"the fitted {what} of {self.engine.info.model_name} is unreadable "
+                             f"({exc.errors()[0]['msg']}): refit it with `prefcall fit {option}`") from exc
 
     def calibration_floor(self) -> float:
         """Stage 1's bound on the calibration's gain: the model's fitted floor (`prefcall fit --selection`, kept only
