@@ -402,7 +402,11 @@ def test_the_pipeline_asks_the_model_whether_the_tool_can_do_it_when_its_fit_has
               data / fits.FITS_DIR)
     off = parse("What is the weather like on Mars, scientifically speaking?")
     assert off.decision == "refuse" and any("yes-margin -3.00" in n for n in off.notes), off.notes
-    assert parse("Will it rain in Paris?").decision != "refuse"
+    unchecked = Pipeline(engine, FakeEmbedder(), data_dir=data).parse(
+        "User: Will it rain in Paris?", [], catalogue, get_config("full", allow_refuse=True, ask_relevance=False))
+    checked = parse("Will it rain in Paris?")
+    assert checked.decision != "refuse"
+    assert checked.trace.prompt_tokens > unchecked.trace.prompt_tokens  # the question's tokens are in the trace
     prompts = [c["prompt"] for c in engine.calls if model_check.QUESTION in c.get("prompt", "")]
     assert prompts and all("User request:\nWill it rain in Paris?" in p or "Mars" in p for p in prompts)
     # Without an embedder the check (it weighs the embedder's score) is not used; a damaged one says how to mend it.

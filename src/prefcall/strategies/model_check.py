@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
-from prefcall.engine.base import Engine, Prompt, score_batch
+from prefcall.engine.base import Engine, Prompt, PromptUsage, score_batch
 from prefcall.schemas.model import Function
 from prefcall.schemas.render import render_function_spec
 from prefcall.strategies.fnctod import LinearRule
@@ -43,11 +43,15 @@ def check_prompt(function: Function, request: str) -> Prompt:
     return Prompt.chat(SYSTEM, user)
 
 
-def yes_margins(engine: Engine, functions: Sequence[Function], request: str) -> list[float]:
-    """log P(Yes) - log P(No) of the check question for each function (one batch)."""
+def yes_margins(engine: Engine, functions: Sequence[Function], request: str,
+                usage: PromptUsage | None = None) -> list[float]:
+    """log P(Yes) - log P(No) of the check question for each function (one batch); the prompt tokens it took are
+    added to `usage` when given."""
     if not functions:
         return []
     scored = score_batch(engine, [(check_prompt(f, request), list(ANSWERS)) for f in functions])
+    for s in scored if usage is not None else ():
+        usage.add(s.usage)
     return [s.logprobs[0] - s.logprobs[1] for s in scored]
 
 

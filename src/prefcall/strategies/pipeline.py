@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
-from prefcall.engine.base import LOCAL, Embedder, Engine, Generation, Scope, ScopedEngine
+from prefcall.engine.base import LOCAL, Embedder, Engine, Generation, PromptUsage, Scope, ScopedEngine
 from prefcall.errors import StoreError, ValidationError
 from prefcall.tagging.tags import TaggedInstruction
 from prefcall.retrieval.text import tokenize
@@ -392,9 +392,13 @@ class Pipeline:
             if judged is None:
                 return
             asked = [f for f in catalogue.functions if f.name in {judged.closest, *result.functions[:1]}]
-            margins = model_check.yes_margins(self.engine, asked, words)
+            usage = PromptUsage()
+            margins = model_check.yes_margins(self.engine, asked, words, usage)
             if meter is not None:
                 meter.trace.model_calls += len(asked)
+                meter.trace.prompt_tokens += usage.prompt_tokens
+                meter.trace.evaluated += usage.evaluated
+                meter.trace.reused += usage.reused
             features = model_check.features(judged.similarity, margins)
             if not check.refuses(features):
                 return
