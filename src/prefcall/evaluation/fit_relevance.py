@@ -464,7 +464,7 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
     y = np.asarray([float(r.relevant) for r in rows])
     w = logistic(x, y, ridge=RIDGE)
     weights = [round(float(w[-1]), 4), *(round(float(v), 4) for v in w[:-1])]
-    scores = [weights[0] + float(np.dot(weights[1:], f)) for f in x]
+    scores = rule_scores(weights, x)
     threshold = threshold_for(scores, rows)
     refused = [s < threshold for s in scores]
     alone = [float(r.gate_cosine) < embedder_threshold for r in rows]  # type: ignore[arg-type]
