@@ -44,7 +44,19 @@ def capable_engine() -> FakeEngine:
     for message, chosen in NLT_ANSWERS.items():
         lines = "\n".join(f"{t} - {'YES' if t in chosen else 'NO'}" for t in TOOLS)
         replies.append(CannedReply(f" The user asks for this.\n{lines}\nAssessment finished.", when=f"Message: {message}"))
-    return FakeEngine(replies=replies, scorer={"Paris": -0.3, "London": -4.0, "Banana": -9.0})
+    capitals = {"Paris": -0.3, "London": -4.0, "Banana": -9.0}
+
+    def scorer(prompt: str, candidate: str) -> float:
+        # select_tools' score mode (the MCP tool's default): YES/NO after each tool's line
+        tool = next((t for t in TOOLS if prompt.rstrip().endswith(f"{t} -")), None)
+        if tool is None or candidate.strip() not in ("YES", "NO"):
+            return capitals.get(candidate.strip(), -5.0)
+        chosen = next((c for m, c in NLT_ANSWERS.items() if f"Message: {m}" in prompt), None)
+        if chosen is None:
+            return -0.7  # a content-free message: no lean either way
+        return -0.1 if (candidate.strip() == "YES") == (tool in chosen) else -6.0
+
+    return FakeEngine(replies=replies, scorer=scorer)
 
 
 def test_the_builtin_suite_has_about_twenty_cases_of_each_kind():
@@ -98,6 +110,7 @@ def test_run_check_with_a_fake_engine_reports_every_case(settings):
     assert len(report.cases) == len(builtin_suite().cases)
     nlt = [c for c in report.cases if c.case.kind == "select_tools"]
     assert nlt and all(c.passed for c in nlt), [c.detail for c in nlt if not c.passed]
+    assert all(c.got["evidence"] for c in nlt)  # score mode, as the MCP tool answers: it says what decided
     # The fake's replies are unusable for clarify: those count as failures with a reason, never crash the check.
     others = [c for c in report.cases if c.case.kind != "select_tools"]
     assert all(c.detail for c in others if not c.passed) and not all(c.passed for c in others)

@@ -287,8 +287,9 @@ class SuiteRunner:
     def _select_tools(self, case: SmokeCase) -> dict[str, Any]:
         from prefcall.strategies.nlt import select_tools
 
-        result = select_tools(self.engine, case.message, self.catalogues[case.catalogue], mode="generate")
-        return {"selected": list(result.selected), "status": result.status}
+        # As the MCP tool answers by default: score mode, with the embedder and the rule fitted for the model
+        result = select_tools(self.engine, case.message, self.catalogues[case.catalogue], embedder=self.embedder)
+        return {"selected": list(result.selected), "status": result.status, "evidence": result.evidence}
 
     def _clarify(self, case: SmokeCase) -> dict[str, Any]:
         from prefcall.strategies.qwn import clarify
