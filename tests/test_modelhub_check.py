@@ -41,9 +41,6 @@ def capable_engine() -> FakeEngine:
     replies = [
         CannedReply('{"city": "Lisbon", "nights": 3}', when="Lisbon", logprob=-0.2, top=[("{", -0.1), ('"', -3.0)]),
     ]
-    for message, chosen in NLT_ANSWERS.items():
-        lines = "\n".join(f"{t} - {'YES' if t in chosen else 'NO'}" for t in TOOLS)
-        replies.append(CannedReply(f" The user asks for this.\n{lines}\nAssessment finished.", when=f"Message: {message}"))
     capitals = {"Paris": -0.3, "London": -4.0, "Banana": -9.0}
 
     def scorer(prompt: str, candidate: str) -> float:
