@@ -372,6 +372,22 @@ def test_the_models_check_is_kept_only_when_its_answers_refuse_more_than_the_emb
         fit_relevance.fit_check([r.model_copy(update={"model_yes": None}) for r in rows], 0.0)
 
 
+def test_the_check_goes_after_the_embedders_rule_when_that_refuses_more_within_the_keep_rule():
+    # Chatter far from every function (the embedder's score under its threshold 0.0) that the model still says
+    # yes to, beside on-topic requests only the model turns down: neither alone refuses both kinds.
+    rows = (_check_rows(40, True, "a", 0.5, 2.0) + _check_rows(40, True, "b", 0.0, 1.5)
+            + _check_rows(20, False, "topic", 0.4, -1.0) + _check_rows(20, False, "chatter", -0.3, 4.0))
+    found = fit_relevance.fit_check(rows, embedder_threshold=0.0)
+    assert found.embedder_first and found.kept and found.rule()["embedder_first"] is True
+    assert found.fitted["no_call"] == 1.0 and found.fitted["false_refusal"] <= 0.02
+    assert found.other["no_call"] < found.fitted["no_call"]  # the check alone, fitted the same way
+    assert found.sources["chatter"].kept == 0.0
+    # Where the embedder's rule alone already refuses more relevant rows than the keep rule allows, it cannot
+    # go first: the check alone is the rule.
+    costly = [r.model_copy(update={"gate_cosine": -1.0}) if r.source == "b" and r.id < "b2" else r for r in rows]
+    assert not fit_relevance.fit_check(costly, embedder_threshold=0.0).embedder_first
+
+
 def test_the_pipeline_asks_the_model_whether_the_tool_can_do_it_when_its_fit_has_a_check(tmp_path: Path,
                                                                                         monkeypatch):
     from prefcall.storage import fits
@@ -409,6 +425,15 @@ def test_the_pipeline_asks_the_model_whether_the_tool_can_do_it_when_its_fit_has
     assert checked.trace.prompt_tokens > unchecked.trace.prompt_tokens  # the question's tokens are in the trace
     prompts = [c["prompt"] for c in engine.calls if model_check.QUESTION in c.get("prompt", "")]
     assert prompts and all("User request:\nWill it rain in Paris?" in p or "Mars" in p for p in prompts)
+    # Fitted to go after the embedder's rule: what that rule refuses is refused without asking the model.
+    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: relevance.RelevanceRule(
+        embedder=embedder.name, threshold=10.0))
+    fits.save(fits.Fit(fingerprint=fingerprint, check={"weights": [0.0, 0.0, 1.0], "threshold": 0.0,
+                                                       "embedder_first": True}), data / fits.FITS_DIR)
+    asked = len(engine.calls)
+    first = parse("Will it rain in Paris?")
+    assert first.decision == "refuse" and any("the model was not asked" in n for n in first.notes), first.notes
+    assert not [c for c in engine.calls[asked:] if model_check.QUESTION in c.get("prompt", "")]
     # Without an embedder the check (it weighs the embedder's score) is not used; a damaged one says how to mend it.
     assert Pipeline(engine, data_dir=data).check_rule() is None
     from prefcall.errors import StoreError

@@ -436,24 +436,34 @@ def fit_rule(rows: Sequence[RelevanceRow]) -> ModelRelevanceFit:
 class CheckFit(BaseModel):
     weights: list[float]  # bias, then one weight per model_check.CHECK_FEATURES
     threshold: float
+    embedder_first: bool = False  # the embedder's rule refuses on its own first (model_check.CheckRule)
     kept: bool  # stored only when it refuses more irrelevant tuning requests than the embedder's rule alone
     why: str = ""
     auc: float
     rows: int
     fitted: dict[str, float]  # "no_call" and "false_refusal" with the check, in sample
     embedder: dict[str, float]  # the same for the embedder's rule alone (its threshold) on the same rows
+    # the same for the other way of combining the two (the check alone when embedder_first, else embedder first)
+    other: dict[str, float] = Field(default_factory=dict)
     sources: dict[str, SourceShare] = Field(default_factory=dict)
 
     def rule(self) -> dict[str, Any]:
-        return {"weights": self.weights, "threshold": self.threshold}
+        return {"weights": self.weights, "threshold": self.threshold, "embedder_first": self.embedder_first}
+
+
+# A score under every threshold: a request the embedder's rule refuses on its own, whatever the check says.
+_REFUSED = -1e6
 
 
 def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckFit:
     """The model's check (strategies.model_check.CheckRule): a logistic regression of "a function fits" on the
     embedder rule's score and the model's yes-margin, then the threshold that keeps KEEP of the relevant rows and
     KEEP_PER_SOURCE of each source's (`threshold_for`, the embedder rule's keep rule, which bounds what it may
-    cost relevant requests). Kept only when, on the same rows, it refuses more irrelevant requests than the
-    embedder's rule alone."""
+    cost relevant requests), two ways: the check alone, and after the embedder's rule (`embedder_first`: what that
+    rule refuses stays refused; the regression reads the rows it keeps, and the threshold keeps the share with
+    those refusals counted). The way that refuses more irrelevant rows within the keep rule is the rule (a tie:
+    the check alone, as fits made before the choice were). Kept only when, on the same rows, it refuses more
+    irrelevant requests than the embedder's rule alone."""
     from prefcall.evaluation.fit import logistic
 
     rows = [r for r in rows if r.gate_cosine is not None and r.model_yes is not None]
@@ -462,19 +472,29 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
                           "--relevance`")
     x = np.asarray([[r.gate_cosine, r.model_yes] for r in rows], dtype=float)
     y = np.asarray([float(r.relevant) for r in rows])
-    w = logistic(x, y, ridge=RIDGE)
-    weights = [round(float(w[-1]), 4), *(round(float(v), 4) for v in w[:-1])]
-    scores = rule_scores(weights, x)
-    threshold = threshold_for(scores, rows)
-    refused = [s < threshold for s in scores]
-    alone = [float(r.gate_cosine) < embedder_threshold for r in rows]  # type: ignore[arg-type]
-    fitted, embedder = _rates(refused, rows), _rates(alone, rows)
+    alone = np.asarray([float(r.gate_cosine) < embedder_threshold for r in rows])  # type: ignore[arg-type]
+    ways: dict[bool, tuple[list[float], float, list[float], dict[str, float]]] = {}
+    for first in (False, True):
+        # embedder first: the check decides only what the embedder's rule keeps, so it is fitted on those rows
+        reads = ~alone if first else np.ones(len(rows), dtype=bool)
+        if first and (y[reads].min(initial=1.0) == 1.0 or y[reads].max(initial=0.0) == 0.0):
+            continue  # the embedder's rule leaves the check nothing to tell apart
+        w = logistic(x[reads], y[reads], ridge=RIDGE)
+        weights = [round(float(w[-1]), 4), *(round(float(v), 4) for v in w[:-1])]
+        scores = [_REFUSED if first and a else s for s, a in zip(rule_scores(weights, x), alone)]
+        threshold = threshold_for(scores, rows)
+        if threshold > _REFUSED:  # else the embedder's rule alone refuses more relevant rows than KEEP allows
+            ways[first] = (weights, threshold, scores, _rates([s < threshold for s in scores], rows))
+    first = True in ways and ways[True][3]["no_call"] > ways[False][3]["no_call"]
+    weights, threshold, scores, fitted = ways[first]
+    embedder = _rates(list(alone), rows)
     kept = fitted["no_call"] > embedder["no_call"]
     why = "" if kept else (f"the embedder's rule alone refuses {embedder['no_call']:.1%} of the irrelevant tuning "
                            f"requests, the check {fitted['no_call']:.1%}: it adds nothing")
     split = shares(scores, rows, threshold)
-    return CheckFit(weights=weights, threshold=threshold, kept=kept, why=why, auc=split["auc"], rows=len(rows),
-                    fitted=fitted, embedder=embedder, sources=split["sources"])
+    return CheckFit(weights=weights, threshold=threshold, embedder_first=first, kept=kept, why=why,
+                    auc=split["auc"], rows=len(rows), fitted=fitted, embedder=embedder,
+                    other=ways[not first][3] if (not first) in ways else {}, sources=split["sources"])
 
 
 # -- stage 1's "None" prior: the constants of fnctod.NonePrior -----------------------------------------------------

@@ -6,7 +6,9 @@ request can turn it down. Where a model's fit has a `CheckRule` (`prefcall fit -
 refuses more irrelevant tuning requests than the embedder's rule alone, within the same keep rule), the pipeline
 asks the model one yes/no question per function in question (the one closest to the request by the embedder, and
 the one stage 1 chose) and refuses the answer when the rule's score of the embedder's relevance score and the best
-function's yes-margin (log P(Yes) - log P(No)) is under its threshold.
+function's yes-margin (log P(Yes) - log P(No)) is under its threshold. A rule fitted `embedder_first` refuses what
+the embedder's rule refuses before it asks: far off-topic chatter ("Good morning!") that a small model still calls
+a fit for a calendar tool costs no model call.
 
 The function's text is catalogue data and the request is the user's: both go in the user message, the request last
 and marked as the request; neither can change the question.
@@ -32,9 +34,12 @@ ANSWERS = ("Yes", "No")
 
 
 class CheckRule(LinearRule):
-    """Over CHECK_FEATURES."""
+    """Over CHECK_FEATURES. `embedder_first`: a request the embedder's rule refuses on its own is refused without
+    asking the model (the check only adds refusals to the embedder's); the fit says which reads its tuning
+    requests better (fit_relevance.fit_check). Fits stored before it was a choice asked the model every time."""
 
     weights: list[float] = Field(min_length=len(CHECK_FEATURES) + 1, max_length=len(CHECK_FEATURES) + 1)
+    embedder_first: bool = False
 
 
 def check_prompt(function: Function, request: str) -> Prompt:

@@ -377,7 +377,8 @@ class Pipeline:
         requests worded far from their function: "Get me to Paris tomorrow"); "unfilled_asks" reads only asks that
         fill no required argument. Without an embedder or a fitted threshold, the answer stands. A model with a
         fitted CheckRule (strategies.model_check) is also asked whether the closest function, and the one stage 1
-        chose, can do what the request asks; the rule weighs its answer with the embedder's score."""
+        chose, can do what the request asks; the rule weighs its answer with the embedder's score (a rule fitted
+        `embedder_first` refuses what the embedder's rule refuses without asking)."""
         # Every function of the catalogue, not only the ones stage 1 chose: a request that another function fits
         # is about the catalogue (stage 1 may have chosen wrong), and refusing it would cost a real request.
         words = "\n".join(t.content for t in turns if t.role == "user" and t.content)
@@ -390,6 +391,9 @@ class Pipeline:
         else:
             judged = relevance.judged(self.embedder, words, catalogue.functions)
             if judged is None:
+                return
+            if check.embedder_first and judged.similarity < judged.rule.threshold:
+                self._refuse(result, judged.describe() + "; the model was not asked")
                 return
             asked = [f for f in catalogue.functions if f.name in {judged.closest, *result.functions[:1]}]
             usage = PromptUsage()
@@ -404,6 +408,10 @@ class Pipeline:
                 return
             why = (f"closest {judged.closest}: relevance score {judged.similarity:.2f}, the model's yes-margin "
                    f"{features[1]:.2f}; the check's score {check.score(features):.2f} < {check.threshold:.2f}")
+        self._refuse(result, why)
+
+    @staticmethod
+    def _refuse(result: ParseResult, why: str) -> None:
         result.notes.append(f"refuse {', '.join(result.functions)}: the request is not about them ({why})")
         result.calls, result.missing, result.question, result.decision = [], [], None, "refuse"
 
