@@ -347,6 +347,18 @@ def test_fit_relevance_with_a_model_fits_the_none_prior_beside_the_rule_and_writ
     assert printed["embedder_threshold"]["n_relevant"] == 12  # the threshold still reads every request
     ids = [json.loads(line)["id"] for line in (few / "relevance-rows.jsonl").read_text(encoding="utf-8").splitlines()]
     assert ids == ["r0", "r1", "r2", "i0", "i1", "i2"]
+    # A refit from those rows asks the model nothing and fits the same rules; rows of other requests are refused.
+    engines: list[FileEngine] = []
+    monkeypatch.setattr("prefcall.engine.load_engine",
+                        lambda settings: engines.append(FileEngine(model)) or engines[-1])
+    rows_file = str(few / "relevance-rows.jsonl")
+    assert cli.main(["fit", "--relevance", "--per-source", "3", "--dry-run", "--rows", rows_file]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["model_rule"]["check"]["weights"] == printed["model_rule"]["check"]["weights"]
+    assert again["model_rule"]["none_prior"]["prior"] == printed["model_rule"]["none_prior"]["prior"]
+    assert not [c for e in engines for c in e.calls]
+    assert cli.main(["fit", "--relevance", "--per-source", "2", "--dry-run", "--rows", rows_file]) != 0
+    assert "rerun without --rows" in capsys.readouterr().err
 
 
 def _check_rows(n: int, relevant: bool, source: str, gate: float, yes: float) -> list[fit_relevance.RelevanceRow]:

@@ -51,6 +51,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--per-source", type=int, default=None, metavar="N",
                         help="with --relevance: run the model on the first N tune requests of each source and kind "
                         "only (a subset for a large model on a CPU; the embedder's threshold still reads them all)")
+    parser.add_argument("--rows", metavar="FILE",
+                        help="with --relevance: read the model's answers from the relevance-rows.jsonl an earlier run "
+                        "wrote with --out (the same requests and --per-source) instead of asking the model again: "
+                        "refits the model's rules in seconds after a change to how they are fitted")
     parser.add_argument("--embedder-only", action="store_true",
                         help="with --relevance: fit only the embedder's threshold; with --nlt: only the rules that "
                         "do not weigh the model (the rule for any model and the embedder baseline); no language "
@@ -274,9 +278,12 @@ def _fit_model_relevance(args: argparse.Namespace, settings: Settings, embedder:
     engine = load_engine(settings)
     fingerprint = fits.engine_fingerprint(engine, settings.data_dir)
     pipeline = Pipeline(engine, embedder, data_dir=settings.data_dir)
-    progress = Progress(len(items), sys.stderr, label="fit --relevance (stage 1)")
-    rows = fit_relevance.collect(pipeline, items, lambda _: progress.advance(), gate_cosines=cosines, check=True)
-    progress.close()
+    if args.rows:
+        rows = fit_relevance.read_rows(Path(args.rows), items)
+    else:
+        progress = Progress(len(items), sys.stderr, label="fit --relevance (stage 1)")
+        rows = fit_relevance.collect(pipeline, items, lambda _: progress.advance(), gate_cosines=cosines, check=True)
+        progress.close()
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

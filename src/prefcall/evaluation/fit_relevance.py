@@ -398,6 +398,23 @@ def collect(pipeline: Any, items: Sequence[Request], progress: Callable[[str], N
     return rows
 
 
+def read_rows(path: Path, items: Sequence[Request]) -> list[RelevanceRow]:
+    """The rows an earlier `collect` wrote (`prefcall fit --relevance --out`), checked against the requests this
+    fit reads: rows of other requests (another split, another --per-source) are an error, not a silent refit."""
+    try:
+        rows = [RelevanceRow.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip()]
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--rows {path}: cannot read it ({type(exc).__name__}); give the relevance-rows.jsonl "
+                          "that `prefcall fit --relevance --out DIR` wrote") from None
+    want = [(i.source, i.id) for i in items if i.text.strip()]
+    have = [(r.source, r.id) for r in rows]
+    if sorted(have) != sorted(want) or any(r.model_yes is None for r in rows):
+        raise ConfigError(f"--rows {path}: its {len(have)} rows are not this fit's {len(want)} requests with the "
+                          "model's answers; rerun without --rows (the same --per-source) to ask the model")
+    return rows
+
+
 def _rates(refused: Sequence[bool], rows: Sequence[RelevanceRow]) -> dict[str, float]:
     negative = [r for r, row in zip(refused, rows) if not row.relevant]
     positive = [r for r, row in zip(refused, rows) if row.relevant]
