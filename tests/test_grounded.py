@@ -407,6 +407,26 @@ def test_a_sentences_first_word_does_not_make_the_next_word_part_of_a_name():
     assert cut["Italian"] == 1.0  # inside "Casa Italian Kitchen" it cuts a name
 
 
+def test_a_titles_full_stop_ends_no_sentence_and_a_span_ending_on_the_title_cuts_the_name():
+    from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, features
+
+    text = "I'd like a table, and specifically Dr. Abazari Mina MD as the host."
+    pool = argument_candidates("restaurant_name", RESTAURANTS.properties["restaurant_name"],
+                               [Source("user", text, "turn 0")])
+    rows = features(FeatureContext(RESTAURANTS, None), "restaurant_name", RESTAURANTS.properties["restaurant_name"],
+                    pool.candidates)
+    shape = {c.text: (r[FEATURES.index("close_right")], r[FEATURES.index("cuts_name")])
+             for c, r in zip(pool.candidates, rows)}
+    assert shape["Dr"] == (0.0, 1.0)  # the stop after "Dr" is the title's: the name goes on
+    assert shape["Dr. Abazari Mina MD"] == (1.0, 0.0)
+    # A stop after a word that is no title still ends the sentence.
+    ended = argument_candidates("restaurant_name", RESTAURANTS.properties["restaurant_name"],
+                                [Source("user", "Book Nopa. Tomorrow works.", "turn 0")])
+    rows = features(FeatureContext(RESTAURANTS, None), "restaurant_name", RESTAURANTS.properties["restaurant_name"],
+                    ended.candidates)
+    assert dict(zip([c.text for c in ended.candidates], rows[:, FEATURES.index("close_right")]))["Nopa"] == 1.0
+
+
 @pytest.mark.embedder
 def test_a_request_no_function_is_about_is_refused_whatever_the_filler_found(real_embedder, monkeypatch):
     # Stage 1 picks calculate_time and the request says "time" (a word of its name); the request's similarity to

@@ -49,6 +49,9 @@ CONNECTIVES = frozenset(
     """is are was be been to of the my a an as for at in on by with called named should must will would i'd
     i prefer preferred favourite favorite usually always go-to : = - which that it""".split())
 JOINERS = frozenset({"and", "of", "&", "de", "la", "le", "vs", "vs.", "versus", "on", "at", "the"})
+# Titles written with a full stop before a name ("Dr. Abazari Mina MD", "St. Louis"): the stop ends no sentence, and
+# a span that ends on the title cuts the name it opens.
+TITLES = frozenset({"Dr", "Mr", "Mrs", "Ms", "Mx", "Prof", "St", "Mt", "Ft", "Sr", "Jr", "Rev", "Capt", "Sgt", "Lt"})
 MONTHS = ("january february march april may june july august september october november december "
           "jan feb mar apr jun jul aug sep sept oct nov dec").split()
 DAYS = "monday tuesday wednesday thursday friday saturday sunday today tomorrow tonight weekend".split()
@@ -231,6 +234,10 @@ def _shape(candidate: Candidate) -> dict[str, float]:
     rw = right.split()[0] if right.split() else ""
     l_punct = not lw or lw[-1] in ",.;:!?\"(" or lw.lower() in CONNECTIVES
     r_punct = not rw or text[candidate.end:candidate.end + 1] in ",.;:!?\")" or rw[0] in ",.;:!?"
+    last = candidate.text.split()[-1] if candidate.text.split() else ""
+    if last in TITLES and right[:1] == "." and right[1:].lstrip()[:1].isupper() and right[1:2].isspace():
+        right = right[1:].lstrip()  # "Dr" of "Dr. Abazari": the name goes on after the title's stop
+        rw, r_punct = right.split()[0], False
     capital = candidate.text[:1].isupper()
     before_left = left[: len(left) - len(lw)].rstrip()
     # "Find Italian ...": the first word of a sentence is capitalised as such, not as part of a name
