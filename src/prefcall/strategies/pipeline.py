@@ -392,7 +392,7 @@ class Pipeline:
             judged = relevance.judged(self.embedder, words, catalogue.functions)
             if judged is None:
                 return
-            if check.embedder_first and judged.similarity < judged.rule.threshold:
+            if check.embedder_first and judged.refused:
                 self._refuse(result, judged.describe() + "; the model was not asked")
                 return
             asked = [f for f in catalogue.functions if f.name in {judged.closest, *result.functions[:1]}]

@@ -149,6 +149,11 @@ class Unrelated(BaseModel):
     similarity: float  # the rule's score: the best cosine for a rule without weights
     rule: RelevanceRule
 
+    @property
+    def refused(self) -> bool:
+        """The score is under the rule's threshold: no function fits."""
+        return self.similarity < self.rule.threshold
+
     def describe(self) -> str:
         what = "relevance score" if self.rule.weights is not None else "similarity"
         return f"closest {self.closest}: {what} {self.similarity:.2f} < {self.rule.threshold:.2f}, {self.rule.embedder}"
@@ -176,4 +181,4 @@ def unrelated(embedder: Embedder | None, request: str, functions: Sequence[Funct
     """The request is not about any of `functions` (its score under the embedder's fitted rule, `judged`); None
     when it clears it, or when there is nothing to judge it by."""
     found = judged(embedder, request, functions, scores)
-    return found if found is not None and found.similarity < found.rule.threshold else None
+    return found if found is not None and found.refused else None
