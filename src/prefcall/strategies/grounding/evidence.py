@@ -236,8 +236,7 @@ def _shape(candidate: Candidate) -> dict[str, float]:
     r_punct = not rw or text[candidate.end:candidate.end + 1] in ",.;:!?\")" or rw[0] in ",.;:!?"
     last = candidate.text.split()[-1] if candidate.text.split() else ""
     if last in TITLES and right[:1] == "." and right[1:].lstrip()[:1].isupper() and right[1:2].isspace():
-        right = right[1:].lstrip()  # "Dr" of "Dr. Abazari": the name goes on after the title's stop
-        rw, r_punct = right.split()[0], False
+        rw, r_punct = right[1:].split()[0], False  # "Dr" of "Dr. Abazari": the name goes on after the title's stop
     capital = candidate.text[:1].isupper()
     before_left = left[: len(left) - len(lw)].rstrip()
     # "Find Italian ...": the first word of a sentence is capitalised as such, not as part of a name
