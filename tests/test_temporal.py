@@ -25,6 +25,8 @@ def _found(text: str, kind: str) -> list[str]:
     ("Is it free on the 14th? Or on the 2nd of May?", [], ["the 14th", "2nd of May"]),
     ("Find me a cheap Italian place in Oakland", [], []),
     ("Book me in at 18/8 Fine Men's Salons", [], []),  # a name, not a date
+    ("Request an appointment at 20Th Salon And Barber.", [], []),  # an ordinal that opens a name
+    ("Could we do the 3rd I think, or the 14th March?", [], ["the 3rd", "14th March"]),
     ("I am hungry and need a table for a month of Sundays", [], ["Sundays"]),
 ])
 def test_whole_time_and_date_expressions_are_found(text, times, dates):
@@ -38,7 +40,7 @@ def test_a_time_argument_takes_the_whole_expression_and_none_of_its_parts():
     texts = [c.text for c in align(pool.candidates, [source], "time")]
     assert texts[0] == "half past 11 in the morning"
     assert not {"the morning", "morning", "11 in the morning", "half past 11"} & set(texts)
-    assert "restaurant reservation" in texts  # spans that touch no time stay (structure weighs them)
+    assert "restaurant reservation" not in texts  # words that hold no time are no time's value
     # "11:30 am": "am" is a function word, so the span generator alone never ends a value with it.
     offer = Source("user", "A table for 1 person today at 11:30 am?", "offer turn 1")
     pool = argument_candidates("time", {"type": "string"}, [offer])
@@ -129,3 +131,30 @@ def test_the_newest_turn_gives_its_one_time_and_an_accepted_offer_belongs_to_it(
            Source("user", "and the address?", "turn 4")]
     assert newest_unit(old, "time") is None
     assert newest_unit([Source("instruction", "I like to eat at 7 pm", "if I book")], "time") is None
+
+
+@pytest.mark.parametrize(("text", "kind", "kept", "dropped"), [
+    # A name the model may take for an event's time: words that hold no time are no candidates.
+    ("Request the event Tash Sultana when requesting Events.", "time", [], ["Tash Sultana", "the event Tash"]),
+    # A number that opens a name is no date, and neither is the name.
+    ("Can you book an appointment at 18/8 Fine Men's Salons in Palo Alto?", "date", [],
+     ["18/8", "18/8 Fine Men's Salons", "Palo Alto"]),
+    ("Request an appointment at 20Th Salon And Barber.", "date", [], ["20Th", "20Th Salon"]),
+    # Clock and calendar words the grammar leaves to the filler stay.
+    ("Let's meet around lunch, or on Christmas Eve.", "date", ["Christmas Eve"], []),
+    ("Let's meet around lunch, or on Christmas Eve.", "time", ["lunch"], []),
+])
+def test_spans_that_hold_no_time_or_date_are_no_candidates(text, kind, kept, dropped):
+    source = Source("user", text, "turn 0")
+    pool = argument_candidates(kind, {"type": "string"}, [source])
+    texts = [c.text for c in align(pool.candidates, [source], kind)]
+    assert set(kept) <= set(texts), texts
+    assert not set(dropped) & set(texts), texts
+
+
+def test_a_calls_value_stays_whatever_its_words():
+    from prefcall.strategies.grounding.values import Candidate
+
+    call = Source("call", "the usual slot", "GetEvents")
+    kept = align([Candidate("the usual slot", "the usual slot", call, 0, 14)], [call], "time")
+    assert [c.text for c in kept] == ["the usual slot"]

@@ -8,8 +8,9 @@ times, hours with am/pm or o'clock, half/quarter past, parts of the day; month d
 weekdays with next/this, today and tomorrow, numeric dates); `align` makes a time or date argument's candidates
 respect them: each expression is a candidate, and a span that cuts one or runs past it with other words is not.
 
-The grammar is English time and date vocabulary only; no data set's wording. A text where it finds nothing keeps
-its candidates as they were.
+The grammar is English time and date vocabulary only; no data set's wording. Of the spans it finds no expression
+in, those written in numbers and clock or calendar words stay candidates; a span of other words holds no time or
+date ("Tash Sultana" is no event's time), and neither does a number that is part of a name ("20Th Salon").
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ _DAY = rf"(?:{_ORDINAL}|\d{{1,2}})"
 _DATE = re.compile(
     rf"\b(?:{_MONTH}\s+{_DAY}(?:,?\s+\d{{4}})?(?!\w)"                       # March 2nd, March 2, 2024
     rf"|{_ORDINAL}\s+of\s+(?:{_MONTH}|this\s+month|next\s+month)(?!\w)"  # 4th of this month
-    rf"|(?:the\s+)?{_NTH}(?!\w)(?!\s+of\b)"                                # the 14th (its article names it)
+    rf"|{_ORDINAL}\s+{_MONTH}(?!\w)"                                      # 14th March
+    rf"|(?:the\s+)?{_NTH}(?!\w)(?!\s+of\b)(?!(?-i:\s+[A-Z][a-z]))"            # the 14th; not "20Th Salon", a name
     rf"|(?:next|this|coming|last)\s+(?:{_WEEKDAY}|week(?:end)?|month)(?!\w)"  # next Wednesday, this weekend
     rf"|{_WEEKDAY}(?:\s+(?:next|this)\s+week)?(?:\s+the\s+{_ORDINAL})?(?!\w)"  # Wednesday next week
     rf"|day\s+after\s+tomorrow|today|tomorrow|tonight"
@@ -60,6 +62,38 @@ _TIME_WORDS = re.compile(r"time|hour")
 
 
 _ABBREVIATED = re.compile(r"[ap]\.\s?m\.$", re.I)
+
+# The words a time or date is written with besides numbers: English clock and calendar vocabulary (the grammar's,
+# and words it leaves to the filler: "around lunch", "Christmas Eve", "later this week"). A span of a time or date
+# argument made of other words ("Tash Sultana", "restaurant reservation") holds no time or date.
+CALENDAR_WORDS = frozenset("""a an the at on in of by for to from around about before after until till this next
+    last coming early late later soon now asap today tomorrow tonight yesterday day days week weeks weekend weekends
+    month months year years morning mornings afternoon afternoons evening evenings night nights noon midnight midday
+    am pm a m p o clock half quarter past dawn dusk sunrise sunset lunch lunchtime dinner dinnertime breakfast
+    eve christmas easter thanksgiving halloween new s holiday holidays st nd rd th
+    one two three four five six seven eight nine ten eleven twelve fifteen twenty thirty forty fifty""".split()) | {
+    w for pattern in (_MONTH, _WEEKDAY, _ORD_WORD) for w in re.findall(r"[a-z]{2,}", pattern)}
+_LINKS = frozenset("a an the at on in of by for to from around about before after until till this next last coming "
+                   "s st nd rd th o m p".split())  # calendar words that hold no time or date alone
+_WORD = re.compile(r"\d[\w:/.-]*|[a-z]+", re.I)
+_NAME_AFTER = re.compile(r"\s+([A-Z][a-z][\w'&-]*)")
+
+
+def calendar_written(text: str) -> bool:
+    """Every word of `text` is a number or a clock or calendar word, and one of them is more than a link ("at")."""
+    words = _WORD.findall(text)
+    return (all(w[0].isdigit() or w.lower() in CALENDAR_WORDS for w in words)
+            and any(w[0].isdigit() or w.lower() not in _LINKS for w in words))
+
+
+def _in_name(candidate: Candidate) -> bool:
+    """A span that ends on a number followed by a capitalised word that is no calendar word ("18/8" of "18/8 Fine
+    Men's Salons", "20Th" of "20Th Salon And Barber"): the number is part of a name."""
+    words = _WORD.findall(candidate.text)
+    if candidate.source is None or not words or not words[-1][0].isdigit():
+        return False
+    after = _NAME_AFTER.match(candidate.source.text, candidate.end)
+    return after is not None and after.group(1).lower() not in CALENDAR_WORDS
 
 
 def expressions(text: str, kind: Kind) -> list[tuple[int, int]]:
@@ -115,7 +149,9 @@ def align(candidates: Sequence[Candidate], sources: Sequence[Source], kind: Kind
     candidate (first, so that a tie keeps it), and a span of the same source that overlaps an expression without
     being it ("the morning" of "half past 11 in the morning", "reservation at morning 11:15") is dropped. A span
     that overlaps an expression of the other kind and none of its own is dropped too: "March 5th" is no time, and
-    "7 pm" no date. Spans that touch no expression, and candidates of sources with none, stay. `dated`: an argument
+    "7 pm" no date. Of the spans that touch no expression, those written in numbers and clock or calendar words
+    stay ("around lunch", "Christmas Eve"), unless the number is part of a name ("18/8 Fine Men's Salons"); the
+    others hold no time or date and go ("Tash Sultana"). A call's values stay as they are. `dated`: an argument
     that is the function's only temporal one takes a time with the date beside it, or a date with its time, as one
     unit (`joined`)."""
     other: Kind = "date" if kind == "time" else "time"
@@ -143,6 +179,8 @@ def align(candidates: Sequence[Candidate], sources: Sequence[Source], kind: Kind
             continue
         if any(candidate.start < end and start < candidate.end for start, end in foreign.get(id(candidate.source), [])):
             continue  # a part of the other kind's expression, touching none of this kind's
+        if candidate.source.kind != "call" and (not calendar_written(candidate.text) or _in_name(candidate)):
+            continue  # words that hold no time or date, or a number of a name
         kept.append(candidate)
     texts = {c.text for c in units}
     return units + [c for c in kept if c.text not in texts]
