@@ -1104,3 +1104,20 @@ def test_a_consequence_that_comes_first_takes_its_own_value_not_the_conditions(m
     assert preference.conditions == {"cuisine": "Southern"}
     [(argument, values)] = preference.actions.items()
     assert values[0] in "Look for the restaurant Golden Grill"
+
+
+def test_a_model_fitted_to_read_unnamed_flags_sets_one_true_and_never_false(monkeypatch):
+    """weights.unnamed_flag: a flag the text does not name ("for both men and women" of is_unisex) is asked of
+    the model; its true passes by the model's odds over null, its false never does; without the weights the
+    flag stays unset whatever the model likes."""
+    load = grounded.load_weights
+    likes_true = FakeEngine(scorer=scorer("GetRestaurants", city="Oakland", serves_alcohol=True))
+    likes_false = FakeEngine(scorer=scorer("GetRestaurants", city="Oakland", serves_alcohol=False))
+    request = "User: Find a place in Oakland where I can get a glass of wine"
+    assert "serves_alcohol" not in parse(likes_true, request).calls[0].arguments
+    monkeypatch.setattr(grounded, "load_weights",
+                        lambda *a, **k: load(*a, **k).model_copy(update={"unnamed_flag": (1.0, -3.0)}))
+    assert parse(likes_true, request).calls[0].arguments == {"city": "Oakland", "serves_alcohol": True}
+    assert parse(likes_false, request).calls[0].arguments == {"city": "Oakland"}
+    unsure = FakeEngine(scorer=scorer("GetRestaurants", miss=-2.0, city="Oakland"))  # true 1.9 nats under null
+    assert "serves_alcohol" not in parse(unsure, request).calls[0].arguments

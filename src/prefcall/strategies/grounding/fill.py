@@ -92,6 +92,10 @@ class GroundingWeights(BaseModel):
     number: tuple[float, ...] | None = None  # None: the span combination
     enum: tuple[float, float, float] = (2.0, 0.5, -1.0)  # (value written in the text, model log-odds, bias)
     boolean: tuple[float, float, float] = (2.0, 0.5, -1.5)  # (argument named in the text, model log-odds, bias)
+    # (model log-odds, bias) for a flag the text does not name ("a salon for both men and women" of is_unisex):
+    # the model may read it as true, never as false. None: a flag nobody named stays unset (a small model says
+    # "true" to anything; fitted per model by `prefcall fit`).
+    unnamed_flag: tuple[float, float] | None = None
     prune: float = -4.0  # structure log-odds under which the model is not asked
     # A written span that is probably some open argument's value (its probabilities summed over the arguments it
     # is best for pass 0.5) goes to the most probable of them (`_pool_spans`).
@@ -311,7 +315,9 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
     lms = scorer({name: [c.value for c in plan.top] for name, plan in plans.items() if plan and plan.ask})
     for name, pool in pools.items():
         ranked = _rank(pool, plans[name], lms.get(name), features_ctx, weights, result,
-                       None if record is None else _Rows(record, function.name, name, pool.kind),
+                       None if record is None else _Rows(record, function.name, name,
+                                                         "unnamed_flag" if (plans[name] or _Plan([])).unnamed
+                                                         else pool.kind),
                        scorer.lengths.get(name))
         if ranked:
             result.considered[name] = ranked[0][0]
@@ -466,6 +472,7 @@ class _Plan:
     logits: np.ndarray | None = None
     ranking: list[int] = field(default_factory=list)
     order: list[int] = field(default_factory=list)
+    unnamed: bool = False  # a flag no source names: only true can be read, by the unnamed_flag combination
 
 
 def _plan(pool: ArgumentCandidates, ctx: FeatureContext, weights: GroundingWeights) -> _Plan | None:
@@ -487,8 +494,9 @@ def _plan(pool: ArgumentCandidates, ctx: FeatureContext, weights: GroundingWeigh
                      ranking, order)
     if pool.kind == "boolean" and not any(_named(pool, ctx, cand) for cand in pool.candidates):
         # A flag nobody mentioned stays unset: a small model will happily say "true" to anything, and a value
-        # must come from the request or an instruction, never from the model's taste.
-        return None
+        # must come from the request or an instruction, never from the model's taste. A model fitted to read
+        # paraphrases (weights.unnamed_flag) is asked, and only true can come of it.
+        return None if weights.unnamed_flag is None else _Plan(list(pool.candidates), unnamed=True)
     return _Plan(list(pool.candidates))
 
 
@@ -525,12 +533,17 @@ def _rank(pool: ArgumentCandidates, plan: _Plan | None, lm: np.ndarray | None, c
         return sorted(out, key=lambda t: -t[0])
     _record(result, lm)
     a, b, c = weights.enum if pool.kind == "enum" else weights.boolean
+    if plan.unnamed:
+        assert weights.unnamed_flag is not None
+        a, (b, c) = 0.0, weights.unnamed_flag
     out = []
     for i, cand in enumerate(pool.candidates):
         evidence = float(cand.grounded) if pool.kind == "enum" else _named(pool, ctx, cand)
         odds = float(lm[i] - lm[-1]) if lm is not None else 0.0
         if rows is not None:
             rows(cand.value, float(evidence), odds if lm is not None else None)
+        if plan.unnamed and (lm is None or cand.value is not True):
+            continue  # nothing unnamed turns a flag off, and without the model nothing unnamed is read
         out.append((_sigmoid(a * evidence + b * odds + c), cand, math.exp(lm[i]) if lm is not None else None))
     return sorted(out, key=lambda t: -t[0])
 
