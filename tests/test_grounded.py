@@ -1121,3 +1121,33 @@ def test_a_model_fitted_to_read_unnamed_flags_sets_one_true_and_never_false(monk
     assert parse(likes_false, request).calls[0].arguments == {"city": "Oakland"}
     unsure = FakeEngine(scorer=scorer("GetRestaurants", miss=-2.0, city="Oakland"))  # true 1.9 nats under null
     assert "serves_alcohol" not in parse(unsure, request).calls[0].arguments
+
+
+@pytest.mark.parametrize(("text", "tags"), [
+    ("When I inquire about Restaurants and the cuisine is Gastrobar, I want to find ones that serve alcohol.",
+     "[IN:GET_RESTAURANTS When I inquire about Restaurants and the cuisine is [SL:CUISINE Gastrobar ] , I want to "
+     "find ones that [SL:SERVES_ALCOHOL serve alcohol ] . ]"),
+    ("If I ask for Restaurants and cuisine is curry then look for serves alcohol",
+     "[IN:GET_RESTAURANTS If I ask for Restaurants and cuisine is [SL:CUISINE curry ] then look for "
+     "[SL:SERVES_ALCOHOL serves alcohol ] ]"),
+])
+def test_a_request_clause_that_goes_on_to_a_value_is_a_condition_on_that_value(text, tags):
+    """"When I ask for Restaurants and the cuisine is X, ...": the clause names the request, then conditions on a
+    cuisine; the cuisine is checked against the call, never set by the instruction."""
+    from prefcall.strategies.preferences import preference_from_tags
+    from prefcall.tagging.tags import parse_tags
+
+    preference = preference_from_tags(text, parse_tags(tags), CATALOGUE)
+    assert preference is not None and set(preference.conditions) == {"cuisine"}
+    assert preference.actions == {"serves_alcohol": [True]}
+    snacks = Draft(name="GetRestaurants")
+    snacks.set("cuisine", ["snacks"], Provenance(argument="cuisine", value="snacks", origin="user"))
+    applied = apply_preferences([snacks], [preference], CATALOGUE)
+    assert [c.arguments for d in applied.drafts for c in d.calls()] == [{"cuisine": "snacks"}]
+    assert "contradicted" in applied.skipped[text]
+    # A request clause that goes on with what is asked for, not with a value it checks, is no condition.
+    with_kind = preference_from_tags("When I ask for Restaurants with Italian food, I like Oakland.", parse_tags(
+        "[IN:GET_RESTAURANTS When I ask for Restaurants with [SL:CUISINE Italian ] food, I like [SL:CITY Oakland ] . ]"),
+        CATALOGUE)
+    assert with_kind is not None and not with_kind.conditions
+    assert with_kind.actions == {"cuisine": ["Italian"], "city": ["Oakland"]}

@@ -36,7 +36,7 @@ from pydantic import BaseModel, Field
 from prefcall.retrieval.text import tokenize
 from prefcall.schemas.model import Call, Catalogue, Function
 from prefcall.strategies.grounding.fill import flag_value
-from prefcall.strategies.selection import DomainModel, condition_values, domain_condition, split_condition
+from prefcall.strategies.selection import DomainModel, condition_values, domain_condition, slot_clause, split_condition
 from prefcall.tagging.tags import (
     TagNode,
     TagTree,
@@ -132,11 +132,18 @@ def preference_from_tags(instruction: str, tree: TagTree, catalogue: Catalogue) 
 
 
 def _condition_range(instruction: str, domains: DomainModel) -> tuple[int, int] | None:
+    """Where the instruction's condition clause is; a clause that only names the request is none, and of one that
+    names it and goes on to a value ("If I ask for Restaurants and cuisine is curry"), the value's part is."""
     condition, _ = split_condition(instruction)
-    if not condition or domain_condition(condition, domains):
+    if not condition:
         return None
     start = instruction.find(condition)
-    return (start, start + len(condition)) if start >= 0 else None
+    if start < 0:
+        return None
+    if domain_condition(condition, domains):
+        part = slot_clause(condition, domains)
+        return None if part is None else (start + part[0], start + part[1])
+    return start, start + len(condition)
 
 
 def _collect(children: Sequence[TagNode | str], main: Function, intent: Function, preference: Preference,

@@ -300,6 +300,22 @@ def domain_condition(condition: str, model: DomainModel) -> bool:
     return bool(_REQUEST_RE.search(condition)) and bool(model.named(_words(condition)))
 
 
+_SUBCLAUSE = re.compile(r"\b(?:and|with)\b|,")
+_STATES = re.compile(r"\b(?:is|are)\b", re.I)
+
+
+def slot_clause(condition: str, model: DomainModel) -> tuple[int, int] | None:
+    """Where a domain condition goes on to condition on a value: "the cuisine is Gastrobar" of "When I inquire about
+    Restaurants and the cuisine is Gastrobar" ((start, end) in `condition`, to its end); None when every part of it
+    only names the request ("when requesting a Doctor with a cardiologist" asks for the cardiologist)."""
+    cuts = [m.end() for m in _SUBCLAUSE.finditer(condition)]
+    for start, end in zip(cuts, [*cuts[1:], len(condition)]):
+        clause = condition[start:end]
+        if _STATES.search(clause) and not _REQUEST_RE.search(clause) and condition_values(clause, model):
+            return start + len(clause) - len(clause.lstrip()), len(condition)
+    return None
+
+
 def condition_values(condition: str, model: DomainModel) -> list[str]:
     """Value words of a condition: what remains after domain vocabulary and request phrasing are removed."""
     enum_words = {w for n in model.names for v in model.enum_values[n] for w in v}
@@ -308,7 +324,7 @@ def condition_values(condition: str, model: DomainModel) -> list[str]:
     name_verbs = {w for n in model.names for w in tokenize(n) if w in NAME_VERBS}
     ignore = (model.vocabulary - enum_words) | STOP_WORDS | name_verbs
     values: list[str] = []
-    for clause in re.split(r"\b(?:and|with)\b|,", condition):
+    for clause in _SUBCLAUSE.split(condition):
         if _REQUEST_RE.search(clause) and model.named(_words(clause)):
             continue  # "If I ask for Restaurants": a domain condition, checked by the domain step
         values += [w for w in tokenize(clause) if w not in ignore and not generic(w)]
