@@ -1151,3 +1151,18 @@ def test_a_request_clause_that_goes_on_to_a_value_is_a_condition_on_that_value(t
         CATALOGUE)
     assert with_kind is not None and not with_kind.conditions
     assert with_kind.actions == {"cuisine": ["Italian"], "city": ["Oakland"]}
+
+
+def test_names_a_versus_joins_are_one_match_and_no_part_of_it_is_another_value():
+    events = Function(name="GetEvents", description="Find events.", parameters={
+        "type": "object", "properties": {"city": {"type": "string", "description": "city of the event"},
+                                         "event_name": {"type": "string", "description": "name of the event"}}})
+    catalogue = Catalogue(name="events", functions=[events])
+    # The model takes the first team for the city; the match is one name, so no part of it is a city.
+    engine = FakeEngine(scorer=scorer("GetEvents", city="Seattle", event_name="Seattle versus Minnesota"))
+    result = Pipeline(engine, FakeEmbedder()).parse(
+        "User: When is it on? Make sure it's Seattle versus Minnesota.", [], catalogue, get_config("full"))
+    assert [c.arguments for c in result.calls] == [{"event_name": "Seattle versus Minnesota"}]
+    elsewhere = Pipeline(engine, FakeEmbedder()).parse(
+        "User: Any events in Seattle? I like the Giants vs Marlins games.", [], catalogue, get_config("full"))
+    assert elsewhere.calls[0].arguments.get("city") == "Seattle"  # a name outside the match stays a value

@@ -58,6 +58,7 @@ from prefcall.strategies.grounding.values import (
     Source,
     argument_candidates,
     argument_kind,
+    cuts_match,
     normal_text,
     origin_like,
     turn_of,
@@ -306,6 +307,7 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
         if named and pool.kind == "span":
             pool.candidates = [c for c in pool.candidates if not _overlaps(c, named)]
         if pool.kind == "span":
+            pool.candidates = [c for c in pool.candidates if not cuts_match(c)]
             own = set(argument_words(name, {}).split())
             pool.candidates = [c for c in pool.candidates if not _names_argument(own, c.text)]
         if pool.kind == "number" and (unit := unit_of(name)) is not None:

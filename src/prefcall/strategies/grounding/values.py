@@ -152,6 +152,23 @@ def spans(source: Source, max_words: int = MAX_SPAN_WORDS) -> list[Candidate]:
     return list(seen.values())
 
 
+# "Seattle versus Minnesota", "Giants vs Marlins": the names a "versus" joins are one name, a match's (English
+# usage), never two values.
+_NAME_RUN = r"[A-Z][\w'&-]*(?:\s+[A-Z][\w'&-]*)*"
+_VERSUS_RE = re.compile(rf"(?<![\w'&-]){_NAME_RUN}\s+(?i:vs\.?|versus|v\.)\s+{_NAME_RUN}")
+
+
+def cuts_match(candidate: Candidate) -> bool:
+    """The span is a part of a match's name ("Seattle" of "Seattle versus Minnesota") or runs past it."""
+    if candidate.source is None or candidate.source.kind == "call":
+        return False
+    for match in _VERSUS_RE.finditer(candidate.source.text):
+        if candidate.start < match.end() and match.start() < candidate.end and \
+                (candidate.start, candidate.end) != match.span():
+            return True
+    return False
+
+
 def _opens_noun_phrase(text: str, tokens: list[tuple[str, int, int]], i: int) -> bool:
     """A determiner ("the", "my") directly followed, in the same sentence, by a word that may open a value."""
     return (tokens[i][0].lower() in DETERMINERS and i + 1 < len(tokens) and not _edge_word(tokens[i + 1][0])
