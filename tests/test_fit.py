@@ -316,3 +316,54 @@ def test_fit_selection_stores_the_stage_one_rule_beside_the_grounding_fit(tmp_pa
     assert floor["hand_floor"] == -10.0 and floor["rows"] == 60 and "-10.0" in floor["accuracy"]
     assert stored.calibration_floor == (floor["floor"] if floor["kept"] else None)
     assert fit_status(FileEngine(model), tmp_path / "data")["calibration_floor"] == stored.calibration_floor
+
+
+def flag(odds: float, right: bool) -> fit.LabelledRow:
+    return fit.LabelledRow(item="i", group=0, kind="unnamed_flag", function="F", argument="is_unisex", value=True,
+                           evidence=0.0, odds=odds, right=right, gold=right)
+
+
+def test_the_unnamed_flag_rule_is_kept_only_with_enough_right_flags_set_precisely():
+    few = fit.fit_unnamed_flag([flag(5.0, True), flag(4.0, True), flag(-1.0, False)])
+    assert few.threshold is None and few.combination is None and "2 right values" in few.why
+    rows = [flag(5.0, True), flag(4.5, True), flag(3.2, True), flag(2.9, False), flag(1.0, True),
+            flag(0.5, False), flag(0.2, False), flag(-2.0, False)]
+    kept = fit.fit_unnamed_flag(rows)
+    # Above 3.0 three right and none wrong; lower thresholds add as many wrong flags as right ones.
+    assert (kept.threshold, kept.set_right, kept.set_wrong) == (3.0, 3, 0)
+    assert kept.combination == [1.0, -3.0]  # sigmoid(odds - 3) >= 0.5 exactly above the threshold
+    # A model that likes true for flags nobody asked for as much as for the asked ones is never read.
+    noisy = fit.fit_unnamed_flag([flag(4.0, True), flag(4.0, False)] * 3 + [flag(3.0, False)])
+    assert noisy.threshold is None and "precision" in noisy.why
+    # The false value's rows and the named flags' rows are no evidence of this rule.
+    other = [r.model_copy(update={"kind": "boolean"}) for r in rows] + [
+        r.model_copy(update={"value": False}) for r in rows]
+    assert fit.fit_unnamed_flag(other).rows == 0
+
+
+def test_fit_flags_stores_the_rule_beside_the_other_parts_and_drops_one_not_kept(tmp_path: Path, monkeypatch,
+                                                                                 capsys):
+    import prefcall.engine as engines
+    from prefcall.cli import main
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF fake weights")
+
+    def scorer(prompt: str, candidate: str) -> float:  # says true to every flag: never read
+        return 3.0 if candidate.strip() == "true" else 0.0
+
+    monkeypatch.setattr(engines, "load_engine", lambda settings: FileEngine(model, scorer=scorer))
+    monkeypatch.setattr(engines, "load_embedder", lambda settings: FakeEmbedder())
+    monkeypatch.setenv("PREFCALL_DATA_DIR", str(tmp_path / "data"))
+    fingerprint = fits.file_fingerprint(model, tmp_path / "data")
+    fits.save(fits.Fit(fingerprint=fingerprint, model_name="m", calibration_floor=-4.0,
+                       grounding={"span": [1.0, 2.0, -3.0], "unnamed_flag": [1.0, -2.0]}), tmp_path / "data" / "fits")
+    assert main(["fit", "--flags", "--sources", "corpus", "--subset", "40", "--out", str(tmp_path / "run")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    flagged = len(fit.with_flags(fit.tune_items(["corpus"], 40)))
+    assert report["items"] == {"corpus": flagged} and 0 < flagged < 40
+    assert report["rows"] > 0 and report["unnamed_flag"] is None and report["threshold"] is None
+    stored = fits.load(fingerprint, tmp_path / "data")
+    assert stored.grounding == {"span": [1.0, 2.0, -3.0]} and stored.calibration_floor == -4.0
+    assert stored.source["unnamed_flag"]["rows"] == report["rows"] and "commit" in stored.source["unnamed_flag"]
+    assert (tmp_path / "run" / "rows-flags.jsonl").is_file()

@@ -70,6 +70,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--nlt-out", metavar="PATH",
                         help="with --nlt: also write the rules into this nlt_rules.json (maintainers: "
                         "src/prefcall/data/nlt_rules.json)")
+    parser.add_argument("--flags", action="store_true",
+                        help="fit whether the model reads a flag the text does not name (\"for both men and women\" "
+                        "of is_unisex) instead: the tune items whose function has a boolean argument run with those "
+                        "flags scored; the odds over null from which true is set, stored with the model's fit (none "
+                        "where the model does not read them reliably: they stay unset)")
     parser.add_argument("--shortlist", action="store_true",
                         help="fit how large catalogues are shortlisted instead (the shortlist's size and the dense "
                         "ranking's weight, per embedder; no language model runs): tune requests of the corpus, NLSI "
@@ -99,6 +104,8 @@ def run_fit(args: argparse.Namespace) -> int:
     items = fit.tune_items(sources, args.subset)
     if args.selection:
         return _fit_selection(args, settings, items)
+    if args.flags:
+        return _fit_flags(args, settings, fit.with_flags(items))
     engine = load_engine(settings)
     info = engine.info
     fingerprint = fits.engine_fingerprint(engine, settings.data_dir)
@@ -130,14 +137,14 @@ def run_fit(args: argparse.Namespace) -> int:
     report = fit.FitReport(model_name=info.model_name, fingerprint=fingerprint, items=counts,
                            kinds=fit.fit(rows, shipped, min_right))
     stored = None
-    earlier = fits.load(fingerprint, settings.data_dir)  # stage 1's and the relevance rule fitted before stay
-    kept = {k: v for k, v in (earlier.source if earlier is not None else {}).items()
-            if k in ("selection", "relevance", "none_prior")}
-    result = fits.Fit(fingerprint=fingerprint or "", model_name=info.model_name, grounding=report.grounding(),
-                      selection=earlier.selection if earlier is not None else None,
-                      relevance=earlier.relevance if earlier is not None else None,
-                      none_prior=earlier.none_prior if earlier is not None else None,
-                      source={**kept, **fit.source_note(report, command, git_commit())})
+    # Every other part fitted before stays: stage 1's rule and floor, the relevance rules, the check, the flags.
+    earlier = fits.load(fingerprint, settings.data_dir) or fits.Fit(fingerprint=fingerprint or "")
+    grounding = report.grounding()
+    if "unnamed_flag" in earlier.grounding:  # `fit --flags` fits it
+        grounding["unnamed_flag"] = earlier.grounding["unnamed_flag"]
+    result = earlier.model_copy(update={"fingerprint": fingerprint or "", "model_name": info.model_name,
+                                        "grounding": grounding,
+                                        "source": {**earlier.source, **fit.source_note(report, command, git_commit())}})
     (out / "fit.json").write_text(result.model_dump_json(indent=1, exclude={"origin"}) + "\n", encoding="utf-8")
     if not args.dry_run and fingerprint and report.grounding():
         stored = fits.save(result, settings.data_dir / fits.FITS_DIR)
@@ -202,6 +209,53 @@ def _fit_selection(args: argparse.Namespace, settings: Settings, items: list) ->
     print(json.dumps({"model": engine.info.model_name, "fingerprint": fingerprint, "weights": result.weights,
                       **note, "calibration_floor": floor.model_dump(), "stored_in": str(stored) if stored else None},
                      indent=1))
+    return 0
+
+
+def _fit_flags(args: argparse.Namespace, settings: Settings, items: list) -> int:
+    """`prefcall fit --flags`: the unnamed-flag rule (evaluation.fit.fit_unnamed_flag), stored in the model's fit
+    beside its grounding combination (the other parts stay); a rule not kept removes an earlier one."""
+    import datetime as dt
+
+    from prefcall.engine import load_embedder, load_engine
+    from prefcall.evaluation import fit
+    from prefcall.evaluation.runner import Progress, git_commit
+    from prefcall.storage import fits
+    from prefcall.strategies.grounded import load_weights
+    from prefcall.strategies.pipeline import Pipeline
+
+    engine = load_engine(settings)
+    fingerprint = fits.engine_fingerprint(engine, settings.data_dir)
+    out = Path(args.out) if args.out else settings.data_dir / "fit-runs" / (
+        fits.file_name(fingerprint).removesuffix(".json") if fingerprint else "unknown-model")
+    out.mkdir(parents=True, exist_ok=True)
+    rows_file = out / "rows-flags.jsonl"
+    sources = [s.strip() for s in args.sources.split(",") if s.strip()]
+    earlier = fits.load(fingerprint, settings.data_dir) if fingerprint else None
+    weights = load_weights(engine.info.model_name, fitted=earlier.grounding if earlier is not None else None)
+    pipeline = Pipeline(engine, load_embedder(settings), fit.value_memories(sources), data_dir=settings.data_dir)
+    pipeline._weights = weights.model_copy(update={"unnamed_flag": (1.0, 0.0)})  # noqa: SLF001 (score them all)
+    progress = Progress(len(items), sys.stderr, label="fit --flags")
+    with rows_file.open("a", encoding="utf-8") as sink:
+        def write(item_id: str, rows: list) -> None:
+            sink.write(json.dumps({"item": item_id, "rows": [r.model_dump() for r in rows]}) + "\n")
+            sink.flush()
+
+        rows = fit.collect(pipeline, items, lambda _: progress.advance(), fit.read_rows(rows_file), write)
+    progress.close()
+    result = fit.fit_unnamed_flag(rows)
+    counts = dict(Counter(item.source for item in items))
+    note = {"command": "prefcall fit " + " ".join(sys.argv[2:]), "commit": git_commit(),
+            "date": dt.date.today().isoformat(), "data": "tune split of prefcall/data/splits.json", "items": counts,
+            **result.model_dump()}
+    stored = None
+    if not args.dry_run and fingerprint:
+        grounding = {k: v for k, v in (earlier.grounding if earlier is not None else {}).items() if k != "unnamed_flag"}
+        if result.combination is not None:
+            grounding["unnamed_flag"] = result.combination
+        stored = _store_parts(settings, engine, fingerprint, {"grounding": grounding}, {"unnamed_flag": note})
+    print(json.dumps({"model": engine.info.model_name, "fingerprint": fingerprint, "unnamed_flag": result.combination,
+                      **note, "run": str(out), "stored_in": str(stored) if stored else None}, indent=1))
     return 0
 
 

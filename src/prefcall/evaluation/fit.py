@@ -171,6 +171,17 @@ def tune_items(sources: Sequence[str] = SOURCES, subset: int | None = None, part
 # -- rows ------------------------------------------------------------------------------------------------------
 
 
+def with_flags(items: Sequence[TuneItem]) -> list[TuneItem]:
+    """The items whose gold calls a function with a boolean argument (the unnamed-flag fit's items)."""
+    out = []
+    for item in items:
+        flagged = {normalise_function(f.name) for f in item.catalogue.functions
+                   if any(spec.get("type") == "boolean" for spec in f.properties.values())}
+        if any(normalise_function(c.name) in flagged for c in calls_from_any(item.gold)):
+            out.append(item)
+    return out
+
+
 def gold_values(item: TuneItem, aliases: dict[str, str]) -> dict[tuple[str, str], set[str]]:
     out: dict[tuple[str, str], set[str]] = {}
     for call in calls_from_any(item.gold):
@@ -318,6 +329,48 @@ def fit(rows: Sequence[LabelledRow], weights: GroundingWeights, min_right: int =
 
 
 # -- the structure weights -------------------------------------------------------------------------------------
+
+
+FLAG_GRID = [round(0.25 * i, 2) for i in range(41)]  # 0 .. 10 nats over null
+FLAG_MIN_RIGHT = 3  # flags the text does not name that the gold sets: a rule needs at least these to be read
+FLAG_PRECISION = 0.8  # and, at its threshold, at least this share of what it sets right
+
+
+class FlagFit(BaseModel):
+    """Whether, and from what odds over null, the model reads a flag the text does not name as true
+    (strategies.grounding.fill.GroundingWeights.unnamed_flag): the threshold on the grid that sets the most right
+    flags minus wrong ones with precision >= FLAG_PRECISION (ties: the higher threshold); None when none does."""
+
+    rows: int  # unnamed flags scored (their true value)
+    right: int  # of them, set true by the gold
+    threshold: float | None = None
+    set_right: int = 0
+    set_wrong: int = 0
+    why: str = ""
+
+    @property
+    def combination(self) -> list[float] | None:
+        return None if self.threshold is None else [1.0, -self.threshold]
+
+
+def fit_unnamed_flag(rows: Sequence[LabelledRow]) -> FlagFit:
+    """The unnamed-flag rule from the true value's rows of kind "unnamed_flag" (the model's odds of true over null)."""
+    mine = [r for r in rows if r.kind == "unnamed_flag" and r.value is True and r.odds is not None]
+    right = sum(r.right for r in mine)
+    result = FlagFit(rows=len(mine), right=right)
+    if right < FLAG_MIN_RIGHT:
+        return result.model_copy(update={"why": f"{right} right values (needs {FLAG_MIN_RIGHT})"})
+    best: tuple[int, float, int, int] | None = None
+    for threshold in FLAG_GRID:
+        hit = sum(r.right for r in mine if r.odds > threshold)  # type: ignore[operator]
+        miss = sum(not r.right for r in mine if r.odds > threshold)  # type: ignore[operator]
+        if hit == 0 or hit / (hit + miss) < FLAG_PRECISION:
+            continue
+        if best is None or hit - miss >= best[0]:
+            best = (hit - miss, threshold, hit, miss)
+    if best is None or best[0] <= 0:
+        return result.model_copy(update={"why": f"no threshold sets flags with precision >= {FLAG_PRECISION}"})
+    return result.model_copy(update={"threshold": best[1], "set_right": best[2], "set_wrong": best[3]})
 
 
 class StructureFit(BaseModel):
