@@ -1166,3 +1166,9 @@ def test_names_a_versus_joins_are_one_match_and_no_part_of_it_is_another_value()
     elsewhere = Pipeline(engine, FakeEmbedder()).parse(
         "User: Any events in Seattle? I like the Giants vs Marlins games.", [], catalogue, get_config("full"))
     assert elsewhere.calls[0].arguments.get("city") == "Seattle"  # a name outside the match stays a value
+    from prefcall.strategies.grounding.values import Candidate, cuts_match
+
+    source = Source("instruction", "Check to see if it's the Dodgers versus the Diamondbacks.")
+    parts = [Candidate(t, t, source, source.text.index(t), source.text.index(t) + len(t))
+             for t in ("Dodgers", "Diamondbacks", "Dodgers versus the Diamondbacks")]
+    assert [cuts_match(c) for c in parts] == [True, True, False]

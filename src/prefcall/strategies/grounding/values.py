@@ -152,10 +152,10 @@ def spans(source: Source, max_words: int = MAX_SPAN_WORDS) -> list[Candidate]:
     return list(seen.values())
 
 
-# "Seattle versus Minnesota", "Giants vs Marlins": the names a "versus" joins are one name, a match's (English
-# usage), never two values.
+# "Seattle versus Minnesota", "Giants vs Marlins", "the Dodgers versus the Diamondbacks": the names a "versus"
+# joins are one name, a match's (English usage), never two values.
 _NAME_RUN = r"[A-Z][\w'&-]*(?:\s+[A-Z][\w'&-]*)*"
-_VERSUS_RE = re.compile(rf"(?<![\w'&-]){_NAME_RUN}\s+(?i:vs\.?|versus|v\.)\s+{_NAME_RUN}")
+_VERSUS_RE = re.compile(rf"(?<![\w'&-]){_NAME_RUN}\s+(?i:vs\.?|versus|v\.)\s+(?:the\s+)?{_NAME_RUN}")
 
 
 def cuts_match(candidate: Candidate) -> bool:
