@@ -1172,3 +1172,11 @@ def test_names_a_versus_joins_are_one_match_and_no_part_of_it_is_another_value()
     parts = [Candidate(t, t, source, source.text.index(t), source.text.index(t) + len(t))
              for t in ("Dodgers", "Diamondbacks", "Dodgers versus the Diamondbacks")]
     assert [cuts_match(c) for c in parts] == [True, True, False]
+
+
+def test_an_initialism_keeps_its_stop_at_a_sentence_end():
+    from prefcall.strategies.grounding.values import spans
+
+    texts = [c.text for c in spans(Source("user", "I'm trying to book a check-up with Doctor John Nguyen, M.D."))]
+    assert "John Nguyen, M.D." in texts and "John Nguyen, M.D" not in texts
+    assert "Oakland" in [c.text for c in spans(Source("user", "Find restaurants in Oakland."))]  # a plain stop goes
