@@ -100,3 +100,11 @@ def test_gold_train_tags_mostly_validate_against_nlsi_schema(shared_data):
     invalid = [r for r in rows if validate_tags(r["tagged"], r["instruction"], catalogue)]
     # The gold itself has a few defects (SL:SALON_NAME is no NLSI argument, a missing ']', edited words).
     assert len(invalid) < 0.1 * len(rows)
+
+
+def test_a_slot_may_end_on_an_initialisms_stop_at_the_instructions_end():
+    from prefcall.tagging.tags import build_span_tags
+
+    text = "If type is Gynecologist then look for doctor name as Sandra Makela, M.D."
+    tags = build_span_tags(text, "GET_DOCTORS", [("DOCTOR_NAME", "Sandra Makela, M.D.")])
+    assert "[SL:DOCTOR_NAME Sandra Makela, M.D. ]" in tags.tagged and not tags.dropped

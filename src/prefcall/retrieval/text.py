@@ -159,4 +159,6 @@ def misspelt(word: str, vocabulary: frozenset[str], min_length: int = 8) -> bool
 # A negation in the words before a flag's name, or a negating prefix on it, says the flag is off ("no pets",
 # "without breakfast", "unfurnished", "non-smoking").
 NEGATION = re.compile(r"\b(no|not|without|don't|dont|doesn't|never|non)\b", re.I)
+# A span that ends on an initialism whose last stop was cut as a sentence's ("M.D", "U.S", "p.m"): the stop is its.
+INITIALISM_END = re.compile(r"(?<![A-Za-z])(?:[A-Za-z]\.)+[A-Za-z]$")
 NEGATING_PREFIX = re.compile(r"(?:un|non-?)(?=[a-z]{4})")

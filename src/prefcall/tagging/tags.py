@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from prefcall.errors import ParseError
-from prefcall.retrieval.text import NAME_VERBS, NEGATION
+from prefcall.retrieval.text import INITIALISM_END, NAME_VERBS, NEGATION
 from prefcall.schemas.model import Call, Catalogue, Function
 
 _OPEN_RE = re.compile(r"\[(IN|SL):([A-Za-z0-9_]+)")
@@ -310,6 +310,8 @@ def _strip_edges(text: str, start: int, end: int) -> tuple[int, int]:
         start += 1
     while end > start and text[end - 1] in _SPAN_EDGE:
         end -= 1
+    if text[end:end + 1] == "." and INITIALISM_END.search(text[start:end]):
+        end += 1  # "Sandra Makela, M.D." at the instruction's end: the stop is the initialism's
     return start, end
 
 

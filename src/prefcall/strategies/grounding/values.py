@@ -21,8 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from prefcall.retrieval.text import (NUMBER_SCALES, NUMBER_WORDS, STOP_WORDS, humanise, normalise_word,
-                                     number_from_words, stem, tokenize)
+from prefcall.retrieval.text import (INITIALISM_END, NUMBER_SCALES, NUMBER_WORDS, STOP_WORDS, humanise,
+                                     normalise_word, number_from_words, stem, tokenize)
 
 SourceKind = Literal["user", "instruction", "call", "profile"]
 ArgumentKind = Literal["span", "enum", "boolean", "number", "free"]
@@ -144,7 +144,7 @@ def spans(source: Source, max_words: int = MAX_SPAN_WORDS) -> list[Candidate]:
             if _edge_word(last):
                 continue
             value = text[start:end].strip(_EDGE)
-            if _INITIALISM_END.search(value) and text[start + len(value):start + len(value) + 1] == ".":
+            if INITIALISM_END.search(value) and text[start + len(value):start + len(value) + 1] == ".":
                 value += "."  # "Nguyen, M.D." at a sentence's end: the stop is the initialism's own
             if value and '"' not in value and re.search(r"[A-Za-z0-9]", value):
                 seen.setdefault(value, Candidate(value, value, source, start, start + len(value)))
@@ -152,9 +152,6 @@ def spans(source: Source, max_words: int = MAX_SPAN_WORDS) -> list[Candidate]:
                 if owner != value and re.search(r"[A-Za-z0-9]", owner):
                     seen.setdefault(owner, Candidate(owner, owner, source, start, start + len(owner)))
     return list(seen.values())
-
-
-_INITIALISM_END = re.compile(r"(?<![A-Za-z])(?:[A-Za-z]\.)+[A-Za-z]$")  # "M.D", "U.S", "p.m" (a stop cut off)
 
 
 # "Seattle versus Minnesota", "Giants vs Marlins", "the Dodgers versus the Diamondbacks": the names a "versus"
