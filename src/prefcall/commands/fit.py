@@ -88,7 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_fit(args: argparse.Namespace) -> int:
     from prefcall.engine import load_embedder, load_engine
     from prefcall.evaluation import fit
-    from prefcall.evaluation.runner import Progress, git_commit
+    from prefcall.evaluation.runner import git_commit
     from prefcall.storage import fits
     from prefcall.strategies.grounded import load_weights
     from prefcall.strategies.pipeline import Pipeline
@@ -109,25 +109,12 @@ def run_fit(args: argparse.Namespace) -> int:
     engine = load_engine(settings)
     info = engine.info
     fingerprint = fits.engine_fingerprint(engine, settings.data_dir)
-    out = Path(args.out) if args.out else settings.data_dir / "fit-runs" / (
-        fits.file_name(fingerprint).removesuffix(".json") if fingerprint else "unknown-model")
-    out.mkdir(parents=True, exist_ok=True)
-    rows_file = out / ("rows-structure.jsonl" if args.structure else "rows.jsonl")
-    done = fit.read_rows(rows_file)
-
+    out = _run_dir(args, settings, fingerprint)
     shipped = load_weights(info.model_name)  # rows are collected, and the fit compared, under the shipped rule
     pipeline = Pipeline(engine, load_embedder(settings), fit.value_memories(sources), data_dir=settings.data_dir)
     # The structure fit needs every candidate's features, not the model's view of the values: no value scoring.
     pipeline._weights = shipped.model_copy(update={"use_model": False}) if args.structure else shipped  # noqa: SLF001
-
-    progress = Progress(len(items), sys.stderr, label="fit")
-    with rows_file.open("a", encoding="utf-8") as sink:
-        def write(item_id: str, rows: list) -> None:
-            sink.write(json.dumps({"item": item_id, "rows": [r.model_dump() for r in rows]}) + "\n")
-            sink.flush()
-
-        rows = fit.collect(pipeline, items, lambda _: progress.advance(), done, write)
-    progress.close()
+    rows = _collect_rows(pipeline, items, out / ("rows-structure.jsonl" if args.structure else "rows.jsonl"), "fit")
     counts = dict(Counter(item.source for item in items))
     command = "prefcall fit " + " ".join(sys.argv[2:])
     min_right = args.min_right if args.min_right is not None else fit.MIN_RIGHT
@@ -219,30 +206,20 @@ def _fit_flags(args: argparse.Namespace, settings: Settings, items: list) -> int
 
     from prefcall.engine import load_embedder, load_engine
     from prefcall.evaluation import fit
-    from prefcall.evaluation.runner import Progress, git_commit
+    from prefcall.evaluation.runner import git_commit
     from prefcall.storage import fits
     from prefcall.strategies.grounded import load_weights
     from prefcall.strategies.pipeline import Pipeline
 
     engine = load_engine(settings)
     fingerprint = fits.engine_fingerprint(engine, settings.data_dir)
-    out = Path(args.out) if args.out else settings.data_dir / "fit-runs" / (
-        fits.file_name(fingerprint).removesuffix(".json") if fingerprint else "unknown-model")
-    out.mkdir(parents=True, exist_ok=True)
-    rows_file = out / "rows-flags.jsonl"
+    out = _run_dir(args, settings, fingerprint)
     sources = [s.strip() for s in args.sources.split(",") if s.strip()]
     earlier = fits.load(fingerprint, settings.data_dir) if fingerprint else None
     weights = load_weights(engine.info.model_name, fitted=earlier.grounding if earlier is not None else None)
     pipeline = Pipeline(engine, load_embedder(settings), fit.value_memories(sources), data_dir=settings.data_dir)
     pipeline._weights = weights.model_copy(update={"unnamed_flag": (1.0, 0.0)})  # noqa: SLF001 (score them all)
-    progress = Progress(len(items), sys.stderr, label="fit --flags")
-    with rows_file.open("a", encoding="utf-8") as sink:
-        def write(item_id: str, rows: list) -> None:
-            sink.write(json.dumps({"item": item_id, "rows": [r.model_dump() for r in rows]}) + "\n")
-            sink.flush()
-
-        rows = fit.collect(pipeline, items, lambda _: progress.advance(), fit.read_rows(rows_file), write)
-    progress.close()
+    rows = _collect_rows(pipeline, items, out / "rows-flags.jsonl", "fit --flags")
     result = fit.fit_unnamed_flag(rows)
     counts = dict(Counter(item.source for item in items))
     note = {"command": "prefcall fit " + " ".join(sys.argv[2:]), "commit": git_commit(),
@@ -257,6 +234,32 @@ def _fit_flags(args: argparse.Namespace, settings: Settings, items: list) -> int
     print(json.dumps({"model": engine.info.model_name, "fingerprint": fingerprint, "unnamed_flag": result.combination,
                       **note, "run": str(out), "stored_in": str(stored) if stored else None}, indent=1))
     return 0
+
+
+def _run_dir(args: argparse.Namespace, settings: Settings, fingerprint: str | None) -> Path:
+    """--out, or PREFCALL_DATA_DIR/fit-runs/<model file hash>: where a fit keeps its recorded rows (made)."""
+    from prefcall.storage import fits
+
+    out = Path(args.out) if args.out else settings.data_dir / "fit-runs" / (
+        fits.file_name(fingerprint).removesuffix(".json") if fingerprint else "unknown-model")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _collect_rows(pipeline: Any, items: list, rows_file: Path, label: str) -> list:
+    """The filler's labelled rows of every item (evaluation.fit.collect), resumed from and appended to `rows_file`."""
+    from prefcall.evaluation import fit
+    from prefcall.evaluation.runner import Progress
+
+    progress = Progress(len(items), sys.stderr, label=label)
+    with rows_file.open("a", encoding="utf-8") as sink:
+        def write(item_id: str, rows: list) -> None:
+            sink.write(json.dumps({"item": item_id, "rows": [r.model_dump() for r in rows]}) + "\n")
+            sink.flush()
+
+        rows = fit.collect(pipeline, items, lambda _: progress.advance(), fit.read_rows(rows_file), write)
+    progress.close()
+    return rows
 
 
 def _store_parts(settings: Settings, engine: object, fingerprint: str | None, fields: dict[str, Any],

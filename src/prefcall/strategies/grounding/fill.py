@@ -317,9 +317,7 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
     lms = scorer({name: [c.value for c in plan.top] for name, plan in plans.items() if plan and plan.ask})
     for name, pool in pools.items():
         ranked = _rank(pool, plans[name], lms.get(name), features_ctx, weights, result,
-                       None if record is None else _Rows(record, function.name, name,
-                                                         "unnamed_flag" if (plans[name] or _Plan([])).unnamed
-                                                         else pool.kind),
+                       None if record is None else _Rows(record, function.name, name, _row_kind(pool, plans[name])),
                        scorer.lengths.get(name))
         if ranked:
             result.considered[name] = ranked[0][0]
@@ -475,6 +473,11 @@ class _Plan:
     ranking: list[int] = field(default_factory=list)
     order: list[int] = field(default_factory=list)
     unnamed: bool = False  # a flag no source names: only true can be read, by the unnamed_flag combination
+
+
+def _row_kind(pool: ArgumentCandidates, plan: _Plan | None) -> str:
+    """The kind a recorded row is fitted as: a flag nobody names has its own rule (`prefcall fit --flags`)."""
+    return "unnamed_flag" if plan is not None and plan.unnamed else pool.kind
 
 
 def _plan(pool: ArgumentCandidates, ctx: FeatureContext, weights: GroundingWeights) -> _Plan | None:
