@@ -16,6 +16,7 @@ here knows a data set: the only vocabulary is English function words and number 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -160,15 +161,18 @@ _NAME_RUN = r"[A-Z][\w'&-]*(?:\s+[A-Z][\w'&-]*)*"
 _VERSUS_RE = re.compile(rf"(?<![\w'&-]){_NAME_RUN}\s+(?i:vs\.?|versus|v\.)\s+(?:the\s+)?{_NAME_RUN}")
 
 
+@functools.lru_cache(maxsize=256)
+def _matches(text: str) -> tuple[tuple[int, int], ...]:
+    """Where `text` writes a match's name; every span argument's every candidate asks of the same sources."""
+    return tuple(m.span() for m in _VERSUS_RE.finditer(text))
+
+
 def cuts_match(candidate: Candidate) -> bool:
     """The span is a part of a match's name ("Seattle" of "Seattle versus Minnesota") or runs past it."""
     if candidate.source is None or candidate.source.kind == "call":
         return False
-    for match in _VERSUS_RE.finditer(candidate.source.text):
-        if candidate.start < match.end() and match.start() < candidate.end and \
-                (candidate.start, candidate.end) != match.span():
-            return True
-    return False
+    return any(candidate.start < end and start < candidate.end and (candidate.start, candidate.end) != (start, end)
+               for start, end in _matches(candidate.source.text))
 
 
 def _opens_noun_phrase(text: str, tokens: list[tuple[str, int, int]], i: int) -> bool:
