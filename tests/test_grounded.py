@@ -253,6 +253,12 @@ def test_the_argument_s_own_name_is_never_its_value():
                                       restaurant_name="restaurant name"))
     result = parse(engine, "User: Any cuisine will do, Thai maybe, in Oakland; the restaurant name is up to you.")
     assert result.calls[0].arguments == {"city": "Oakland", "cuisine": "Thai"}
+    # A possessive and "of" join the name's words: "the restaurant's name", "the name of the restaurant".
+    for said, text in (("restaurant's name", "try Nopa for the restaurant's name"),
+                       ("name of the restaurant", "the name of the restaurant is Nopa")):
+        engine = FakeEngine(scorer=scorer("GetRestaurants", city="Oakland", restaurant_name=[said, "Nopa"]))
+        named = parse(engine, f"User: In Oakland, {text}.")
+        assert named.calls[0].arguments == {"city": "Oakland", "restaurant_name": "Nopa"}, text
 
 
 def test_a_number_written_as_a_count_of_something_else_is_not_a_value_in_another_unit():

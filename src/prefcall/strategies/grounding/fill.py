@@ -716,8 +716,10 @@ def _counts_other(candidate: Candidate, unit: str) -> bool:
 
 def _names_argument(own: set[str], text: str) -> bool:
     """The span is only words of the argument's own name (`own`: "cuisine" for cuisine, "the name" for
-    restaurant_name): it says which argument, never its value."""
-    found = [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in DETERMINERS]
+    restaurant_name; "the doctor's name" and "the name of a doctor" for doctor_name: a possessive and "of" join
+    the name's words): it says which argument, never its value."""
+    plain = re.sub(r"['\u2019]s\b", "", text.lower())
+    found = [w for w in re.findall(r"[a-z0-9]+", plain) if w not in DETERMINERS and w != "of"]
     return bool(found) and set(found) <= own
 
 
