@@ -248,6 +248,40 @@ def test_an_abbreviation_a_comma_ties_to_a_value_stays_with_it():
     assert plain.calls[0].arguments["city"] == "Oakland"
 
 
+def test_a_name_keeps_the_branch_a_spaced_dash_adds():
+    engine = FakeEngine(scorer=scorer("GetRestaurants", city="Oakland", restaurant_name="Golden Lotus"))
+    branch = parse(engine, "User: Book Golden Lotus - Lake Merritt for tonight in Oakland.")
+    assert branch.calls[0].arguments["restaurant_name"] == "Golden Lotus - Lake Merritt"
+    # A clause after the dash, or a name that runs on past three capitalised words, is no branch.
+    clause = parse(engine, "User: Book Golden Lotus - it is in Oakland.")
+    assert clause.calls[0].arguments["restaurant_name"] == "Golden Lotus"
+    engine = FakeEngine(scorer=scorer("GetRestaurants", city="Oakland", restaurant_name="Nopa"))
+    single = parse(engine, "User: Book Nopa - Lake Merritt is too far, in Oakland.")
+    assert single.calls[0].arguments["restaurant_name"] == "Nopa"
+
+
+def test_a_phone_number_or_postal_code_is_written_with_digits():
+    dentists = Function(name="GetDentists", description="Find a dentist.", parameters={
+        "type": "object", "properties": {
+            "city": {"type": "string"}, "dentist_name": {"type": "string"},
+            "phone_number": {"type": "string", "description": "the dentist's phone"},
+            "zip_code": {"type": "string"}}, "required": ["city"]})
+    catalogue = Catalogue(name="dental", functions=[dentists])
+    engine = FakeEngine(scorer=scorer("GetDentists", city="Sunnyvale", dentist_name="Chen Jiangkai",
+                                      phone_number=["Andrei Simel", "408-555-0199"], zip_code=["Simel", "94086"]))
+
+    def arguments(text: str) -> dict:
+        return Pipeline(engine, FakeEmbedder()).parse(text, [], catalogue, get_config("full"),
+                                                      applicable=[]).calls[0].arguments
+
+    named = arguments("User: A dentist in Sunnyvale named Chen Jiangkai, not Andrei Simel.")
+    assert named == {"city": "Sunnyvale", "dentist_name": "Chen Jiangkai"}
+    numbered = arguments("User: A dentist in Sunnyvale, Chen Jiangkai at 408-555-0199, zip 94086.")
+    assert numbered["phone_number"] == "408-555-0199" and numbered["zip_code"] == "94086"
+    assert fill._digits_only("UA 123") and fill._digits_only("555-CALL-NOW") and fill._digits_only("SW1A 1AA")
+    assert not fill._digits_only("Flight 123") and not fill._digits_only("ABC-DEFG")
+
+
 def test_the_argument_s_own_name_is_never_its_value():
     engine = FakeEngine(scorer=scorer("GetRestaurants", city="Oakland", cuisine=["cuisine", "Thai"],
                                       restaurant_name="restaurant name"))

@@ -310,6 +310,8 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
             pool.candidates = [c for c in pool.candidates if not cuts_match(c)]
             own = set(argument_words(name, {}).split())
             pool.candidates = [c for c in pool.candidates if not _names_argument(own, c.text)]
+            if own & DIGIT_NAMES:  # a phone number or a postal code is written with digits, never a name
+                pool.candidates = [c for c in pool.candidates if not c.grounded or _digits_only(c.text)]
         if pool.kind == "number" and (unit := unit_of(name)) is not None:
             pool.candidates = [c for c in pool.candidates if not _counts_other(c, unit)]
         plans[name] = _plan(pool, features_ctx, weights)
@@ -672,17 +674,27 @@ def flag_value(argument: str, span: str) -> bool:
 _SUFFIX_RE = re.compile(r",\s*(?:[A-Z]{2,4}|(?:[A-Z]\.){2,4})(?=$|[\s.,;:!?)\"'])")
 
 
+# " - Santa Rosa", " - Retired": one to three capitalised words after a spaced dash, ending where the text or its
+# clause does (punctuation or a lowercase word, never another capitalised word): a branch or qualifier of a name.
+_BRANCH_RE = re.compile(r"\s+[-\u2013\u2014]\s+[A-Z][\w'.&]*(?:\s+[A-Z][\w'.&]*){0,2}(?=$|[.,;:!?)\"']|\s+[^A-Z\s])")
+
+
 def _suffixed(candidate: Candidate, pool: ArgumentCandidates) -> Candidate:
     """The span with the credential or region abbreviation that follows it after a comma ("Jay Bansal, MD",
-    "Vancouver, BC"), when that longer span is a candidate too: the abbreviation is part of the name as written."""
+    "Vancouver, BC") and then the branch a spaced dash adds to a name ("Access Dental - Santa Rosa", "Neil Fruman,
+    MD - Retired"), each when that longer span is a candidate too: they are part of the name as written."""
     if candidate.source is None:
         return candidate
-    found = _SUFFIX_RE.match(candidate.source.text, candidate.end)
-    if found is None:
-        return candidate
-    end = found.end()
-    return next((c for c in pool.candidates if c.source is candidate.source and c.start == candidate.start
-                 and c.end in (end, end - 1) and c.end > candidate.end), candidate)
+    for pattern in (_SUFFIX_RE, _BRANCH_RE):
+        if pattern is _BRANCH_RE and (not candidate.text[:1].isupper() or len(candidate.text.split()) < 2):
+            break  # a branch follows a name of two words or more, not a common noun or a lone place name
+        found = pattern.match(candidate.source.text, candidate.end)
+        if found is None:
+            continue
+        end = found.end()
+        candidate = next((c for c in pool.candidates if c.source is candidate.source and c.start == candidate.start
+                          and c.end in (end, end - 1) and c.end > candidate.end), candidate)
+    return candidate
 
 
 # Units of measure an argument's name can carry ("tip_percent", "hours", "supply_days", "distance_km"): English
@@ -712,6 +724,19 @@ def _counts_other(candidate: Candidate, unit: str) -> bool:
     if single == unit or word == unit or word in STOP_WORDS or stem(single) == stem(unit):
         return False
     return single in UNITS or (word.endswith("s") and len(single) >= 3 and word.isalpha())
+
+
+# Words of an argument's name that say its value is written with digits (phone_number, zip_code, postal_code,
+# account_number): a span with a word that has none is no such value, whatever the model makes of it.
+DIGIT_NAMES = frozenset("phone telephone fax zip postal postcode number".split())
+
+
+def _digits_only(text: str) -> bool:
+    """Written with digits, every word a number or a code: "408-555-0199", "+1 (408) 555-0199", "SW1A 1AA",
+    "555-CALL-NOW", "UA 123"; not "zip 94086" or a name with a number after it."""
+    words = text.split()
+    return any(re.search(r"\d", w) for w in words) and all(
+        re.search(r"\d", w) or (w.isalpha() and w.isupper()) for w in words)
 
 
 def _names_argument(own: set[str], text: str) -> bool:
