@@ -192,3 +192,37 @@ def test_a_condition_naming_two_requests_is_about_the_one_it_names_first():
     assert "OpenBankAccount" not in instruction_domains(model, text, None, SelectionConfig())
     assert instruction_domains(model, "If I ask for a bank account, use savings.", None,
                                SelectionConfig()) == ["OpenBankAccount"]
+
+
+def test_a_condition_that_names_a_flag_conditions_on_that_flag():
+    """"if you want a unisex style": "unisex" names is_unisex, so the condition is on the flag's value (met where
+    the dialogue or a selected instruction says it), not a word of the request's domain that meets nothing."""
+    from prefcall.strategies.selection import DomainModel, condition_values
+
+    profile = ["Request an unisex Salon when making your appointment.",
+               "Search for the stylist name Dukes and Dolls Salon if you want a unisex style."]
+    model = DomainModel.build(NLSI)
+    assert "unisex" in condition_values(split_condition(profile[1])[0] or "", model)
+    assert "music" not in model.flag_words  # has_live_music's "music" also names GetMusic: a domain word
+    chained = select_instructions("User: Can you help me locate a salon in Milpitas?", profile, NLSI)
+    assert set(chained.selected_texts) == set(profile)
+    alone = select_instructions("User: Can you help me locate a salon in Milpitas?", profile[1:], NLSI)
+    assert alone.selected_texts == []
+    said = select_instructions("User: A unisex salon in Milpitas, please.", profile[1:], NLSI)
+    assert said.selected_texts == profile[1:]
+
+
+def test_an_adjective_of_nationality_after_in_is_no_place_that_the_user_s_city_overrides():
+    """"I'm usually interested in Brazilian food" sets no city, so a request in San Leandro keeps it; "Request
+    Restaurants located in Palo Alto" does set one, and the user's city replaces it."""
+    from prefcall.strategies.selection import DomainModel, find_place
+
+    model = DomainModel.build(NLSI)
+    assert find_place("I'm usually interested in Brazilian food.", model) is None
+    assert find_place("a table in Japanese style", model) is None
+    assert find_place("a restaurant in Palo Alto.", model) == "Palo Alto"
+    assert find_place("flights in Japan next week", model) == "Japan"
+    profile = ["When I'm looking for a restaurant, I'm usually interested in Brazilian food.",
+               "Request Restaurants located in Palo Alto."]
+    result = select_instructions("User: Can you track down a restaurant in San Leandro?", profile, NLSI)
+    assert result.selected_texts == profile[:1]

@@ -34,6 +34,7 @@ from prefcall.engine.base import Embedder
 from prefcall.retrieval.hybrid import HybridIndex
 from prefcall.retrieval.text import (
     NAME_VERBS,
+    RELATION_WORDS,
     STOP_WORDS,
     misspelt,
     normalise_word,
@@ -61,6 +62,9 @@ _REQUEST_RE = re.compile(
 ALSO_RE = re.compile(r"\b(?:also|too|as well)\b", re.I)
 _PLACE_RE = re.compile(r"\b(?:in|around|near)\s+(?:the\s+)?([A-Z][\w.'-]*(?:[ ,]+[A-Z][\w.'-]*)*)")
 _CONNECTORS = r"(?:is|as|=|should be|to be|must be|called|named)"
+_NEXT_LOWER = re.compile(r" +([a-z][a-z'-]*)")  # the lowercase word right after a capitalised run, a space between
+# One capitalised word with an English suffix of nationality adjectives: Brazilian, Japanese, Spanish, Korean, Mexican.
+_NATIONALITY = re.compile(r"[A-Z][a-z]+(?:ian|ese|ish|ean|ican)")
 
 
 @lru_cache(maxsize=4096)
@@ -116,10 +120,14 @@ class DomainModel:
     enum_values: dict[str, dict[tuple[str, ...], tuple[str, ...]]]
     texts: list[str]
     weight: dict[Any, float] = field(default_factory=dict)  # word or phrase -> 1 / number of functions having it
+    # The content words of the flags' names ("unisex" of is_unisex, "alcohol" of serves_alcohol): a condition that
+    # names one ("if you want a unisex style") conditions on the flag's value, not on the request's domain.
+    flag_words: set[str] = field(default_factory=set)
 
     @classmethod
     def build(cls, catalogue: Catalogue) -> DomainModel:
         names, name_words, desc_words, params, enums, texts = [], {}, {}, {}, {}, []
+        flags: set[str] = set()
         for f in catalogue.functions:
             names.append(f.name)
             name_words[f.name] = {w for w in tokenize(f.name) if w not in NAME_VERBS}
@@ -127,12 +135,18 @@ class DomainModel:
             params[f.name] = {tuple(tokenize(p, drop_stop_words=False)): p for p in f.properties}
             enums[f.name] = {}
             for p, schema in f.properties.items():
+                if schema.get("type") == "boolean" or (schema.get("enum") and {
+                        str(v).lower() for v in schema["enum"]} <= {"true", "false"}):
+                    flags |= {w for w in tokenize(p) if w not in RELATION_WORDS and not generic(w)}
                 for v in schema.get("enum", []):
                     if str(v).lower() not in ("true", "false"):
                         key = tuple(tokenize(str(v), drop_stop_words=False))
                         enums[f.name][key] = (*enums[f.name].get(key, ()), p)
             texts.append(f"{split_identifier(f.name)}: {f.description}")
-        model = cls(names, name_words, desc_words, params, enums, texts)
+        # Only a flag's own words: never a word of a function's name or description ("music" of has_live_music
+        # also names GetMusic), which says which request it is.
+        flags -= {w for n in names for w in name_words[n] | desc_words[n]}
+        model = cls(names, name_words, desc_words, params, enums, texts, flag_words=flags)
         counts: dict[Any, int] = {}
         for n in names:
             keys = name_words[n] | desc_words[n] | set(params[n]) | set(enums[n])
@@ -322,7 +336,7 @@ def condition_values(condition: str, model: DomainModel) -> list[str]:
     # The verbs of the functions' own names say which request it is ("Whenever I transfer money" for TransferMoney,
     # "When I reserve parking" for ReserveParking), never a value the request must have.
     name_verbs = {w for n in model.names for w in tokenize(n) if w in NAME_VERBS}
-    ignore = (model.vocabulary - enum_words) | STOP_WORDS | name_verbs
+    ignore = (model.vocabulary - enum_words - model.flag_words) | STOP_WORDS | name_verbs
     values: list[str] = []
     for clause in _SUBCLAUSE.split(condition):
         if _REQUEST_RE.search(clause) and model.named(_words(clause)):
@@ -332,10 +346,13 @@ def condition_values(condition: str, model: DomainModel) -> list[str]:
 
 
 def find_place(text: str, model: DomainModel | None = None) -> str | None:
-    """A capitalised place after in/around/near that is not a catalogue word or enum value ("in General Practitioner")."""
+    """A capitalised place after in/around/near that is not a catalogue word or enum value ("in General Practitioner")
+    nor an adjective of nationality before a noun ("interested in Brazilian food", "in Italian restaurants")."""
     known = model.vocabulary | {w for n in model.names for v in model.enum_values[n] for w in v} if model else set()
     for match in _PLACE_RE.finditer(text):
         words = set(tokenize(match.group(1)))
+        if _NATIONALITY.fullmatch(match.group(1)) and _NEXT_LOWER.match(text, match.end(1)):
+            continue
         if words and not words <= known:
             return match.group(1).strip(" ,.")
     return None

@@ -41,6 +41,7 @@ from prefcall.engine.base import ChatMessage, Engine, Prompt, PromptUsage, score
 from prefcall.errors import GrammarError
 from prefcall.retrieval.text import NEGATING_PREFIX as _NEGATING_PREFIX
 from prefcall.retrieval.text import NEGATION as _NEGATION
+from prefcall.retrieval.text import RELATION_WORDS
 from prefcall.retrieval.text import STOP_WORDS, split_identifier, stem
 from prefcall.schemas.model import Function, Turn
 from prefcall.schemas.render import grammar_schema, render_function_spec
@@ -560,10 +561,6 @@ def _record(result: FillResult, lm: np.ndarray | None) -> None:
         result.decisions.append(float(math.exp(lm.max())))
 
 
-# Verbs that say how a flag's thing relates to the item (serves_alcohol, offers_delivery, allows_pets): the thing
-# names the flag, the verb does not ("serves freshwater fish" says nothing of alcohol).
-RELATION_WORDS = frozenset("has have is are can does serves serve offers offer allows allow includes include accepts "
-                           "accept supports support provides provide requires require needs need with".split())
 
 
 def _flag_words(argument: str, relations: bool = False) -> list[str]:
