@@ -243,6 +243,8 @@ def test_an_abbreviation_a_comma_ties_to_a_value_stays_with_it():
     assert region.calls[0].arguments["city"] == "Oakland, CA"
     credential = parse(engine, "User: Book Jay Bansal, MD if it is in Oakland.")
     assert credential.calls[0].arguments["restaurant_name"] == "Jay Bansal, MD"
+    two = parse(engine, "User: Book Jay Bansal, M.D., MPH if it is in Oakland.")
+    assert two.calls[0].arguments["restaurant_name"] == "Jay Bansal, M.D., MPH"
     # A word after the comma is not an abbreviation of the name.
     plain = parse(engine, "User: Find restaurants in Oakland, California.")
     assert plain.calls[0].arguments["city"] == "Oakland"

@@ -677,12 +677,12 @@ _BRANCH_RE = re.compile(r"\s+[-\u2013\u2014]\s+[A-Z][\w'.&]*(?:\s+[A-Z][\w'.&]*)
 
 
 def _suffixed(candidate: Candidate, pool: ArgumentCandidates) -> Candidate:
-    """The span with the credential or region abbreviation that follows it after a comma ("Jay Bansal, MD",
-    "Vancouver, BC") and then the branch a spaced dash adds to a name ("Access Dental - Santa Rosa", "Neil Fruman,
+    """The span with the credentials or region abbreviation that follow it after commas ("Jay Bansal, MD",
+    "Vancouver, BC", "David Quincy, M.D., MPH") and then the branch a spaced dash adds to a name ("Access Dental - Santa Rosa", "Neil Fruman,
     MD - Retired"), each when that longer span is a candidate too: they are part of the name as written."""
     if candidate.source is None:
         return candidate
-    for pattern in (_SUFFIX_RE, _BRANCH_RE):
+    for pattern in (_SUFFIX_RE, _SUFFIX_RE, _BRANCH_RE):  # "David Quincy, M.D., MPH": credentials one by one
         if pattern is _BRANCH_RE and (not candidate.text[:1].isupper() or len(candidate.text.split()) < 2):
             break  # a branch follows a name of two words or more, not a common noun or a lone place name
         found = pattern.match(candidate.source.text, candidate.end)
