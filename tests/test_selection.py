@@ -226,3 +226,17 @@ def test_an_adjective_of_nationality_after_in_is_no_place_that_the_user_s_city_o
                "Request Restaurants located in Palo Alto."]
     result = select_instructions("User: Can you track down a restaurant in San Leandro?", profile, NLSI)
     assert result.selected_texts == profile[:1]
+
+
+def test_a_value_a_relative_clause_asks_of_the_request_is_a_condition_and_visiting_names_the_request():
+    """"a restaurant that serves Szechuan cuisine": the request, then a value it must have, which a request for
+    Chinese food does not meet; "when visiting the salon" only says which request it is."""
+    profile = ["If you're looking for a restaurant that serves Szechuan cuisine, try Rice Bowl.",
+               "Request that your preferred stylist name be About Time Barber Shop when visiting the salon."]
+    chinese = select_instructions("User: Search for a nice restaurant, and make sure it's Chinese food.", profile,
+                                  NLSI)
+    assert chinese.selected_texts == []
+    szechuan = select_instructions("User: Find a restaurant with Szechuan cuisine.", profile, NLSI)
+    assert szechuan.selected_texts == profile[:1]
+    salon = select_instructions("User: Do you know a good salon in Danville?", profile, NLSI)
+    assert salon.selected_texts == profile[1:]

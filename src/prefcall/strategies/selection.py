@@ -58,7 +58,7 @@ _COND_TAIL_RE = re.compile(r"^(?P<rest>.+?)\b(?:if|when|whenever)\b(?P<cond>.+)$
 # A request verb before a domain word makes a clause a domain condition ("if I ask for Events").
 _REQUEST_RE = re.compile(
     r"\b(?:ask|asking|request|requesting|look|looking|search|searching|want|need|get|getting|make|making|"
-    r"inquir\w*|seek\w*|book\w*|find\w*|go|going|comes?)\b", re.I)
+    r"inquir\w*|seek\w*|book\w*|find\w*|visit\w*|go|going|comes?)\b", re.I)
 ALSO_RE = re.compile(r"\b(?:also|too|as well)\b", re.I)
 _PLACE_RE = re.compile(r"\b(?:in|around|near)\s+(?:the\s+)?([A-Z][\w.'-]*(?:[ ,]+[A-Z][\w.'-]*)*)")
 _CONNECTORS = r"(?:is|as|=|should be|to be|must be|called|named)"
@@ -314,7 +314,9 @@ def domain_condition(condition: str, model: DomainModel) -> bool:
     return bool(_REQUEST_RE.search(condition)) and bool(model.named(_words(condition)))
 
 
-_SUBCLAUSE = re.compile(r"\b(?:and|with)\b|,")
+# Where a condition's parts meet: "and", "with", a comma, and a relative pronoun ("a restaurant that serves Szechuan
+# cuisine": the request, then a value it must have).
+_SUBCLAUSE = re.compile(r"\b(?:and|with|that|which|who)\b|,")
 _STATES = re.compile(r"\b(?:is|are)\b", re.I)
 
 
