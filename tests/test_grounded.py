@@ -284,6 +284,23 @@ def test_a_phone_number_or_postal_code_is_written_with_digits():
     assert not fill._digits_only("Flight 123") and not fill._digits_only("ABC-DEFG")
 
 
+def test_a_span_that_ends_on_an_initial_or_a_title_the_name_goes_on_after_is_no_value():
+    from prefcall.strategies.grounding.values import Candidate, cuts_name
+
+    text = "Book Dr. Lawrence J. Mcdonald in St. Louis. Ask for Jay. Thanks"
+    source = Source("user", text)
+
+    def cut(span: str) -> bool:
+        start = text.index(span)
+        return cuts_name(Candidate(span, span, source, start, start + len(span)))
+
+    assert cut("Dr. Lawrence J") and cut("Book Dr") and cut("in St")
+    assert not cut("Dr. Lawrence J. Mcdonald") and not cut("St. Louis") and not cut("Jay")
+    engine = FakeEngine(scorer=scorer("GetRestaurants", city="Oakland", restaurant_name=["Chez J", "Chez J. Paul"]))
+    result = parse(engine, "User: A table at Chez J. Paul in Oakland.")
+    assert result.calls[0].arguments["restaurant_name"] == "Chez J. Paul"
+
+
 def test_the_argument_s_own_name_is_never_its_value():
     engine = FakeEngine(scorer=scorer("GetRestaurants", city="Oakland", cuisine=["cuisine", "Thai"],
                                       restaurant_name="restaurant name"))

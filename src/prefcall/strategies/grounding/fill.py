@@ -60,6 +60,7 @@ from prefcall.strategies.grounding.values import (
     argument_candidates,
     argument_kind,
     cuts_match,
+    cuts_name,
     normal_text,
     origin_like,
     turn_of,
@@ -308,7 +309,7 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
         if named and pool.kind == "span":
             pool.candidates = [c for c in pool.candidates if not _overlaps(c, named)]
         if pool.kind == "span":
-            pool.candidates = [c for c in pool.candidates if not cuts_match(c)]
+            pool.candidates = [c for c in pool.candidates if not cuts_match(c) and not cuts_name(c)]
             own = set(argument_words(name, {}).split())
             pool.candidates = [c for c in pool.candidates if not _names_argument(own, c.text)]
             if own & DIGIT_NAMES:  # a phone number or a postal code is written with digits, never a name

@@ -175,6 +175,21 @@ def cuts_match(candidate: Candidate) -> bool:
                for start, end in _matches(candidate.source.text))
 
 
+# An initial or a title that a stop and a capitalised word continue ("J. Mcdonald", "Dr. Lawrence", "St. Louis"): a
+# span that ends on it cuts a name.
+_CUT_NAME_RE = re.compile(r"\.\s+[A-Z]")
+_TITLE_OR_INITIAL = re.compile(r"(?<![\w.'-])(?:[A-Z]|Dr|Mr|Mrs|Ms|Mt|St|Prof)$")
+
+
+def cuts_name(candidate: Candidate) -> bool:
+    """The span ends on a title or an initial whose name goes on after its stop: "dentist called Dr" and "Dr.
+    Lawrence J" of "Dr. Lawrence J. Mcdonald"."""
+    if candidate.source is None or candidate.source.kind == "call":
+        return False
+    return bool(_TITLE_OR_INITIAL.search(candidate.text)) and bool(
+        _CUT_NAME_RE.match(candidate.source.text, candidate.end))
+
+
 def _opens_noun_phrase(text: str, tokens: list[tuple[str, int, int]], i: int) -> bool:
     """A determiner ("the", "my") directly followed, in the same sentence, by a word that may open a value."""
     return (tokens[i][0].lower() in DETERMINERS and i + 1 < len(tokens) and not _edge_word(tokens[i + 1][0])
