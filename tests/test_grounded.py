@@ -368,6 +368,20 @@ def test_a_value_naming_another_function_is_not_a_chain_and_domain_conditions_ar
     assert preference.actions == {"city": ["Burlingame"]} and not preference.conditions
 
 
+def test_the_words_of_a_name_an_instruction_gives_name_no_request_and_no_chain():
+    """"check out Golden Lotus Hotel": "Hotel" is the restaurant's name, not the hotel request, so the
+    instruction is a restaurant's (the other words say so) and its consequence is a value, not a chain."""
+    engine = FakeEngine(scorer=scorer("GetRestaurants", restaurant_name="Golden Lotus Hotel"))
+    grounder = grounded.Grounder(engine, FakeEmbedder(), grounded.load_weights("m"))
+    text = "If you're in the mood for a Thai restaurant, check out Golden Lotus Hotel."
+    tag = grounded.tag_structured(grounder, text, CATALOGUE)
+    assert tag.status == "ok" and tag.tagged.startswith("[IN:GET_RESTAURANTS ") and "GET_HOTELS" not in tag.tagged
+    assert grounded.preference_of(tag, CATALOGUE).actions == {"restaurant_name": ["Golden Lotus Hotel"]}
+    # Where the model takes no value, the name's words still name no chained request.
+    unsure = grounded.Grounder(FakeEngine(scorer=scorer("GetRestaurants")), FakeEmbedder(), grounded.load_weights("m"))
+    assert "GET_HOTELS" not in grounded.tag_structured(unsure, text, CATALOGUE).tagged
+
+
 def test_an_instruction_keeps_its_best_value_when_none_clears_the_bar(monkeypatch):
     # The model prefers null for every argument, mildly: no value clears 0.5, so the best one is kept only when its
     # probability reaches the instruction floor.

@@ -46,7 +46,8 @@ from prefcall.strategies.grounding.indifference import dont_care_value, indiffer
 from prefcall.strategies.grounding.values import (Source, accepted_offers, call_sources, is_offer, offer_sources,
                                                   origin_like, questions)
 from prefcall.strategies.preferences import Draft, Preference, Provenance, preference_from_tags
-from prefcall.strategies.selection import DomainModel, SelectionConfig, instruction_domains, split_condition
+from prefcall.strategies.selection import (DomainModel, SelectionConfig, instruction_domains, outside_names,
+                                          split_condition)
 from prefcall.strategies.taps_tagger import TagResult, check_tagging
 from prefcall.tagging.tags import build_span_tags, intent_label, parse_tags, slot_label
 
@@ -220,10 +221,11 @@ def tag_structured(grounder: Grounder, instruction: str, catalogue: Catalogue,
     negation that says so ("[SL:SHUFFLE no shuffle ]", "[SL:FURNISHED unfurnished ]"): tags are spans, and a value
     without one would be lost."""
     domains = domains or DomainModel.build(catalogue)
-    found = instruction_domains(domains, instruction, None, SelectionConfig())
-    if not found and grounder.embedder is not None and domains.texts:  # embed only when no word names one
+    cosines = None
+    if grounder.embedder is not None and domains.texts:  # read only where no word outside a name names one
         vectors = np.asarray(grounder.embedder.embed([instruction, *domains.texts]), dtype=np.float32)
-        found = instruction_domains(domains, instruction, vectors[1:] @ vectors[0], SelectionConfig())
+        cosines = vectors[1:] @ vectors[0]
+    found = instruction_domains(domains, instruction, cosines, SelectionConfig())
     if not found:
         return TagResult(instruction=instruction, status="invalid", mode="structured",
                          reasons=["no function of the catalogue matches this instruction"])
@@ -251,8 +253,8 @@ def tag_structured(grounder: Grounder, instruction: str, catalogue: Catalogue,
         # A chain names another request in the consequence ("... then also look at Hotels"); a word that is a
         # chosen value ("my preferred event type is Music") names no request.
         values = {w for _, text in slots for w in tokenize(text, drop_stop_words=False)}
-        named = domains.chain_targets([w for w in tokenize(consequence, drop_stop_words=False) if w not in values],
-                                      [main.name])
+        named = domains.chain_targets([w for w in tokenize(outside_names(consequence), drop_stop_words=False)
+                                       if w not in values], [main.name])
         also = [intent_label(n) for n in named]
     try:
         built = build_span_tags(instruction, intent_label(main.name), slots, also)
@@ -271,7 +273,7 @@ def _consequence_value(filled: FillResult, choices: list[Choice], instruction: s
     the place to go"): when every chosen value lies in the condition, the consequence's most probable unset value
     is taken at the instruction floor. A consequence that names another request is a chain and has none."""
     start = instruction.rfind(consequence)
-    if start < 0 or domains.named(tokenize(consequence, drop_stop_words=False)).keys() - {main}:
+    if start < 0 or domains.named(tokenize(outside_names(consequence), drop_stop_words=False)).keys() - {main}:
         return []
     end = start + len(consequence)  # the consequence may come first ("Y if X"): its own words, not the condition's
 

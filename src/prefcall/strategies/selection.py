@@ -62,6 +62,9 @@ _REQUEST_RE = re.compile(
 ALSO_RE = re.compile(r"\b(?:also|too|as well)\b", re.I)
 _PLACE_RE = re.compile(r"\b(?:in|around|near)\s+(?:the\s+)?([A-Z][\w.'-]*(?:[ ,]+[A-Z][\w.'-]*)*)")
 _CONNECTORS = r"(?:is|as|=|should be|to be|must be|called|named)"
+# Three or more capitalised words in a row ("&", "and", "of" or "the" may join them), after a sentence's first word:
+# a proper name ("Baan Thai House & Wine Bar", "Kabul Guest House").
+_PROPER_NAME_RE = re.compile(r"(?<=\w )[A-Z][\w'.-]*(?:(?:\s+(?:&|and|of|the))?\s+[A-Z][\w'.-]*){2,}")
 _NEXT_LOWER = re.compile(r" +([a-z][a-z'-]*)")  # the lowercase word right after a capitalised run, a space between
 # One capitalised word with an English suffix of nationality adjectives: Brazilian, Japanese, Spanish, Korean, Mexican.
 _NATIONALITY = re.compile(r"[A-Z][a-z]+(?:ian|ese|ish|ean|ican)")
@@ -291,13 +294,24 @@ def instruction_domains(model: DomainModel, text: str, cosines: np.ndarray | Non
         if said:
             best = max(said.values())
             return [n for n, s in said.items() if s >= best * 0.999]
-    evidence = model.evidence(_words(text))
-    if evidence:
-        best = max(evidence.values())
-        return [n for n, s in evidence.items() if s >= best * 0.999]
-    if cosines is not None and len(cosines) and float(cosines.max()) >= config.min_instruction_cosine:
-        return [model.names[int(cosines.argmax())]]
+    # The words of a name the instruction gives ("check out Baan Thai House & Wine Bar") say nothing of its request:
+    # the other words first, then the embedder, and the name's words only where neither says anything.
+    for words in (_words(outside_names(text)), None, _words(text)):
+        if words is None:
+            if cosines is not None and len(cosines) and float(cosines.max()) >= config.min_instruction_cosine:
+                return [model.names[int(cosines.argmax())]]
+            continue
+        evidence = model.evidence(words)
+        if evidence:
+            best = max(evidence.values())
+            return [n for n, s in evidence.items() if s >= best * 0.999]
     return []
+
+
+def outside_names(text: str) -> str:
+    """`text` without the proper names it writes ("check out Baan Thai House & Wine Bar" -> "check out "): their
+    words name no request."""
+    return _PROPER_NAME_RE.sub(" ", text)
 
 
 def split_condition(text: str) -> tuple[str | None, str]:
