@@ -282,6 +282,8 @@ def test_a_phone_number_or_postal_code_is_written_with_digits():
     assert numbered["phone_number"] == "408-555-0199" and numbered["zip_code"] == "94086"
     assert fill._digits_only("UA 123") and fill._digits_only("555-CALL-NOW") and fill._digits_only("SW1A 1AA")
     assert not fill._digits_only("Flight 123") and not fill._digits_only("ABC-DEFG")
+    assert fill._written_in_digits("phone_number") and fill._written_in_digits("accountNumber")
+    assert not fill._written_in_digits("number_of_tickets") and not fill._written_in_digits("city")
 
 
 def test_a_span_that_ends_on_an_initial_or_a_title_the_name_goes_on_after_is_no_value():

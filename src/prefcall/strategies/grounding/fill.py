@@ -312,7 +312,7 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
             pool.candidates = [c for c in pool.candidates if not cuts_match(c) and not cuts_name(c)]
             own = set(argument_words(name, {}).split())
             pool.candidates = [c for c in pool.candidates if not _names_argument(own, c.text)]
-            if own & DIGIT_NAMES:  # a phone number or a postal code is written with digits, never a name
+            if _written_in_digits(name):  # a phone number or a postal code is written with digits, never a name
                 pool.candidates = [c for c in pool.candidates if not c.grounded or _digits_only(c.text)]
         if pool.kind == "number" and (unit := unit_of(name)) is not None:
             pool.candidates = [c for c in pool.candidates if not _counts_other(c, unit)]
@@ -724,9 +724,15 @@ def _counts_other(candidate: Candidate, unit: str) -> bool:
     return single in UNITS or (word.endswith("s") and len(single) >= 3 and word.isalpha())
 
 
-# Words of an argument's name that say its value is written with digits (phone_number, zip_code, postal_code,
-# account_number): a span with a word that has none is no such value, whatever the model makes of it.
-DIGIT_NAMES = frozenset("phone telephone fax zip postal postcode number".split())
+# Words of an argument's name that say its value is written with digits (phone_number, zip_code, postal_code): a
+# span with a word that has none is no such value, whatever the model makes of it. So does "number" as the name's
+# last word (account_number, flight_number), never a count ("number_of_tickets" may be "two").
+DIGIT_NAMES = frozenset("phone telephone fax zip postal postcode".split())
+
+
+def _written_in_digits(argument: str) -> bool:
+    named = split_identifier(argument).lower().split()
+    return bool(set(named) & DIGIT_NAMES) or named[-1:] == ["number"]
 
 
 def _digits_only(text: str) -> bool:
