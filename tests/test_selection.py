@@ -240,3 +240,15 @@ def test_a_value_a_relative_clause_asks_of_the_request_is_a_condition_and_visiti
     assert szechuan.selected_texts == profile[:1]
     salon = select_instructions("User: Do you know a good salon in Danville?", profile, NLSI)
     assert salon.selected_texts == profile[1:]
+
+
+def test_a_word_inside_another_function_s_parameter_phrase_names_nothing_of_its_own():
+    """"a place that has live music" names has_live_music of GetRestaurants; its "music" is not GetMusic's, nor the
+    Music value of GetEvents' event type. "When I request Music" still names GetMusic."""
+    from prefcall.strategies.selection import DomainModel, SelectionConfig, instruction_domains
+
+    model = DomainModel.build(NLSI)
+    text = "If you're in the mood for burgers, then you might like a place that has live music."
+    assert instruction_domains(model, text, None, SelectionConfig()) == ["GetRestaurants"]
+    assert instruction_domains(model, "When I request Music, play it through my TV.", None,
+                               SelectionConfig()) == ["GetMusic"]

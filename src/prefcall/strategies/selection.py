@@ -221,12 +221,29 @@ class DomainModel:
             out[n] = (name, description, parameters)
         return out
 
+    def _phrase_words(self, tokens: Sequence[str]) -> dict[int, set[str]]:
+        """Token position -> the functions one of whose parameter phrases of several words covers it."""
+        inside: dict[int, set[str]] = {}
+        for n in self.names:
+            for phrase in self.param_phrases[n]:
+                if len(phrase) < 2:
+                    continue
+                for i in range(len(tokens) - len(phrase) + 1):
+                    if tuple(tokens[i:i + len(phrase)]) == phrase:
+                        for j in range(i, i + len(phrase)):
+                            inside.setdefault(j, set()).add(n)
+        return inside
+
     def evidence(self, tokens: Sequence[str]) -> dict[str, float]:
-        """How strongly a text names each function's domain: name words count most, then parameters and values."""
-        present = _present(tokens)
-        text = " " + " ".join(tokens) + " "
+        """How strongly a text names each function's domain: name words count most, then parameters and values.
+        A word inside another function's parameter phrase of several words names nothing of its own ("music" of
+        "a place that has live music" is has_live_music's, not GetMusic's)."""
+        inside = self._phrase_words(tokens)
         scores: dict[str, float] = {}
         for n in self.names:
+            own = [t if not inside.get(i, {n}) - {n} else "|" for i, t in enumerate(tokens)]
+            present = _present(own)
+            text = " " + " ".join(own) + " "
             score = 3.0 * sum(self.weight[w] for w in self.name_words[n] if stem(w) in present)
             score += 0.5 * sum(self.weight[w] for w in self.description_words[n] if stem(w) in present)
             for phrase in self.param_phrases[n]:
