@@ -240,6 +240,9 @@ def test_a_value_a_relative_clause_asks_of_the_request_is_a_condition_and_visiti
     assert szechuan.selected_texts == profile[:1]
     salon = select_instructions("User: Do you know a good salon in Danville?", profile, NLSI)
     assert salon.selected_texts == profile[1:]
+    # An idiom in a relative clause names no value the catalogue can check: the condition only says the request.
+    idiom = "If you're looking for a restaurant that won't break the bank, check out Isla Filipino Restaurant."
+    assert select_instructions("User: Find me a restaurant in Fremont.", [idiom], NLSI).selected_texts == [idiom]
 
 
 def test_a_word_inside_another_function_s_parameter_phrase_names_nothing_of_its_own():

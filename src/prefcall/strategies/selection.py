@@ -348,6 +348,7 @@ def domain_condition(condition: str, model: DomainModel) -> bool:
 # Where a condition's parts meet: "and", "with", a comma, and a relative pronoun ("a restaurant that serves Szechuan
 # cuisine": the request, then a value it must have).
 _SUBCLAUSE = re.compile(r"\b(?:and|with|that|which|who)\b|,")
+_RELATIVE = frozenset({"that", "which", "who"})
 _STATES = re.compile(r"\b(?:is|are)\b", re.I)
 
 
@@ -371,10 +372,19 @@ def condition_values(condition: str, model: DomainModel) -> list[str]:
     name_verbs = {w for n in model.names for w in tokenize(n) if w in NAME_VERBS}
     ignore = (model.vocabulary - enum_words - model.flag_words) | STOP_WORDS | name_verbs
     values: list[str] = []
-    for clause in _SUBCLAUSE.split(condition):
+    parts = _SUBCLAUSE.split(condition)
+    delimiters = [""] + [m.group(0).lower() for m in _SUBCLAUSE.finditer(condition)]
+    for clause, opened_by in zip(parts, delimiters):
         if _REQUEST_RE.search(clause) and model.named(_words(clause)):
             continue  # "If I ask for Restaurants": a domain condition, checked by the domain step
-        values += [w for w in tokenize(clause) if w not in ignore and not generic(w)]
+        found = [w for w in tokenize(clause) if w not in ignore and not generic(w)]
+        if opened_by in _RELATIVE:
+            # A relative clause conditions on what the catalogue can check or the user names: an enum value, a
+            # flag's word, a written name ("that serves Szechuan cuisine"); an idiom ("a restaurant that won't break
+            # the bank") is no value to look for.
+            named = {w for w in tokenize(" ".join(re.findall(r"\b[A-Z][\w'-]*", clause)))}
+            found = [w for w in found if w in enum_words or w in model.flag_words or w in named]
+        values += found
     return values
 
 
