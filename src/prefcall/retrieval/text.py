@@ -156,12 +156,12 @@ def misspelt(word: str, vocabulary: frozenset[str], min_length: int = 8) -> bool
     return len(word) >= min_length and word not in vocabulary and any(one_edit(word, v) for v in vocabulary)
 
 
-# A negation in the words before a flag's name, or a negating prefix on it, says the flag is off ("no pets",
-# "without breakfast", "unfurnished", "non-smoking").
 # Verbs that say how a flag's thing relates to the item (serves_alcohol, offers_delivery, allows_pets): the thing
 # names the flag, the verb does not ("serves freshwater fish" says nothing of alcohol).
 RELATION_WORDS = frozenset("has have is are can does serves serve offers offer allows allow includes include accepts "
                            "accept supports support provides provide requires require needs need with".split())
+# A negation in the words before a flag's name, or a negating prefix on it, says the flag is off ("no pets",
+# "without breakfast", "unfurnished", "non-smoking").
 NEGATION = re.compile(r"\b(no|not|without|don't|dont|doesn't|never|non)\b", re.I)
 # A span that ends on an initialism whose last stop was cut as a sentence's ("M.D", "U.S", "p.m"): the stop is its.
 INITIALISM_END = re.compile(r"(?<![A-Za-z])(?:[A-Za-z]\.)+[A-Za-z]$")

@@ -382,7 +382,7 @@ def condition_values(condition: str, model: DomainModel) -> list[str]:
             # A relative clause conditions on what the catalogue can check or the user names: an enum value, a
             # flag's word, a written name ("that serves Szechuan cuisine"); an idiom ("a restaurant that won't break
             # the bank") is no value to look for.
-            named = {w for w in tokenize(" ".join(re.findall(r"\b[A-Z][\w'-]*", clause)))}
+            named = set(tokenize(" ".join(re.findall(r"\b[A-Z][\w'-]*", clause))))
             found = [w for w in found if w in enum_words or w in model.flag_words or w in named]
         values += found
     return values

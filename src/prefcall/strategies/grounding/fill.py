@@ -562,8 +562,6 @@ def _record(result: FillResult, lm: np.ndarray | None) -> None:
         result.decisions.append(float(math.exp(lm.max())))
 
 
-
-
 def _flag_words(argument: str, relations: bool = False) -> list[str]:
     """The words that name a flag: without relation verbs unless they are all it has (or `relations`), and never
     a function word other than those ("for" of good_for_kids names nothing in "If I ask for Travel")."""
@@ -679,8 +677,9 @@ _BRANCH_RE = re.compile(r"\s+[-\u2013\u2014]\s+[A-Z][\w'.&]*(?:\s+[A-Z][\w'.&]*)
 
 def _suffixed(candidate: Candidate, pool: ArgumentCandidates) -> Candidate:
     """The span with the credentials or region abbreviation that follow it after commas ("Jay Bansal, MD",
-    "Vancouver, BC", "David Quincy, M.D., MPH") and then the branch a spaced dash adds to a name ("Access Dental - Santa Rosa", "Neil Fruman,
-    MD - Retired"), each when that longer span is a candidate too: they are part of the name as written."""
+    "Vancouver, BC", "David Quincy, M.D., MPH") and then the branch a spaced dash adds to a name ("Access Dental -
+    Santa Rosa", "Neil Fruman, MD - Retired"), each when that longer span is a candidate too: they are part of the
+    name as written."""
     if candidate.source is None:
         return candidate
     for pattern in (_SUFFIX_RE, _SUFFIX_RE, _BRANCH_RE):  # "David Quincy, M.D., MPH": credentials one by one
