@@ -284,6 +284,21 @@ def test_a_phone_number_or_postal_code_is_written_with_digits():
     assert not fill._digits_only("Flight 123") and not fill._digits_only("ABC-DEFG")
     assert fill._written_in_digits("phone_number") and fill._written_in_digits("accountNumber")
     assert not fill._written_in_digits("number_of_tickets") and not fill._written_in_digits("city")
+    assert fill._a_count("number_of_tickets") and fill._a_count("ticketCount") and not fill._a_count("phone_number")
+
+
+def test_a_count_written_as_a_string_takes_only_numbers():
+    events = Function(name="GetEvents", description="Find events.", parameters={"type": "object", "properties": {
+        "event_name": {"type": "string"}, "number_of_tickets": {"type": "string"}}})
+    catalogue = Catalogue(name="events", functions=[events])
+    engine = FakeEngine(scorer=scorer("GetEvents", event_name="Vivian Green", number_of_tickets=["Tash Sultana", "two"]))
+
+    def arguments(text: str) -> dict:
+        return Pipeline(engine, FakeEmbedder()).parse(text, [], catalogue, get_config("full"),
+                                                      applicable=[]).calls[0].arguments
+
+    assert arguments("User: Vivian Green, not Tash Sultana.") == {"event_name": "Vivian Green"}
+    assert arguments("User: two tickets for Vivian Green.")["number_of_tickets"] == "two"
 
 
 def test_a_span_that_ends_on_an_initial_or_a_title_the_name_goes_on_after_is_no_value():

@@ -63,6 +63,7 @@ from prefcall.strategies.grounding.values import (
     cuts_name,
     normal_text,
     origin_like,
+    parse_number,
     turn_of,
     ungrounded_leaf,
     word_root,
@@ -314,6 +315,8 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
             pool.candidates = [c for c in pool.candidates if not _names_argument(own, c.text)]
             if _written_in_digits(name):  # a phone number or a postal code is written with digits, never a name
                 pool.candidates = [c for c in pool.candidates if not c.grounded or _digits_only(c.text)]
+            elif _a_count(name):  # number_of_tickets as a string: "2" or "two", never a name
+                pool.candidates = [c for c in pool.candidates if not c.grounded or parse_number(c.text) is not None]
         if pool.kind == "number" and (unit := unit_of(name)) is not None:
             pool.candidates = [c for c in pool.candidates if not _counts_other(c, unit)]
         plans[name] = _plan(pool, features_ctx, weights)
@@ -732,6 +735,12 @@ DIGIT_NAMES = frozenset("phone telephone fax zip postal postcode".split())
 def _written_in_digits(argument: str) -> bool:
     named = split_identifier(argument).lower().split()
     return bool(set(named) & DIGIT_NAMES) or named[-1:] == ["number"]
+
+
+def _a_count(argument: str) -> bool:
+    """The argument's name says it counts something ("number_of_tickets", "ticket_count", "numberOfRooms")."""
+    named = split_identifier(argument).lower().split()
+    return named[:2] == ["number", "of"] or named[-1:] == ["count"]
 
 
 def _digits_only(text: str) -> bool:
