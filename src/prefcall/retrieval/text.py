@@ -156,6 +156,9 @@ def misspelt(word: str, vocabulary: frozenset[str], min_length: int = 8) -> bool
     return len(word) >= min_length and word not in vocabulary and any(one_edit(word, v) for v in vocabulary)
 
 
+# Three or more capitalised words in a row, "&", "and", "of" or "the" between them: a proper name ("Family &
+# Cosmetic Dentistry", "Baan Thai House & Wine Bar"); two ("Live Music") may be a title-cased phrase.
+PROPER_NAME = r"[A-Z][\w'.-]*(?:(?:\s+(?:&|and|of|the))?\s+[A-Z][\w'.-]*){2,}"
 # Verbs that say how a flag's thing relates to the item (serves_alcohol, offers_delivery, allows_pets): the thing
 # names the flag, the verb does not ("serves freshwater fish" says nothing of alcohol).
 RELATION_WORDS = frozenset("has have is are can does serves serve offers offer allows allow includes include accepts "

@@ -34,6 +34,7 @@ from prefcall.engine.base import Embedder
 from prefcall.retrieval.hybrid import HybridIndex
 from prefcall.retrieval.text import (
     NAME_VERBS,
+    PROPER_NAME,
     RELATION_WORDS,
     STOP_WORDS,
     misspelt,
@@ -62,9 +63,8 @@ _REQUEST_RE = re.compile(
 ALSO_RE = re.compile(r"\b(?:also|too|as well)\b", re.I)
 _PLACE_RE = re.compile(r"\b(?:in|around|near)\s+(?:the\s+)?([A-Z][\w.'-]*(?:[ ,]+[A-Z][\w.'-]*)*)")
 _CONNECTORS = r"(?:is|as|=|should be|to be|must be|called|named)"
-# Three or more capitalised words in a row ("&", "and", "of" or "the" may join them), after a sentence's first word:
-# a proper name ("Baan Thai House & Wine Bar", "Kabul Guest House").
-_PROPER_NAME_RE = re.compile(r"(?<=\w )[A-Z][\w'.-]*(?:(?:\s+(?:&|and|of|the))?\s+[A-Z][\w'.-]*){2,}")
+# A proper name after a sentence's first word ("check out Baan Thai House & Wine Bar", "the Kabul Guest House").
+_PROPER_NAME_RE = re.compile(r"(?<=\w )" + PROPER_NAME)
 _NEXT_LOWER = re.compile(r" +([a-z][a-z'-]*)")  # the lowercase word right after a capitalised run, a space between
 # One capitalised word with an English suffix of nationality adjectives: Brazilian, Japanese, Spanish, Korean, Mexican.
 _NATIONALITY = re.compile(r"[A-Z][a-z]+(?:ian|ese|ish|ean|ican)")

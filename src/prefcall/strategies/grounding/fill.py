@@ -41,7 +41,7 @@ from prefcall.engine.base import ChatMessage, Engine, Prompt, PromptUsage, score
 from prefcall.errors import GrammarError
 from prefcall.retrieval.text import NEGATING_PREFIX as _NEGATING_PREFIX
 from prefcall.retrieval.text import NEGATION as _NEGATION
-from prefcall.retrieval.text import RELATION_WORDS
+from prefcall.retrieval.text import PROPER_NAME, RELATION_WORDS
 from prefcall.retrieval.text import STOP_WORDS, split_identifier, stem
 from prefcall.schemas.model import Function, Turn
 from prefcall.schemas.render import grammar_schema, render_function_spec
@@ -613,9 +613,7 @@ def _hits(argument: str, text: str, relations: bool = False) -> list[_Hit]:
     return out
 
 
-# Three or more capitalised words in a row, "&", "and", "of" or "the" between them: a proper name ("Family &
-# Cosmetic Dentistry", "Cosmetic Dentistry Antioch Ca"); two ("Live Music") may be a title-cased phrase.
-_PROPER_NAME = re.compile(r"[A-Z][\w'.-]*(?:(?:\s+(?:&|and|of|the))?\s+[A-Z][\w'.-]*){2,}")
+_PROPER_NAME = re.compile(PROPER_NAME)  # "Family & Cosmetic Dentistry", "Cosmetic Dentistry Antioch Ca"
 
 
 @functools.lru_cache(maxsize=256)
