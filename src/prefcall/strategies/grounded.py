@@ -221,10 +221,14 @@ def tag_structured(grounder: Grounder, instruction: str, catalogue: Catalogue,
     negation that says so ("[SL:SHUFFLE no shuffle ]", "[SL:FURNISHED unfurnished ]"): tags are spans, and a value
     without one would be lost."""
     domains = domains or DomainModel.build(catalogue)
-    cosines = None
-    if grounder.embedder is not None and domains.texts:  # read only where no word outside a name names one
-        vectors = np.asarray(grounder.embedder.embed([instruction, *domains.texts]), dtype=np.float32)
-        cosines = vectors[1:] @ vectors[0]
+    embedder = grounder.embedder
+
+    def cosines() -> np.ndarray | None:  # embedded only where no word outside a name names a function
+        if embedder is None or not domains.texts:
+            return None
+        vectors = np.asarray(embedder.embed([instruction, *domains.texts]), dtype=np.float32)
+        return vectors[1:] @ vectors[0]
+
     found = instruction_domains(domains, instruction, cosines, SelectionConfig())
     if not found:
         return TagResult(instruction=instruction, status="invalid", mode="structured",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import re
 from functools import lru_cache
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -294,7 +294,10 @@ def dialogue_domains(model: DomainModel, text: str, cosines: np.ndarray | None, 
     return [n for n, s in combined.items() if s >= best - config.domain_margin]
 
 
-def instruction_domains(model: DomainModel, text: str, cosines: np.ndarray | None, config: SelectionConfig) -> list[str]:
+def instruction_domains(model: DomainModel, text: str, cosines: np.ndarray | Callable[[], np.ndarray | None] | None,
+                        config: SelectionConfig) -> list[str]:
+    """The functions an instruction is about. `cosines` (the instruction's against each function's text) may be a
+    callable, asked only where no word outside a name says it."""
     condition, _ = split_condition(text)
     if condition and _REQUEST_RE.search(condition):
         # "If I ask for Travel, then also look at Hotels" is a Travel instruction; Hotels is its chain target.
@@ -315,8 +318,9 @@ def instruction_domains(model: DomainModel, text: str, cosines: np.ndarray | Non
     # the other words first, then the embedder, and the name's words only where neither says anything.
     for words in (_words(outside_names(text)), None, _words(text)):
         if words is None:
-            if cosines is not None and len(cosines) and float(cosines.max()) >= config.min_instruction_cosine:
-                return [model.names[int(cosines.argmax())]]
+            found = cosines() if callable(cosines) else cosines
+            if found is not None and len(found) and float(found.max()) >= config.min_instruction_cosine:
+                return [model.names[int(found.argmax())]]
             continue
         evidence = model.evidence(words)
         if evidence:
