@@ -254,7 +254,7 @@ def test_a_name_keeps_the_branch_a_spaced_dash_adds():
     engine = FakeEngine(scorer=scorer("GetRestaurants", city="Oakland", restaurant_name="Golden Lotus"))
     branch = parse(engine, "User: Book Golden Lotus - Lake Merritt for tonight in Oakland.")
     assert branch.calls[0].arguments["restaurant_name"] == "Golden Lotus - Lake Merritt"
-    # A clause after the dash, or a name that runs on past three capitalised words, is no branch.
+    # A clause after the dash is no branch, nor are capitalised words after a one-word name (a lone place name).
     clause = parse(engine, "User: Book Golden Lotus - it is in Oakland.")
     assert clause.calls[0].arguments["restaurant_name"] == "Golden Lotus"
     engine = FakeEngine(scorer=scorer("GetRestaurants", city="Oakland", restaurant_name="Nopa"))
