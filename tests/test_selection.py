@@ -255,3 +255,54 @@ def test_a_word_inside_another_function_s_parameter_phrase_names_nothing_of_its_
     assert instruction_domains(model, text, None, SelectionConfig()) == ["GetRestaurants"]
     assert instruction_domains(model, "When I request Music, play it through my TV.", None,
                                SelectionConfig()) == ["GetMusic"]
+
+
+def _rides():
+    from prefcall.schemas.model import Catalogue, Function
+
+    seats = {"type": "string", "enum": ["standard", "premium"]}
+    ferry = Function(name="BookFerry", description="Book a ferry crossing.", parameters={
+        "type": "object", "properties": {"destination": {"type": "string"}, "date": {"type": "string"},
+                                         "cabin": seats}})
+    taxi = Function(name="BookTaxi", description="Book a taxi ride.", parameters={
+        "type": "object", "properties": {"dropoff": {"type": "string"}, "passengers": {"type": "integer"},
+                                         "vehicle": {"type": "string", "enum": ["standard", "xl", "premium"]}}})
+    return Catalogue(name="rides", functions=[ferry, taxi])
+
+
+def test_a_condition_on_one_value_is_not_met_where_the_request_states_another_value_of_that_parameter():
+    """"When the request is in standard seating": a request "in premium seating" shares "seating" with it, but
+    states another cabin, so only the premium instruction applies; a request naming no cabin meets neither."""
+    profile = ["When the request is in premium seating, use next Monday.",
+               "When the request is in standard seating, use next Friday."]
+    premium = select_instructions("User: Book a ferry to Victoria in premium seating.", profile, _rides())
+    assert premium.selected_texts == profile[:1]
+    standard = select_instructions("User: Book a ferry to Victoria in standard seating.", profile, _rides())
+    assert standard.selected_texts == profile[1:]
+    plain = select_instructions("User: Book a ferry to Victoria.", profile, _rides())
+    assert plain.selected_texts == []
+
+
+def test_a_value_after_the_named_request_is_a_condition_but_a_word_that_names_a_request_or_is_stated_is_none():
+    """"If I book a taxi in a premium car": the request (a taxi), then a value of its vehicle it must have. "Music"
+    in "If I ask for Music" names the request, and "Sports" in "My preferred category when I request Events is
+    Sports" is the instruction's own value: neither is a condition."""
+    from prefcall.strategies.preferences import preference_from_tags
+    from prefcall.strategies.selection import DomainModel, condition_values
+    from prefcall.tagging.tags import parse_tags
+
+    profile = ["If I book a taxi in a premium car, I want 1 passengers.",
+               "If I book a taxi in a xl car, I want 5 passengers."]
+    xl = select_instructions("User: Book a taxi to the stadium in an xl car.", profile, _rides())
+    assert xl.selected_texts == profile[1:]
+    assert select_instructions("User: Book a taxi to the stadium.", profile, _rides()).selected_texts == []
+    tagged = preference_from_tags(profile[0], parse_tags(
+        "[IN:BOOK_TAXI If I book a taxi in a [SL:VEHICLE premium ] car, I want [SL:PASSENGERS 1 ] passengers. ]"),
+        _rides())
+    assert tagged is not None and tagged.conditions == {"vehicle": "premium"}
+    assert tagged.actions == {"passengers": ["1"]}
+    model = DomainModel.build(NLSI)
+    assert condition_values(split_condition("If I ask for Music, my preferred artist is Lorde.")[0] or "", model) == []
+    stated = "My preferred category when I request Events is Sports."
+    assert condition_values(split_condition(stated)[0] or "", model) == []
+    assert select_instructions("User: Find me an event in Seattle.", [stated], NLSI).selected_texts == [stated]

@@ -358,14 +358,49 @@ _STATES = re.compile(r"\b(?:is|are)\b", re.I)
 
 def slot_clause(condition: str, model: DomainModel) -> tuple[int, int] | None:
     """Where a domain condition goes on to condition on a value: "the cuisine is Gastrobar" of "When I inquire about
-    Restaurants and the cuisine is Gastrobar" ((start, end) in `condition`, to its end); None when every part of it
-    only names the request ("when requesting a Doctor with a cardiologist" asks for the cardiologist)."""
+    Restaurants and the cuisine is Gastrobar", "a premium car" of "If I book a taxi in a premium car" ((start, end)
+    in `condition`, to its end); None when every part of it only names the request."""
     cuts = [m.end() for m in _SUBCLAUSE.finditer(condition)]
     for start, end in zip(cuts, [*cuts[1:], len(condition)]):
         clause = condition[start:end]
         if _STATES.search(clause) and not _REQUEST_RE.search(clause) and condition_values(clause, model):
             return start + len(clause) - len(clause.lstrip()), len(condition)
-    return None
+    found = enum_condition(condition, model)
+    return None if found is None else (found[0], len(condition))
+
+
+def enum_condition(clause: str, model: DomainModel) -> tuple[int, int] | None:
+    """Where a clause that names a request goes on to one of the values its functions' parameters enumerate ("If I
+    book a taxi in a premium car", "a fitness class at the advanced level"): the first such value's (start, end) in
+    `clause`, or None. A value is one only where no word of it names a request or a parameter (the catalogue's
+    vocabulary: "music" of "If I ask for Music"), it is not part of a longer capitalised name ("France" of
+    "France Rocks Festival") and it is not what the clause states ("Sports" of "My preferred category when I request
+    Events is Sports": the instruction's own value)."""
+    found: list[tuple[int, int]] = []
+    vocabulary = model.vocabulary
+    for name in model.named(_words(clause)):
+        for value in model.enum_values[name]:
+            words = [w for w in value if w not in STOP_WORDS]
+            if not words or any(w in vocabulary or generic(w) for w in words):
+                continue
+            pattern = r"[\s-]+".join(re.escape(w) for w in value)
+            for match in re.finditer(rf"\b{pattern}s?\b", clause, re.I):
+                if not _inside_name(clause, match.start(), match.end()) \
+                        and not _PREDICATE.search(clause[:match.start()]):
+                    found.append((match.start(), match.end()))
+    return min(found) if found else None
+
+
+_PREDICATE = re.compile(r"\b(?:is|are)\s+(?:(?:a|an|the)\s+)?$", re.I)
+
+
+def _inside_name(text: str, start: int, end: int) -> bool:
+    """Does text[start:end], written capitalised, continue a capitalised word before or after it?"""
+    if not text[start:start + 1].isupper():
+        return False
+    before = re.search(r"([A-Za-z][\w'.-]*)\s+$", text[:start])
+    after = re.match(r"\s+([A-Za-z][\w'.-]*)", text[end:])
+    return any(m is not None and m.group(1)[0].isupper() and m.group(1) != "I" for m in (before, after))
 
 
 def condition_values(condition: str, model: DomainModel) -> list[str]:
@@ -380,7 +415,12 @@ def condition_values(condition: str, model: DomainModel) -> list[str]:
     delimiters = [""] + [m.group(0).lower() for m in _SUBCLAUSE.finditer(condition)]
     for clause, opened_by in zip(parts, delimiters):
         if _REQUEST_RE.search(clause) and model.named(_words(clause)):
-            continue  # "If I ask for Restaurants": a domain condition, checked by the domain step
+            # "If I ask for Restaurants": a domain condition, checked by the domain step; the value it goes on to
+            # ("If I book a taxi in a premium car") is a condition
+            found = enum_condition(clause, model)
+            if found is not None:
+                values += [w for w in tokenize(clause[found[0]:found[1]]) if not generic(w)]
+            continue
         found = [w for w in tokenize(clause) if w not in ignore and not generic(w)]
         if opened_by in _RELATIVE:
             # A relative clause conditions on what the catalogue can check or the user names: an enum value, a
@@ -509,17 +549,17 @@ def select_instructions(
             if i in selected or overrides[i]:
                 continue
             own_context = context_words | _selected_words(words_of, selected, exclude=i)
-            if needs[i] and not _condition_met(needs[i], own_context):
+            if needs[i] and not _condition_met(needs[i], own_context, model):
                 continue
             if not set(ins_domains[i]) & active:
                 # "Book the Kabul Guest House if the cuisine is Afghan": the value words of a
                 # name can point elsewhere (a house), but a condition that a selected instruction's value meets
                 # ("my cuisine is Afghan") chains it to that instruction's function.
-                via = _value_chain(needs[i], words_of, selected, ins_domains) & active
+                via = _value_chain(needs[i], words_of, selected, ins_domains, model) & active
                 if not via:
                     continue
                 ins_domains[i] = sorted(set(ins_domains[i]) | via)
-            met_by_dialogue = not needs[i] or _condition_met(needs[i], context_words)
+            met_by_dialogue = not needs[i] or _condition_met(needs[i], context_words, model)
             selected[i] = "direct" if met_by_dialogue else "chain"
             changed = True
             if config.use_chains and ALSO_RE.search(conditions[i][1]):
@@ -532,7 +572,7 @@ def select_instructions(
     ranking = []
     for i, ins in enumerate(instructions):
         domain_match = bool(set(ins_domains[i]) & active)
-        condition_met = not needs[i] or _condition_met(needs[i], context_all)
+        condition_met = not needs[i] or _condition_met(needs[i], context_all, model)
         score = (1.0 if domain_match else 0.0) + config.relevance_weight * relevance[i][0]
         if not condition_met:
             score -= 0.5
@@ -554,18 +594,35 @@ def select_instructions(
     return SelectionResult(selected=chosen, ranking=ranking, dialogue_domains=sorted(active))
 
 
-def _condition_met(values: list[str], words: set[str]) -> bool:
+def _condition_met(values: list[str], words: set[str], model: DomainModel) -> bool:
     hits = sum(1 for v in values if v in words)
-    return hits >= max(1, math.ceil(len(values) / 2))
+    return hits >= max(1, math.ceil(len(values) / 2)) and not _contradicted(values, words, model)
+
+
+def _contradicted(values: list[str], words: set[str], model: DomainModel) -> bool:
+    """The words state another value of a parameter whose value the condition names, and not the condition's ("When
+    the request is in standard seating" against "in premium seating"): the other words they share ("seating") do
+    not meet it."""
+    needed = set(values)
+    for name in model.names:
+        for value, params in model.enum_values[name].items():
+            own = {w for w in value if w not in STOP_WORDS}
+            if not own or not own <= needed or own <= words:
+                continue
+            for other, other_params in model.enum_values[name].items():
+                rest = {w for w in other if w not in STOP_WORDS}
+                if other != value and other_params == params and rest and rest <= words and not rest <= own:
+                    return True
+    return False
 
 
 def _value_chain(needs: list[str], words_of: list[set[str]], selected: dict[int, str],
-                 ins_domains: list[list[str]]) -> set[str]:
+                 ins_domains: list[list[str]], model: DomainModel) -> set[str]:
     """The functions of the selected instructions whose words alone (`words_of`, per instruction) meet a
     condition's value words."""
     if not needs:
         return set()
-    return {d for j in selected if _condition_met(needs, words_of[j]) for d in ins_domains[j]}
+    return {d for j in selected if _condition_met(needs, words_of[j], model) for d in ins_domains[j]}
 
 
 def _selected_words(words_of: list[set[str]], selected: dict[int, str], *, exclude: int) -> set[str]:
