@@ -453,3 +453,23 @@ def test_the_pipeline_asks_the_model_whether_the_tool_can_do_it_when_its_fit_has
     fits.save(fits.Fit(fingerprint=fingerprint, check={"weights": [1.0], "threshold": 0.0}), data / fits.FITS_DIR)
     with pytest.raises(StoreError, match="refit it with `prefcall fit --relevance`"):
         Pipeline(engine, FakeEmbedder(), data_dir=data).check_rule()
+
+
+def test_the_check_s_way_is_chosen_on_rows_its_fit_did_not_read():
+    """Every way of combining the check with the embedder's rule is scored on held-out folds; the chosen one has
+    the best held-out gain (irrelevant rows refused less relevant ones), and a way that reads only the model's
+    yes-margin stores weight 0 for the embedder's score."""
+    rows = (_check_rows(40, True, "a", 0.5, 2.0) + _check_rows(40, True, "b", 0.3, 1.5)
+            + _check_rows(30, False, "n", 0.4, -1.0) + _check_rows(10, False, "n2", -0.5, 0.0))
+    found = fit_relevance.fit_check(rows, embedder_threshold=0.0)
+    assert set(found.held_out) <= set(fit_relevance.CHECK_WAYS) and found.way in found.held_out
+    gain = {k: v["no_call"] - v["false_refusal"] for k, v in found.held_out.items()}
+    assert gain[found.way] == max(gain.values())
+    assert found.embedder_first == fit_relevance.CHECK_WAYS[found.way][0]
+    # A way that reads only the model's yes-margin weighs the embedder's score 0 in the stored rule.
+    import numpy as np
+
+    x = np.asarray([[r.gate_cosine, r.model_yes] for r in rows])
+    y = np.asarray([float(r.relevant) for r in rows])
+    weights, threshold, _ = fit_relevance._fit_way(x, y, np.zeros(len(rows), dtype=bool), rows, False, False)
+    assert weights[1] == 0.0 and weights[2] > 0 and threshold > -1e6

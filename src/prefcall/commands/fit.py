@@ -323,7 +323,7 @@ def _fit_model_relevance(args: argparse.Namespace, settings: Settings, embedder:
     """The model's rule (fit_relevance.fit_rule), stage 1's None prior (fit_relevance.fit_none_prior, counted
     with the embedder check at `threshold`) and the model's check (fit_relevance.fit_check: its yes/no reading
     beside the embedder's score) from stage 1 and the check question on every request; each is stored with the
-    model's fit only when it is better than the hand-set one (the check: than the embedder's rule alone)."""
+    model's fit only when it is better than the hand-set one (the check: than the embedder's rule alone, held out)."""
     import datetime as dt
 
     from prefcall.engine import load_engine

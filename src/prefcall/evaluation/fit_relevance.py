@@ -25,6 +25,7 @@ Steps:
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -454,14 +455,17 @@ class CheckFit(BaseModel):
     weights: list[float]  # bias, then one weight per model_check.CHECK_FEATURES
     threshold: float
     embedder_first: bool = False  # the embedder's rule refuses on its own first (model_check.CheckRule)
-    kept: bool  # stored only when it refuses more irrelevant tuning requests than the embedder's rule alone
+    kept: bool  # stored only when, held out, its refusals are worth more than the embedder's rule's (`_gain`)
     why: str = ""
+    way: str = ""  # which of CHECK_WAYS was chosen
     auc: float
     rows: int
     fitted: dict[str, float]  # "no_call" and "false_refusal" with the check, in sample
     embedder: dict[str, float]  # the same for the embedder's rule alone (its threshold) on the same rows
     # the same for the other way of combining the two (the check alone when embedder_first, else embedder first)
     other: dict[str, float] = Field(default_factory=dict)
+    # each way's rates on rows its fit did not read (CHECK_FOLDS-fold cross-validation): what the choice reads
+    held_out: dict[str, dict[str, float]] = Field(default_factory=dict)
     sources: dict[str, SourceShare] = Field(default_factory=dict)
 
     def rule(self) -> dict[str, Any]:
@@ -470,19 +474,69 @@ class CheckFit(BaseModel):
 
 # A score under every threshold: a request the embedder's rule refuses on its own, whatever the check says.
 _REFUSED = -1e6
+# The ways the check can combine with the embedder's rule: (embedder_first, reads the embedder's score). A way that
+# reads only the model's yes-margin stores weight 0 for the embedder's score.
+CHECK_WAYS: dict[str, tuple[bool, bool]] = {"check alone": (False, True), "embedder first": (True, True),
+                                            "check alone, model only": (False, False),
+                                            "embedder first, model only": (True, False)}
+CHECK_FOLDS = 5
+
+
+def _fit_way(x: np.ndarray, y: np.ndarray, alone: np.ndarray, rows: Sequence[RelevanceRow], first: bool,
+             embedder_score: bool) -> tuple[list[float], float, list[float]] | None:
+    """One way's weights, keep-rule threshold and scores of `rows` (None where it cannot be fitted: the embedder's
+    rule leaves the check one kind of row, or alone refuses more relevant rows than the keep rule allows)."""
+    from prefcall.evaluation.fit import logistic
+
+    reads = ~alone if first else np.ones(len(rows), dtype=bool)
+    if y[reads].min(initial=1.0) == 1.0 or y[reads].max(initial=0.0) == 0.0:
+        return None
+    w = logistic(x[reads] if embedder_score else x[reads][:, 1:], y[reads], ridge=RIDGE)
+    weights = [round(float(w[-1]), 4), *(round(float(v), 4) for v in w[:-1])]
+    if not embedder_score:
+        weights = [weights[0], 0.0, weights[1]]
+    scores = [_REFUSED if first and a else s for s, a in zip(rule_scores(weights, x), alone)]
+    threshold = threshold_for(scores, rows)
+    return None if threshold <= _REFUSED else (weights, threshold, scores)
+
+
+def _held_out(x: np.ndarray, y: np.ndarray, alone: np.ndarray, rows: Sequence[RelevanceRow], first: bool,
+              embedder_score: bool) -> dict[str, float] | None:
+    """A way's no-call and false-refusal rates on rows its fit did not read: CHECK_FOLDS folds, each source and
+    kind dealt round the folds in row order (deterministic), each fold refused by the way fitted on the others."""
+    fold = np.zeros(len(rows), dtype=int)
+    seen: Counter[tuple[str, bool]] = Counter()
+    for i, r in enumerate(rows):
+        fold[i] = seen[(r.source, r.relevant)] % CHECK_FOLDS
+        seen[(r.source, r.relevant)] += 1
+    refused = np.zeros(len(rows), dtype=bool)
+    for k in range(CHECK_FOLDS):
+        train = fold != k
+        part = [r for r, t in zip(rows, train) if t]
+        found = _fit_way(x[train], y[train], alone[train], part, first, embedder_score)
+        if found is None:
+            return None
+        weights, threshold, _ = found
+        test = ~train
+        scores = np.asarray(rule_scores(weights, x[test]))
+        refused[test] = (scores < threshold) | (alone[test] if first else False)
+    return _rates(list(refused), rows)
+
+
+def _gain(rates: dict[str, float]) -> float:
+    """What a rule's refusals are worth: the share of irrelevant requests refused less the share of relevant ones."""
+    return rates["no_call"] - rates["false_refusal"]
 
 
 def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckFit:
     """The model's check (strategies.model_check.CheckRule): a logistic regression of "a function fits" on the
-    embedder rule's score and the model's yes-margin, then the threshold that keeps KEEP of the relevant rows and
-    KEEP_PER_SOURCE of each source's (`threshold_for`, the embedder rule's keep rule, which bounds what it may
-    cost relevant requests), two ways: the check alone, and after the embedder's rule (`embedder_first`: what that
-    rule refuses stays refused; the regression reads the rows it keeps, and the threshold keeps the share with
-    those refusals counted). The way that refuses more irrelevant rows within the keep rule is the rule (a tie:
-    the check alone, as fits made before the choice were). Kept only when, on the same rows, it refuses more
-    irrelevant requests than the embedder's rule alone."""
-    from prefcall.evaluation.fit import logistic
-
+    embedder rule's score and the model's yes-margin (or the yes-margin alone), then the threshold that keeps KEEP
+    of the relevant rows and KEEP_PER_SOURCE of each source's (`threshold_for`, the embedder rule's keep rule,
+    which bounds what it may cost relevant requests), in each of CHECK_WAYS: the check alone, or after the
+    embedder's rule (`embedder_first`: what that rule refuses stays refused; the regression reads the rows it
+    keeps, and the threshold keeps the share with those refusals counted). The rule is the way with the best
+    `_gain` on rows its fit did not read (`_held_out`; a tie: the fewer relevant rows refused, then CHECK_WAYS'
+    order), fitted again on every row. Kept only when that gain is above the embedder's rule's alone."""
     rows = [r for r in rows if r.gate_cosine is not None and r.model_yes is not None]
     if not any(r.relevant for r in rows) or all(r.relevant for r in rows):
         raise ConfigError("the check fit needs rows of both kinds with the model's answers: rerun `prefcall fit "
@@ -490,28 +544,32 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
     x = np.asarray([[r.gate_cosine, r.model_yes] for r in rows], dtype=float)
     y = np.asarray([float(r.relevant) for r in rows])
     alone = np.asarray([float(r.gate_cosine) < embedder_threshold for r in rows])  # type: ignore[arg-type]
-    ways: dict[bool, tuple[list[float], float, list[float], dict[str, float]]] = {}
-    for first in (False, True):
-        # embedder first: the check decides only what the embedder's rule keeps, so it is fitted on those rows
-        reads = ~alone if first else np.ones(len(rows), dtype=bool)
-        if first and (y[reads].min(initial=1.0) == 1.0 or y[reads].max(initial=0.0) == 0.0):
-            continue  # the embedder's rule leaves the check nothing to tell apart
-        w = logistic(x[reads], y[reads], ridge=RIDGE)
-        weights = [round(float(w[-1]), 4), *(round(float(v), 4) for v in w[:-1])]
-        scores = [_REFUSED if first and a else s for s, a in zip(rule_scores(weights, x), alone)]
-        threshold = threshold_for(scores, rows)
-        if threshold > _REFUSED:  # else the embedder's rule alone refuses more relevant rows than KEEP allows
-            ways[first] = (weights, threshold, scores, _rates([s < threshold for s in scores], rows))
-    first = True in ways and ways[True][3]["no_call"] > ways[False][3]["no_call"]
-    weights, threshold, scores, fitted = ways[first]
+    fitted_ways = {name: _fit_way(x, y, alone, rows, *how) for name, how in CHECK_WAYS.items()}
+    held = {name: _held_out(x, y, alone, rows, *CHECK_WAYS[name]) for name, found in fitted_ways.items()
+            if found is not None}
+    held_out = {name: rates for name, rates in held.items() if rates is not None}
+    if not held_out:
+        raise ConfigError("the check cannot be fitted on these rows: every way refuses more relevant rows than the "
+                          "keep rule allows; rerun `prefcall fit --relevance` with more requests (--per-source)")
+    way = max(held_out, key=lambda n: (_gain(held_out[n]), -held_out[n]["false_refusal"]))
+    first = CHECK_WAYS[way][0]
+    found = fitted_ways[way]
+    assert found is not None
+    weights, threshold, scores = found
+    fitted = _rates([s < threshold for s in scores], rows)
+    other = next((n for n in CHECK_WAYS if CHECK_WAYS[n] == (not first, CHECK_WAYS[way][1])), "")
+    other_found = fitted_ways.get(other)
     embedder = _rates(list(alone), rows)
-    kept = fitted["no_call"] > embedder["no_call"]
+    kept = _gain(held_out[way]) > _gain(embedder)
     why = "" if kept else (f"the embedder's rule alone refuses {embedder['no_call']:.1%} of the irrelevant tuning "
-                           f"requests, the check {fitted['no_call']:.1%}: it adds nothing")
+                           f"requests and {embedder['false_refusal']:.1%} of the relevant ones, the check "
+                           f"{held_out[way]['no_call']:.1%} and {held_out[way]['false_refusal']:.1%} on rows its fit "
+                           "did not read: it adds nothing")
     split = shares(scores, rows, threshold)
-    return CheckFit(weights=weights, threshold=threshold, embedder_first=first, kept=kept, why=why,
+    return CheckFit(weights=weights, threshold=threshold, embedder_first=first, kept=kept, why=why, way=way,
                     auc=split["auc"], rows=len(rows), fitted=fitted, embedder=embedder,
-                    other=ways[not first][3] if (not first) in ways else {}, sources=split["sources"])
+                    other=_rates([s < other_found[1] for s in other_found[2]], rows) if other_found else {},
+                    held_out=held_out, sources=split["sources"])
 
 
 # -- stage 1's "None" prior: the constants of fnctod.NonePrior -----------------------------------------------------

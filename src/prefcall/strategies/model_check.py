@@ -2,8 +2,9 @@
 
 A request on a function's topic that the function cannot serve ("What type of rock is best for a garden
 sculpture?" against `sculpture.create`) is close to the function's text by any cosine; only a model that reads the
-request can turn it down. Where a model's fit has a `CheckRule` (`prefcall fit --relevance` stores one only when it
-refuses more irrelevant tuning requests than the embedder's rule alone, within the same keep rule), the pipeline
+request can turn it down. Where a model's fit has a `CheckRule` (`prefcall fit --relevance` stores one only when,
+on tuning requests its fit did not read, it refuses more irrelevant requests net of relevant ones than the
+embedder's rule alone, within the same keep rule), the pipeline
 asks the model one yes/no question per function in question (the one closest to the request by the embedder, and
 the one stage 1 chose) and refuses the answer when the rule's score of the embedder's relevance score and the best
 function's yes-margin (log P(Yes) - log P(No)) is under its threshold. A rule fitted `embedder_first` refuses what
