@@ -1270,3 +1270,29 @@ def test_an_initialism_keeps_its_stop_at_a_sentence_end():
     texts = [c.text for c in spans(Source("user", "I'm trying to book a check-up with Doctor John Nguyen, M.D."))]
     assert "John Nguyen, M.D." in texts and "John Nguyen, M.D" not in texts
     assert "Oakland" in [c.text for c in spans(Source("user", "Find restaurants in Oakland."))]  # a plain stop goes
+
+
+def test_an_instruction_whose_words_fit_two_functions_is_tagged_for_the_one_the_request_is_for():
+    """"When the request is in standard seating" fits a ferry's cabin and a taxi's vehicle alike (both enumerate
+    "standard"): for a ferry request it is the ferry's, and its passengers go to the ferry call."""
+    seats = {"type": "string", "enum": ["standard", "premium"]}
+    ferry = Function(name="BookFerry", description="Book a ferry crossing.", parameters={
+        "type": "object", "properties": {"destination": {"type": "string", "description": "Arrival port."},
+                                         "passengers": {"type": "integer"}, "cabin": seats},
+        "required": ["destination"]})
+    taxi = Function(name="BookTaxi", description="Book a taxi ride.", parameters={
+        "type": "object", "properties": {"dropoff": {"type": "string"}, "passengers": {"type": "integer"},
+                                         "vehicle": {"type": "string", "enum": ["standard", "xl", "premium"]}}})
+    catalogue = Catalogue(name="rides", functions=[taxi, ferry])
+    text = "When the request is in standard seating, use 4 passengers."
+    grounder = grounded.Grounder(FakeEngine(scorer=scorer("BookFerry", passengers=4, cabin="standard",
+                                                          vehicle="standard")), FakeEmbedder(),
+                                 grounded.load_weights("m"))
+    assert grounded.tag_structured(grounder, text, catalogue).tagged.startswith("[IN:BOOK_TAXI ")
+    assert grounded.tag_structured(grounder, text, catalogue, prefer=["BookFerry"]).tagged.startswith(
+        "[IN:BOOK_FERRY ")
+    engine = FakeEngine(scorer=scorer("BookFerry", destination="Victoria", cabin="standard", passengers=4,
+                                      vehicle="standard"))
+    result = Pipeline(engine, FakeEmbedder()).parse("User: Book a ferry to Victoria in standard seating.", [text],
+                                                    catalogue, get_config("full"), applicable=[text])
+    assert [(c.name, c.arguments.get("passengers")) for c in result.calls] == [("BookFerry", 4)]

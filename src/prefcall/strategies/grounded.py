@@ -49,7 +49,7 @@ from prefcall.strategies.preferences import Draft, Preference, Provenance, prefe
 from prefcall.strategies.selection import (DomainModel, SelectionConfig, instruction_domains, outside_names,
                                           split_condition)
 from prefcall.strategies.taps_tagger import TagResult, check_tagging
-from prefcall.tagging.tags import build_span_tags, intent_label, parse_tags, slot_label
+from prefcall.tagging.tags import build_span_tags, function_for_intent, intent_label, parse_tags, slot_label
 
 _SPEAKER = re.compile(r"^\s*(User|Agent|Assistant|System)\s*:\s?(.*)$", re.I)
 _ROLES = {"user": "user", "agent": "assistant", "assistant": "assistant", "system": "system"}
@@ -210,10 +210,12 @@ INSTRUCTION_FLOOR = 0.2  # lowest probability at which an instruction's best val
 
 
 def tag_structured(grounder: Grounder, instruction: str, catalogue: Catalogue,
-                   domains: DomainModel | None = None) -> TagResult:
+                   domains: DomainModel | None = None, prefer: Sequence[str] = ()) -> TagResult:
     """Tag an instruction with the grounded filler: intent = the function its words name (else the function
     whose text the embedder finds closest), slots = the spans the filler chooses in it, further intents = other
-    functions its consequence names (chains).
+    functions its consequence names (chains). Where its words fit several functions alike ("When the request is
+    in standard seating" fits a ferry's cabin and a taxi's vehicle), the first of them in `prefer` (the functions
+    the request is for) is its intent: the request says which one the user meant.
 
     The filler reads the instruction as the request's text: under an empty request, a model reads every
     argument as not given (Qwen2.5-Coder-1.5B gave "Amazing Smile Dental" 0.003 against null for dentist_name).
@@ -221,19 +223,11 @@ def tag_structured(grounder: Grounder, instruction: str, catalogue: Catalogue,
     negation that says so ("[SL:SHUFFLE no shuffle ]", "[SL:FURNISHED unfurnished ]"): tags are spans, and a value
     without one would be lost."""
     domains = domains or DomainModel.build(catalogue)
-    embedder = grounder.embedder
-
-    def cosines() -> np.ndarray | None:  # embedded only where no word outside a name names a function
-        if embedder is None or not domains.texts:
-            return None
-        vectors = np.asarray(embedder.embed([instruction, *domains.texts]), dtype=np.float32)
-        return vectors[1:] @ vectors[0]
-
-    found = instruction_domains(domains, instruction, cosines, SelectionConfig())
+    found = instruction_functions(grounder, instruction, domains)
     if not found:
         return TagResult(instruction=instruction, status="invalid", mode="structured",
                          reasons=["no function of the catalogue matches this instruction"])
-    main = catalogue.function(found[0])
+    main = catalogue.function(next((name for name in found if name in prefer), found[0]))
     assert main is not None
     filled = grounder.fill(main, [Source("instruction", instruction, instruction)],
                            transcript([Turn(role="user", content=instruction)]), write_free=False)
@@ -269,6 +263,34 @@ def tag_structured(grounder: Grounder, instruction: str, catalogue: Catalogue,
                                      "least_confidence": filled.least_confidence,
                                      "prompt_tokens": filled.prompt_tokens, "evaluated": filled.evaluated,
                                      "reused": filled.reused, "decoded": filled.decoded})
+
+
+def instruction_functions(grounder: Grounder, instruction: str, domains: DomainModel) -> list[str]:
+    """The functions an instruction is about, best first (selection.instruction_domains: the words that name them,
+    else the closest function texts by the embedder, computed only then)."""
+    embedder = grounder.embedder
+
+    def cosines() -> np.ndarray | None:  # embedded only where no word outside a name names a function
+        if embedder is None or not domains.texts:
+            return None
+        vectors = np.asarray(embedder.embed([instruction, *domains.texts]), dtype=np.float32)
+        return vectors[1:] @ vectors[0]
+
+    return instruction_domains(domains, instruction, cosines, SelectionConfig())
+
+
+def retag_for(grounder: Grounder, tag: TagResult, catalogue: Catalogue, prefer: Sequence[str]) -> str | None:
+    """The function of `prefer` (the request's) that an instruction tagged for another one is about as well, where
+    its words fit several ("When the request is in standard seating": a ferry's cabin or a taxi's vehicle); None
+    where its tag is already for one of them, or it is about none of them."""
+    if tag.status != "ok" or not tag.tagged or not prefer:
+        return None
+    tops = [c for c in parse_tags(tag.tagged).children if not isinstance(c, str) and c.kind == "IN"]
+    intent = function_for_intent(tops[0].label, catalogue) if tops else None
+    if intent is None or intent.name in prefer:
+        return None
+    found = instruction_functions(grounder, tag.instruction, DomainModel.build(catalogue))
+    return next((name for name in found if name in prefer), None)
 
 
 def _consequence_value(filled: FillResult, choices: list[Choice], instruction: str, consequence: str,

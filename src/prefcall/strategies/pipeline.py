@@ -150,7 +150,7 @@ class Pipeline:
         self.tag_examples = tag_examples
         self.reranker = reranker or HeuristicReranker()
         self.data_dir = data_dir  # where calibration.json lives; None: Settings().data_dir
-        self._tag_cache: OrderedDict[tuple[str, str, str], TagResult] = OrderedDict()
+        self._tag_cache: OrderedDict[tuple[str, str, str, str | None], TagResult] = OrderedDict()
         self._tag_cache_size = tag_cache_size
         self._calibration: OrderedDict[tuple[str, str, str, bool], list[float]] = OrderedDict()
         self._lock = threading.Lock()
@@ -333,7 +333,7 @@ class Pipeline:
         if chosen and drafts:
             started = time.perf_counter()
             for item in chosen:
-                tag = self._tag_one(item, catalogue, config, meter, grounder)
+                tag = self._tag_one(item, catalogue, config, meter, grounder, prefer=result.functions)
                 result.tags.append(tag)
                 if tag.status != "ok":
                     result.errors.append(f"tagging {item.instruction!r} invalid: {'; '.join(tag.reasons)}")
@@ -714,18 +714,31 @@ class Pipeline:
         return out
 
     def _tag_one(self, item: TaggedInstruction, catalogue: Catalogue, config: PipelineConfig, meter: _Meter,
-                 grounder: grounded.Grounder | None = None) -> TagResult:
+                 grounder: grounded.Grounder | None = None, prefer: Sequence[str] = ()) -> TagResult:
+        """`prefer`: the functions the request is for. A structured tag for another function, of an instruction
+        whose words fit one of these as well, is made again for it (grounded.retag_for; cached apart)."""
         if item.tagged:
             return check_tagging(item.instruction, item.tagged, catalogue)  # pre-tagged: validate, never trust
+        tag = self._tag_cached(item, catalogue, config, meter, grounder)
+        if config.tag_mode == "structured" and prefer:
+            grounder = grounder or self._grounder(catalogue, frozenset())
+            function = grounded.retag_for(grounder, tag, catalogue, prefer)
+            if function is not None:
+                tag = self._tag_cached(item, catalogue, config, meter, grounder, function)
+        return tag
+
+    def _tag_cached(self, item: TaggedInstruction, catalogue: Catalogue, config: PipelineConfig, meter: _Meter,
+                    grounder: grounded.Grounder | None = None, function: str | None = None) -> TagResult:
+        """The instruction's tag from the cache, else made and cached; `function`: the one it is tagged for."""
         key = (self.scope.user, self.scope.shared,
-               grounded.tag_key(item.instruction, catalogue, config.tag_mode, self.engine.info.model_name))
+               grounded.tag_key(item.instruction, catalogue, config.tag_mode, self.engine.info.model_name), function)
         with self._lock:
             if key in self._tag_cache:
                 self._tag_cache.move_to_end(key)
                 return self._tag_cache[key]
         if config.tag_mode == "structured":
             tag = grounded.tag_structured(grounder or self._grounder(catalogue, frozenset()), item.instruction,
-                                          catalogue)
+                                          catalogue, prefer=(function,) if function else ())
         else:
             tag = tag_instruction(self.engine, item.instruction, catalogue, self.tag_examples, k=config.tag_shots,
                                   mode=config.tag_mode)
