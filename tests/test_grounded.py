@@ -1296,3 +1296,28 @@ def test_an_instruction_whose_words_fit_two_functions_is_tagged_for_the_one_the_
     result = Pipeline(engine, FakeEmbedder()).parse("User: Book a ferry to Victoria in standard seating.", [text],
                                                     catalogue, get_config("full"), applicable=[text])
     assert [(c.name, c.arguments.get("passengers")) for c in result.calls] == [("BookFerry", 4)]
+
+
+def test_a_content_argument_takes_the_clause_after_the_word_that_names_the_request():
+    """"Remind me to call my mother" against SetReminder(text, time): the clause after "Remind me to" is the text
+    (it reaches the model's shortlist), the time is still missing, so the answer asks for it (class e)."""
+    from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, content_argument, features
+
+    reminder = Function(name="SetReminder", description="Set a reminder at a time.", parameters={
+        "type": "object", "properties": {"text": {"type": "string", "description": "What to be reminded of."},
+                                         "time": {"type": "string", "description": "When."}},
+        "required": ["text", "time"]})
+    assert content_argument("text", reminder.properties["text"])
+    assert not content_argument("time", reminder.properties["time"])
+    assert content_argument("body", {"type": "string"}) and not content_argument("city", {"type": "string"})
+    request = "Remind me to call my mother"
+    pool = argument_candidates("text", reminder.properties["text"], [Source("user", request)])
+    ctx = FeatureContext(function=reminder, embedder=None)
+    cue = dict(zip([c.text for c in pool.candidates],
+                   features(ctx, "text", reminder.properties["text"], pool.candidates)[:, FEATURES.index("cue")]))
+    assert cue["call my mother"] == 1.0 and cue["my mother"] == 0.0
+    engine = FakeEngine(scorer=scorer("SetReminder", text="call my mother"))
+    result = Pipeline(engine, FakeEmbedder()).parse(f"User: {request}", [], Catalogue(name="r", functions=[reminder]),
+                                                    get_config("full"))
+    assert result.decision == "ask" and [m.argument for m in result.missing] == ["time"]
+    assert result.calls[0].arguments == {"text": "call my mother"}

@@ -183,6 +183,44 @@ def _cue(candidate: Candidate, name_words: set[str], function_words: frozenset[s
     return best
 
 
+# What a request is for, said as a clause after the verb that names the function ("Remind me to call my mother",
+# "a reminder to water the plants", "note that the gate code changed"): a content argument takes that clause. An
+# argument is one where its name or description says it holds the request's content, or its description asks what.
+CONTENT_WORDS = frozenset({"text", "message", "content", "body", "note", "memo", "task"})
+_CONTENT_ASKS = re.compile(r"^\s*what\b", re.I)
+_PERSONS = frozenset({"me", "us", "him", "her", "them", "you"})
+_CLAUSE_OPENERS = frozenset({"to", "that", "about", "saying", ":"})
+
+
+def content_argument(argument: str, schema: dict[str, Any]) -> bool:
+    """Does `argument` hold what the request is for (a reminder's text, a message's body)?"""
+    if argument_class(argument, schema) != "text" or schema.get("enum"):
+        return False
+    description = str(schema.get("description") or "")
+    named = set(split_identifier(argument).lower().split()) | set(tokenize(description))
+    return bool(named & CONTENT_WORDS) or bool(_CONTENT_ASKS.search(description))
+
+
+def _content_cue(candidate: Candidate, verbs: set[str]) -> float:
+    """1.0 for a span that opens the clause after a word naming the request ("remind", "reminder" of SetReminder),
+    over a person ("me") and an opener ("to", "that"): "Remind me to [call my mother]"."""
+    if candidate.source is None or candidate.start < 0 or not verbs:
+        return 0.0
+    tokens = [w.lower() for w, s, _ in words(candidate.source.text[:candidate.start])]
+    if not tokens or tokens[-1] not in _CLAUSE_OPENERS:
+        return 0.0
+    i = len(tokens) - 2
+    while i >= 0 and (tokens[i] in _PERSONS or tokens[i] in _ARTICLES):
+        i -= 1
+    return 1.0 if i >= 0 and any(_same_stem(tokens[i], v) for v in verbs) else 0.0
+
+
+def _same_stem(word: str, other: str) -> bool:
+    """"remind" / "reminder" / "reminded", "note" / "notes": one is the other's start, four letters or more."""
+    short, long_ = sorted((word, other), key=len)
+    return len(short) >= 4 and long_.startswith(short.rstrip("e") if len(short) > 4 else short)
+
+
 # The cue a span gets from the question its turn answers: "Which restaurant would you like?" / "Andes Cafe".
 ASKED_CUE = 1.0
 
@@ -314,6 +352,9 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
                 seen = {normal(values[i]) for i in keep}
                 memory_exact = [float(normal(t) in seen) for t in texts]
     other_enums = set().union(*(v for a, v in ctx._enums.items() if a != argument)) if ctx._enums else set()
+    # a content argument's clause follows a word of the function's name or of the argument's description
+    verbs = (set(tokenize(ctx.function.name)) | set(tokenize(str(schema.get("description") or "")))) - CONTENT_WORDS \
+        if content_argument(argument, schema) else set()
     rows = []
     for i, (c, t) in enumerate(zip(candidates, texts)):
         tokens = [w for w, _, _ in words(t)]
@@ -322,7 +363,7 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
         kind = c.source.kind if c.source is not None else ""
         m = float(memory[i]) if memory is not None else 0.0
         row = {
-            "cue": max(_cue(c, name_words, function_words), _asked_cue(c, name_words)),
+            "cue": max(_cue(c, name_words, function_words), _asked_cue(c, name_words), _content_cue(c, verbs)),
             "memory": m, "memory_sq": m * m, "memory_exact": memory_exact[i], "has_memory": has_memory,
             "description": float(description[i]) if description is not None else 0.0,
             "context": float(context[i]) if context is not None else 0.0,
