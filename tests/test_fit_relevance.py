@@ -359,6 +359,19 @@ def test_fit_relevance_with_a_model_fits_the_none_prior_beside_the_rule_and_writ
     assert not [c for e in engines for c in e.calls]
     assert cli.main(["fit", "--relevance", "--per-source", "2", "--dry-run", "--rows", rows_file]) != 0
     assert "rerun without --rows" in capsys.readouterr().err
+    # A run cut short resumes: the answers it appended are kept, only the other requests are asked.
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    lines = (few / "relevance-rows.jsonl").read_text(encoding="utf-8").splitlines()
+    (cut / "relevance-rows.jsonl").write_text("\n".join(lines[:4]) + "\n" + lines[4][:20], encoding="utf-8")
+    engines.clear()
+    assert cli.main(["fit", "--relevance", "--per-source", "3", "--dry-run", "--out", str(cut)]) == 0
+    resumed = json.loads(capsys.readouterr().out)
+    assert resumed["model_rule"]["check"]["weights"] == printed["model_rule"]["check"]["weights"]
+    asked = {c["prompt"] for e in engines for c in e.calls if "prompt" in c}
+    assert not any("weather in city 0" in p or "weather in city 2" in p for p in asked)
+    assert any("sing me song 1" in p for p in asked)
+    assert (cut / "relevance-rows.jsonl").read_text(encoding="utf-8").splitlines() == lines
 
 
 def _check_rows(n: int, relevant: bool, source: str, gate: float, yes: float) -> list[fit_relevance.RelevanceRow]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections import Counter
@@ -335,16 +336,25 @@ def _fit_model_relevance(args: argparse.Namespace, settings: Settings, embedder:
     engine = load_engine(settings)
     fingerprint = fits.engine_fingerprint(engine, settings.data_dir)
     pipeline = Pipeline(engine, embedder, data_dir=settings.data_dir)
+    rows_file = Path(args.out) / "relevance-rows.jsonl" if args.out else None
     if args.rows:
         rows = fit_relevance.read_rows(Path(args.rows), items)
     else:
+        # with --out, each answer is appended as it comes: an interrupted run resumes where it stopped
+        done = fit_relevance.read_partial(rows_file) if rows_file is not None else {}
+        if rows_file is not None:
+            rows_file.parent.mkdir(parents=True, exist_ok=True)
         progress = Progress(len(items), sys.stderr, label="fit --relevance (stage 1)")
-        rows = fit_relevance.collect(pipeline, items, lambda _: progress.advance(), gate_cosines=cosines, check=True)
+        with (rows_file.open("a", encoding="utf-8") if rows_file is not None else contextlib.nullcontext()) as sink:
+            def write(row: Any) -> None:
+                if sink is not None:
+                    sink.write(row.model_dump_json() + "\n")
+                    sink.flush()
+            rows = fit_relevance.collect(pipeline, items, lambda _: progress.advance(), gate_cosines=cosines,
+                                         check=True, done=done, write=write)
         progress.close()
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "relevance-rows.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows), encoding="utf-8")
+    if rows_file is not None:  # the rows of this fit's requests, in their order (what --rows reads)
+        rows_file.write_text("".join(r.model_dump_json() + "\n" for r in rows), encoding="utf-8")
     result = fit_relevance.fit_rule(rows)
     header = {"command": command, "commit": git_commit(), "date": dt.date.today().isoformat(),
               "data": "tune split of prefcall/data/splits.json", "items": counts}

@@ -365,11 +365,14 @@ class ModelRelevanceFit(BaseModel):
 
 
 def collect(pipeline: Any, items: Sequence[Request], progress: Callable[[str], None] | None = None,
-            gate_cosines: Sequence[float] | None = None, check: bool = False) -> list[RelevanceRow]:
+            gate_cosines: Sequence[float] | None = None, check: bool = False,
+            done: dict[tuple[str, str], RelevanceRow] | None = None,
+            write: Callable[[RelevanceRow], None] | None = None) -> list[RelevanceRow]:
     """Stage 1 (the `full` config with refusals allowed, as the MCP server runs it) on each request; with
     `gate_cosines` (the embedder rule's scores of the same items, rule_scores), each row also carries the embedder
     check's score, and with `check` the model's yes-margin (strategies.model_check) for the function closest to
-    the request and the one stage 1 chose, as the pipeline asks it."""
+    the request and the one stage 1 chose, as the pipeline asks it. `done`: rows an interrupted run wrote, by
+    (source, id), taken as they are (the embedder's score recomputed); `write`: called with each new row."""
     from prefcall.strategies import model_check
     from prefcall.strategies.fnctod import NONE_CANDIDATE, FunctionScores
     from prefcall.strategies.pipeline_models import get_config
@@ -378,6 +381,13 @@ def collect(pipeline: Any, items: Sequence[Request], progress: Callable[[str], N
     config = get_config("full", allow_refuse=True)
     rows = []
     for n, item in enumerate(items):
+        earlier = (done or {}).get((item.source, item.id))
+        if earlier is not None and (earlier.model_yes is not None or not check):
+            rows.append(earlier.model_copy(update={"gate_cosine": gate_cosines[n]}) if gate_cosines is not None
+                        else earlier)
+            if progress is not None:
+                progress(item.id)
+            continue
         scores = pipeline.stage_one(item.dialogue, item.catalogue, config).usage
         features = scores.relevance_features() if isinstance(scores, FunctionScores) else None
         if features is not None:
@@ -394,9 +404,25 @@ def collect(pipeline: Any, items: Sequence[Request], progress: Callable[[str], N
                                      hand_refused=hand, none_inputs=[*inputs[:3], float(inputs[3])] if inputs else None,
                                      gate_cosine=gate_cosines[n] if gate_cosines is not None else None,
                                      model_yes=model_yes))
+            if write is not None:
+                write(rows[-1])
         if progress is not None:
             progress(item.id)
     return rows
+
+
+def read_partial(path: Path) -> dict[tuple[str, str], RelevanceRow]:
+    """The rows an interrupted `collect` appended to `path`, by (source, id); a line cut short is skipped."""
+    out: dict[tuple[str, str], RelevanceRow] = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = RelevanceRow.model_validate_json(line)
+        except ValueError:
+            continue
+        out[(row.source, row.id)] = row
+    return out
 
 
 def read_rows(path: Path, items: Sequence[Request]) -> list[RelevanceRow]:
