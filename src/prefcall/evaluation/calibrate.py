@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
-from pydantic import ValidationError as PydanticValidationError
 
 from prefcall.errors import ConfigError, ValidationError
 from prefcall.evaluation import splits
-from prefcall.evaluation.data import shared_data_dir
+from prefcall.evaluation.data import read_resumable, shared_data_dir
 from prefcall.evaluation.metrics.calls import load_aliases, score_calls
 from prefcall.evaluation.metrics.f1 import micro_prf
 from prefcall.schemas.calls import parse_call
@@ -145,16 +144,7 @@ def load_dev_items(path: Path, limit: int, offset: int = 0) -> list[dict[str, An
 
 def read_rows(path: Path | None) -> dict[str, CalibrationItem]:
     """Rows a previous, interrupted run stored (one JSON object per line); a torn last line is dropped."""
-    rows: dict[str, CalibrationItem] = {}
-    if path is None or not path.exists():
-        return rows
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = CalibrationItem.model_validate_json(line)
-        except PydanticValidationError:
-            continue
-        rows[row.id] = row
-    return rows
+    return {row.id: row for row in read_resumable(path, CalibrationItem.model_validate_json)}
 
 
 def calibrate_gate(pipeline: Pipeline, items: Sequence[dict[str, Any]], catalogue: Catalogue, *, config: str = "taps",

@@ -4,12 +4,32 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from prefcall.errors import ConfigError
 from prefcall.schemas.importers import import_catalogue
 from prefcall.schemas.model import Catalogue
+
+
+T = TypeVar("T")
+
+
+def read_resumable(path: Path | None, parse: Callable[[str], T]) -> list[T]:
+    """The records an earlier, maybe interrupted, run appended to `path` (JSON lines), each read by `parse`; a line
+    it cannot read (a torn last line: the run stopped mid-write) is skipped, and a missing file reads as none."""
+    if path is None or not path.is_file():
+        return []
+    out: list[T] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            out.append(parse(line))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
 
 
 def shared_data_dir() -> Path:

@@ -42,7 +42,7 @@ from pydantic import BaseModel, Field
 
 from prefcall.errors import ConfigError
 from prefcall.evaluation import corpus, splits
-from prefcall.evaluation.data import read_json, shared_data_dir
+from prefcall.evaluation.data import read_json, read_resumable, shared_data_dir
 from prefcall.evaluation.metrics.calls import calls_from_any, load_aliases, normalise_arg, normalise_function, \
     normalise_value
 from prefcall.schemas.importers import import_catalogue
@@ -441,16 +441,11 @@ def structure_file(fit: StructureFit, base: dict[str, Any], command: str, commit
 
 def read_rows(path: Path) -> dict[str, list[LabelledRow]]:
     """Rows stored by an earlier (maybe interrupted) fit, by item; a torn last line is dropped."""
-    out: dict[str, list[LabelledRow]] = {}
-    if not path.is_file():
-        return out
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-            out[record["item"]] = [LabelledRow.model_validate(r) for r in record["rows"]]
-        except (ValueError, KeyError, TypeError):
-            continue
-    return out
+    def parse(line: str) -> tuple[str, list[LabelledRow]]:
+        record = json.loads(line)
+        return record["item"], [LabelledRow.model_validate(r) for r in record["rows"]]
+
+    return dict(read_resumable(path, parse))
 
 
 def source_note(report: FitReport, command: str, commit: str) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 
 from prefcall.errors import ConfigError
 from prefcall.evaluation import splits
-from prefcall.evaluation.data import checkout_file
+from prefcall.evaluation.data import checkout_file, read_resumable
 from prefcall.evaluation.task import EvalItem
 from prefcall.evaluation.tasks.tools import load_items, message_and_history
 from prefcall.strategies.nlt import Evidence, fit_rule, fit_size_terms, select_tools
@@ -104,16 +104,11 @@ def collect(engine: Any, embedder: Any, items: Sequence[tuple[str, EvalItem]],
 def read_evidence(path: Path) -> dict[tuple[str, str], Evidence]:
     """(file, item id) -> evidence from a `collect` cache; a missing file reads as empty, a torn last line (an
     interrupted write) is skipped."""
-    out: dict[tuple[str, str], Evidence] = {}
-    if not path.exists():
-        return out
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        out[(row["file"], row["id"])] = {k: (v[0], float(v[1]), v[2]) for k, v in row["evidence"].items()}
-    return out
+    def parse(line: str) -> tuple[tuple[str, str], Evidence]:
+        row = json.loads(line)
+        return (row["file"], row["id"]), {k: (v[0], float(v[1]), v[2]) for k, v in row["evidence"].items()}
+
+    return dict(read_resumable(path, parse))
 
 
 def with_sentence_cosine(asked: Examples, sentence: Examples) -> list[tuple[Evidence, set[str]]]:

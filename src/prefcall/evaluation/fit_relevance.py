@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field
 
 from prefcall.errors import ConfigError
 from prefcall.evaluation import corpus, splits
-from prefcall.evaluation.data import import_catalogue_file, read_json, shared_data_dir
+from prefcall.evaluation.data import import_catalogue_file, read_json, read_resumable, shared_data_dir
 from prefcall.evaluation.metrics.calls import calls_from_any
 from prefcall.evaluation.tasks.tools import read_records
 from prefcall.schemas.importers import import_catalogue
@@ -413,16 +413,7 @@ def collect(pipeline: Any, items: Sequence[Request], progress: Callable[[str], N
 
 def read_partial(path: Path) -> dict[tuple[str, str], RelevanceRow]:
     """The rows an interrupted `collect` appended to `path`, by (source, id); a line cut short is skipped."""
-    out: dict[tuple[str, str], RelevanceRow] = {}
-    if not path.is_file():
-        return out
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = RelevanceRow.model_validate_json(line)
-        except ValueError:
-            continue
-        out[(row.source, row.id)] = row
-    return out
+    return {(row.source, row.id): row for row in read_resumable(path, RelevanceRow.model_validate_json)}
 
 
 def read_rows(path: Path, items: Sequence[Request]) -> list[RelevanceRow]:

@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from prefcall.errors import ConfigError, PrefcallError
 from prefcall.evaluation import splits
+from prefcall.evaluation.data import read_resumable
 from prefcall.evaluation.metrics.intervals import collect as collect_intervals
 from prefcall.evaluation.splits import Selection
 from prefcall.evaluation.task import EvalContext, EvalItem, ScoredItem, Task
@@ -67,18 +68,8 @@ def _clock(seconds: float) -> str:
 
 def read_results(path: Path) -> dict[str, ScoredItem]:
     """Items already scored by an earlier (possibly interrupted) run; a torn last line is ignored."""
-    done: dict[str, ScoredItem] = {}
-    if not path.exists():
-        return done
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        try:
-            item = ScoredItem.model_validate_json(line)
-        except ValueError:
-            continue  # interrupted mid-write; that item is simply predicted again
-        done[item.id] = item
-    return done
+    # an item whose line was torn mid-write is simply predicted again
+    return {item.id: item for item in read_resumable(path, ScoredItem.model_validate_json)}
 
 
 def read_predictions(path: Path) -> dict[str, dict[str, Any]]:
