@@ -910,6 +910,27 @@ def test_from_and_into_give_a_pair_of_arguments_their_values_and_an_instruction_
     assert same.drafts[0].values == {"recipient_account_type": ["checking"]}  # the same value: nothing to move
 
 
+def test_a_value_written_twice_fills_both_arguments_of_a_pair():
+    """"into their checking account from my checking account": each mention is one account's, so both are
+    checking; the first mention alone (the recipient's, after "into") would leave the sender's account to the
+    profile."""
+    kinds = {"enum": ["checking", "savings"]}
+    transfer = Function(name="TransferMoney", description="Move money between bank accounts.", parameters={
+        "type": "object", "properties": {
+            "account_type": {**kinds, "description": "The account the money leaves."},
+            "recipient_account_type": {**kinds, "description": "The recipient's account."}}})
+    both = scorer("TransferMoney", account_type="checking", recipient_account_type="checking")
+    grounder = grounded.Grounder(FakeEngine(scorer=both), FakeEmbedder(), grounded.load_weights("m"))
+    text = "Send 200 dollars into their checking account from my checking account"
+    filled = grounder.fill(transfer, [Source("user", text, "u")], "User: " + text)
+    spans = {c.argument: (c.values, c.texts) for c in filled.choices}
+    assert spans == {"account_type": (["checking"], ["checking"]),
+                     "recipient_account_type": (["checking"], ["checking"])}
+    once = "Send 200 dollars into their checking account"
+    filled = grounder.fill(transfer, [Source("user", once, "u")], "User: " + once)
+    assert [c.argument for c in filled.choices] == ["recipient_account_type"]
+
+
 def test_an_instruction_about_another_kind_of_the_request_gives_none_of_its_values():
     """"Search for Sushi restaurants that serve alcohol": about Sushi restaurants. A request for a Diner takes none
     of its values; a request that names no cuisine takes them all; "I like Sushi" is no kind of request."""

@@ -332,6 +332,8 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
     # The most probable arguments claim their spans first; a span fills one argument.
     taken: list[tuple[Source | None, int, int]] = []
     for _, name, ranked, pool in sorted(pending, key=lambda p: -p[0]):
+        if pool.kind == "enum":  # a value written twice can be two arguments' ("from checking into checking")
+            ranked = [(p, _free_mention(c, name, taken, owners), m) for p, c, m in ranked]
         eligible = [(p, c, m) for p, c, m in ranked if p >= 0.5 and not _overlaps(c, taken)
                     and owners.get(_span_key(c), name) == name]
         # A span the text gives this argument (its name written before it, "from") comes before the others.
@@ -809,6 +811,22 @@ def _pool_spans(pending: list[tuple[float, str, list[tuple[float, Candidate, flo
 
 # Words between an argument's name and its value that keep the name attached: "account type is checking".
 _NAME_TO_VALUE = frozenset("is are was be should would will to : = -".split())
+
+
+def _free_mention(candidate: Candidate, name: str, taken: list[tuple[Source | None, int, int]],
+                  owners: dict[tuple[int, int, int], str]) -> Candidate:
+    """An enum value's candidate carries its first mention; where another argument took or owns that one ("into
+    their checking account" is the recipient's), a later mention of the same words that is free is this
+    argument's ("from my checking account")."""
+    if candidate.source is None or not candidate.text or (
+            not _overlaps(candidate, taken) and owners.get(_span_key(candidate), name) == name):  # type: ignore[arg-type]
+        return candidate
+    for match in re.finditer(r"\b" + re.escape(candidate.text) + r"\b", candidate.source.text, re.I):
+        other = Candidate(candidate.value, match.group(), candidate.source, match.start(), match.end())
+        if match.start() != candidate.start and not _overlaps(other, taken) \
+                and owners.get(_span_key(other), name) == name:  # type: ignore[arg-type]
+            return other
+    return candidate
 
 
 def _span_key(candidate: Candidate) -> tuple[int, int, int] | None:
