@@ -818,13 +818,14 @@ def _free_mention(candidate: Candidate, name: str, taken: list[tuple[Source | No
     """An enum value's candidate carries its first mention; where another argument took or owns that one ("into
     their checking account" is the recipient's), a later mention of the same words that is free is this
     argument's ("from my checking account")."""
-    if candidate.source is None or not candidate.text or (
-            not _overlaps(candidate, taken) and owners.get(_span_key(candidate), name) == name):  # type: ignore[arg-type]
+    def free(c: Candidate) -> bool:
+        return not _overlaps(c, taken) and owners.get(_span_key(c), name) == name  # type: ignore[arg-type]
+
+    if candidate.source is None or not candidate.text or free(candidate):
         return candidate
     for match in re.finditer(r"\b" + re.escape(candidate.text) + r"\b", candidate.source.text, re.I):
         other = Candidate(candidate.value, match.group(), candidate.source, match.start(), match.end())
-        if match.start() != candidate.start and not _overlaps(other, taken) \
-                and owners.get(_span_key(other), name) == name:  # type: ignore[arg-type]
+        if match.start() != candidate.start and free(other):
             return other
     return candidate
 
