@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from prefcall.engine.base import Embedder
-from prefcall.retrieval.text import split_identifier, tokenize
+from prefcall.retrieval.text import normalise_word, split_identifier, stem, tokenize
 from prefcall.schemas.model import Function
 
 from prefcall.strategies.grounding.values import DETERMINERS, Candidate, words
@@ -202,8 +202,9 @@ def content_argument(argument: str, schema: dict[str, Any]) -> bool:
 
 
 def _content_cue(candidate: Candidate, verbs: set[str]) -> float:
-    """1.0 for a span that opens the clause after a word naming the request ("remind", "reminder" of SetReminder),
-    over a person ("me") and an opener ("to", "that"): "Remind me to [call my mother]"."""
+    """1.0 for a span that opens the clause after a word naming the request ("remind", "reminder" of SetReminder:
+    `verbs` holds their stems, retrieval.text.stem), over a person ("me") and an opener ("to", "that"): "Remind me
+    to [call my mother]"."""
     if candidate.source is None or candidate.start < 0 or not verbs:
         return 0.0
     tokens = [w.lower() for w, s, _ in words(candidate.source.text[:candidate.start])]
@@ -212,13 +213,7 @@ def _content_cue(candidate: Candidate, verbs: set[str]) -> float:
     i = len(tokens) - 2
     while i >= 0 and (tokens[i] in _PERSONS or tokens[i] in _ARTICLES):
         i -= 1
-    return 1.0 if i >= 0 and any(_same_stem(tokens[i], v) for v in verbs) else 0.0
-
-
-def _same_stem(word: str, other: str) -> bool:
-    """"remind" / "reminder" / "reminded", "note" / "notes": one is the other's start, four letters or more."""
-    short, long_ = sorted((word, other), key=len)
-    return len(short) >= 4 and long_.startswith(short.rstrip("e") if len(short) > 4 else short)
+    return 1.0 if i >= 0 and len(tokens[i]) >= 4 and stem(normalise_word(tokens[i])) in verbs else 0.0
 
 
 # The cue a span gets from the question its turn answers: "Which restaurant would you like?" / "Andes Cafe".
@@ -353,8 +348,8 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
                 memory_exact = [float(normal(t) in seen) for t in texts]
     other_enums = set().union(*(v for a, v in ctx._enums.items() if a != argument)) if ctx._enums else set()
     # a content argument's clause follows a word of the function's name or of the argument's description
-    verbs = (set(tokenize(ctx.function.name)) | set(tokenize(str(schema.get("description") or "")))) - CONTENT_WORDS \
-        if content_argument(argument, schema) else set()
+    verbs = {stem(w) for w in (set(tokenize(ctx.function.name)) | set(tokenize(str(schema.get("description") or "")))
+                               - CONTENT_WORDS)} if content_argument(argument, schema) else set()
     rows = []
     for i, (c, t) in enumerate(zip(candidates, texts)):
         tokens = [w for w, _, _ in words(t)]
