@@ -517,15 +517,20 @@ def _fit_way(x: np.ndarray, y: np.ndarray, alone: np.ndarray, rows: Sequence[Rel
     return None if threshold <= _REFUSED else (weights, threshold, scores)
 
 
-def _held_out(x: np.ndarray, y: np.ndarray, alone: np.ndarray, rows: Sequence[RelevanceRow], first: bool,
-              embedder_score: bool) -> dict[str, float] | None:
-    """A way's no-call and false-refusal rates on rows its fit did not read: CHECK_FOLDS folds, each source and
-    kind dealt round the folds in row order (deterministic), each fold refused by the way fitted on the others."""
+def _folds(rows: Sequence[RelevanceRow]) -> np.ndarray:
+    """Each row's fold of CHECK_FOLDS: each source and kind dealt round the folds in row order (deterministic)."""
     fold = np.zeros(len(rows), dtype=int)
     seen: Counter[tuple[str, bool]] = Counter()
     for i, r in enumerate(rows):
         fold[i] = seen[(r.source, r.relevant)] % CHECK_FOLDS
         seen[(r.source, r.relevant)] += 1
+    return fold
+
+
+def _held_out(x: np.ndarray, y: np.ndarray, alone: np.ndarray, rows: Sequence[RelevanceRow], fold: np.ndarray,
+              first: bool, embedder_score: bool) -> dict[str, float] | None:
+    """A way's no-call and false-refusal rates on rows its fit did not read: each fold (`_folds`) refused by the
+    way fitted on the others."""
     refused = np.zeros(len(rows), dtype=bool)
     for k in range(CHECK_FOLDS):
         train = fold != k
@@ -562,9 +567,9 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
     y = np.asarray([float(r.relevant) for r in rows])
     alone = np.asarray([float(r.gate_cosine) < embedder_threshold for r in rows])  # type: ignore[arg-type]
     fitted_ways = {name: _fit_way(x, y, alone, rows, *how) for name, how in CHECK_WAYS.items()}
-    held = {name: _held_out(x, y, alone, rows, *CHECK_WAYS[name]) for name, found in fitted_ways.items()
-            if found is not None}
-    held_out = {name: rates for name, rates in held.items() if rates is not None}
+    fold = _folds(rows)
+    held_out = {name: rates for name, found in fitted_ways.items() if found is not None
+                and (rates := _held_out(x, y, alone, rows, fold, *CHECK_WAYS[name])) is not None}
     if not held_out:
         raise ConfigError("the check cannot be fitted on these rows: every way refuses more relevant rows than the "
                           "keep rule allows; rerun `prefcall fit --relevance` with more requests (--per-source)")
