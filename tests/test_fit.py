@@ -197,6 +197,21 @@ def test_the_combination_fit_reads_only_the_scored_top():
     assert fit.fit_kind("span", rows, (1.0, 1.0, 0.0), min_right=300).f1_shipped == 1.0
 
 
+def test_the_required_floor_is_the_one_with_the_best_f1_on_required_arguments_and_a_stored_one_is_read():
+    """Rankings of a required argument whose right value sits at p 0.27 (under 0.5) are set from a floor of 0.2;
+    one whose best is wrong at p 0.12 stays unset there; optional arguments' rankings are not read."""
+    def ranking(group: int, odds: float, right: bool, argument: str = "a") -> fit.LabelledRow:
+        return row(group, 0.0, odds, right).model_copy(update={"argument": argument})
+
+    rows = [ranking(g, -1.0, True) for g in range(6)] + [ranking(g, -2.0, False) for g in range(6, 8)]
+    rows += [ranking(g, -1.0, False, argument="b") for g in range(8, 20)]  # optional: would pull the floor up
+    result = fit.fit_required_floor(rows, {"span": (0.0, 1.0, 0.0)}, {("F", "a")})
+    assert result.floor == 0.2 and result.f1_with > result.f1_without == 0.0
+    assert fit.fit_required_floor(rows[:6], {"span": (0.0, 1.0, 5.0)}, {("F", "a")}).floor is None  # all pass 0.5
+    assert load_weights("m", fitted={"required_floor": 0.2}).required_floor == 0.2
+    assert load_weights("m").required_floor is None
+
+
 def test_a_stored_fit_is_used_for_that_model_file_only(tmp_path: Path):
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF fake weights")

@@ -1342,3 +1342,31 @@ def test_a_content_argument_takes_the_clause_after_the_word_that_names_the_reque
                                                     get_config("full"))
     assert result.decision == "ask" and [m.argument for m in result.missing] == ["time"]
     assert result.calls[0].arguments == {"text": "call my mother"}
+
+
+def test_a_required_argument_still_unset_takes_its_best_written_value_at_the_floor_an_optional_one_does_not():
+    """Without a value memory a new value scores low ("near the train station"): a required argument takes its most
+    probable free value from the floor up (the API cannot be called without it; the alternative is asking), an
+    optional argument still needs 0.5, and a value under the floor is still asked for."""
+    parking = Function(name="ReserveParking", description="Reserve a parking spot.", parameters={
+        "type": "object", "properties": {"location": {"type": "string", "description": "Where to park."},
+                                         "day": {"type": "string", "description": "Day of parking."}},
+        "required": ["location"]})
+    text = "a spot near the train station"
+
+    def fill_with(floor: float | None, odds: float = -1.0, function: Function = parking):
+        def score(prompt: str, candidate: str) -> float:
+            if re.search(r'\{"(\w+)": $', prompt) is None:
+                return -0.1
+            return odds if candidate == '"the train station"' else 0.0 if candidate == "null" else -9.0
+
+        weights = grounded.load_weights().model_copy(update={"span": (0.0, 1.0, 0.0), "required_floor": floor})
+        result = fill.fill_arguments(FakeEngine(scorer=score), function, [Source("user", text, "turn 1")], text,
+                                     fill.FeatureContext(function=function, embedder=FakeEmbedder()), weights)
+        return [(c.argument, c.values) for c in result.choices]
+
+    assert fill_with(None) == []  # p = sigmoid(-1) = 0.27 < 0.5
+    assert fill_with(0.2) == [("location", ["the train station"])]
+    assert fill_with(0.2, odds=-3.0) == []  # 0.05 < 0.2: asked for
+    optional = parking.model_copy(update={"parameters": {**parking.parameters, "required": []}})
+    assert fill_with(0.2, function=optional) == []

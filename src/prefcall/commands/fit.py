@@ -127,20 +127,28 @@ def run_fit(args: argparse.Namespace) -> int:
     stored = None
     # Every other part fitted before stays: stage 1's rule and floor, the relevance rules, the check, the flags.
     earlier = fits.load(fingerprint, settings.data_dir) or fits.Fit(fingerprint=fingerprint or "")
-    grounding = report.grounding()
+    grounding: dict[str, Any] = dict(report.grounding())
     if "unnamed_flag" in earlier.grounding:  # `fit --flags` fits it
         grounding["unnamed_flag"] = earlier.grounding["unnamed_flag"]
+    # The floor of a required argument, under the combination the filler will use (the fitted one, else shipped).
+    kept = {"span": shipped.span, "number": shipped.number or shipped.span,
+            **{k: v for k, v in grounding.items() if k in ("span", "number")}}
+    required = {(f.name, a) for item in items for f in item.catalogue.functions for a in f.required}
+    floor = fit.fit_required_floor(rows, kept, required)
+    if floor.floor is not None:
+        grounding["required_floor"] = floor.floor
+    note = {**fit.source_note(report, command, git_commit()), "required_floor": floor.model_dump()}
     result = earlier.model_copy(update={"fingerprint": fingerprint or "", "model_name": info.model_name,
-                                        "grounding": grounding,
-                                        "source": {**earlier.source, **fit.source_note(report, command, git_commit())}})
+                                        "grounding": grounding, "source": {**earlier.source, **note}})
     (out / "fit.json").write_text(result.model_dump_json(indent=1, exclude={"origin"}) + "\n", encoding="utf-8")
-    if not args.dry_run and fingerprint and report.grounding():
+    if not args.dry_run and fingerprint and grounding:
         stored = fits.save(result, settings.data_dir / fits.FITS_DIR)
     summary = {"model": info.model_name, "fingerprint": fingerprint, "items": counts, "rows": len(rows),
                "stored_in": str(stored) if stored else None, "run": str(out),
                "kinds": {k: {"fitted": f.fitted, "right": f.right, "combination": f.combination,
                              "f1_shipped": f.f1_shipped, "f1_fitted": f.f1_fitted, "why": f.why}
-                         for k, f in report.kinds.items()}}
+                         for k, f in report.kinds.items()},
+               "required_floor": {"floor": floor.floor, "f1_without": floor.f1_without, "f1_with": floor.f1_with}}
     if fingerprint is None:
         summary["note"] = "the model file could not be read to fingerprint it: the fit above is printed only"
     print(json.dumps(summary, indent=1))

@@ -328,6 +328,46 @@ def fit(rows: Sequence[LabelledRow], weights: GroundingWeights, min_right: int =
     return {kind: fit_kind(kind, rows, shipped[kind], min_right) for kind in KINDS if any(r.kind == kind for r in rows)}
 
 
+FLOOR_GRID = (0.5, 0.4, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05, 0.03, 0.02)  # 0.5: no floor (a value must reach 0.5)
+
+
+class FloorFit(BaseModel):
+    """The probability at which a required argument still unset takes its best value (GroundingWeights.
+    required_floor): the floor on FLOOR_GRID with the best argument-level F1 over the required span and number
+    arguments' rankings, under the combination the fit keeps (ties: the higher floor); None where 0.5 wins."""
+
+    rankings: int
+    right: int  # rankings whose gold sets the argument
+    floor: float | None = None
+    f1_without: float = 0.0
+    f1_with: float = 0.0
+    by_floor: dict[str, float] = Field(default_factory=dict)
+
+
+def fit_required_floor(rows: Sequence[LabelledRow], combination: dict[str, Sequence[float]],
+                       required: set[tuple[str, str]]) -> FloorFit:
+    """`combination`: per kind (span, number) the combination the filler will use; `required`: (function,
+    argument) pairs the catalogues require."""
+    mine = [r for r in rows if r.kind in ("span", "number") and r.ranked and (r.function, r.argument) in required]
+    by_kind: dict[str, list[LabelledRow]] = {}
+    for r in mine:
+        by_kind.setdefault(r.kind, []).append(r)
+    scores = {}
+    for floor in FLOOR_GRID:
+        shift = math.log(0.5 / 0.5) - math.log(floor / (1 - floor))  # the floor's log-odds, moved to 0
+        tp = fp = fn = 0
+        for kind, members in by_kind.items():
+            a, b, c, *rest = combination[kind]
+            t, f, n = decide(members, (a, b, c + shift, *rest))
+            tp, fp, fn = tp + t, fp + f, fn + n
+        scores[floor] = f1(tp, fp, fn)[2]
+    best = max(FLOOR_GRID, key=lambda fl: (round(scores[fl], 4), fl))
+    return FloorFit(rankings=len({(r.item, r.group) for r in mine}), right=len({(r.item, r.group) for r in mine
+                                                                                 if r.gold}),
+                    floor=None if best == 0.5 else best, f1_without=round(scores[0.5], 4),
+                    f1_with=round(scores[best], 4), by_floor={str(k): round(v, 4) for k, v in scores.items()})
+
+
 # -- the structure weights -------------------------------------------------------------------------------------
 
 

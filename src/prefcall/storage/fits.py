@@ -41,12 +41,13 @@ _SERVED: dict[str, tuple[weakref.ref[Any], str]] = {}
 class Fit(BaseModel):
     """One model's fitted rules. `grounding`: the filler's combination per argument kind, [a, b, c] (span and
     number: [a, b, c, length] where fitted with the length weight) as in strategies.grounding.fill.GroundingWeights;
-    kinds not listed keep the shipped defaults. `selection`: stage 1's weights over its evidence
+    kinds not listed keep the shipped defaults; `required_floor` is a probability (GroundingWeights.required_floor).
+    `selection`: stage 1's weights over its evidence
     (strategies.fnctod.SelectionRule)."""
 
     fingerprint: str
     model_name: str = ""
-    grounding: dict[str, list[float]] = Field(default_factory=dict)
+    grounding: dict[str, list[float] | float] = Field(default_factory=dict)
     # stage 1's rule: weights over strategies.fnctod.SELECTION_FEATURES (`prefcall fit --selection`); None: hand-set
     selection: list[float] | None = None
     # stage 1's bound on the calibration's gain (strategies.fnctod.smoothed; `prefcall fit --selection`); None: the

@@ -101,6 +101,11 @@ class GroundingWeights(BaseModel):
     # "true" to anything; fitted per model by `prefcall fit`).
     unnamed_flag: tuple[float, float] | None = None
     prune: float = -4.0  # structure log-odds under which the model is not asked
+    # The probability at which a required argument still unset takes its most probable free span or number: the
+    # API cannot be called without it, so the choice is between that value and asking the user; a request
+    # without a value memory scores new values low ("near the train station" for a parking spot's location).
+    # None: only values that reach 0.5 (fitted per model by `prefcall fit`: evaluation.fit.fit_required_floor).
+    required_floor: float | None = None
     # A written span that is probably some open argument's value (its probabilities summed over the arguments it
     # is best for pass 0.5) goes to the most probable of them (`_pool_spans`).
     pooled_spans: bool = True
@@ -390,6 +395,8 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
             result.choices.append(_choice(name, [code], 0.5, None))
             chosen_names.add(name)
     chosen_names |= set(result.misfits)
+    if weights.required_floor is not None:
+        chosen_names |= _required_floor(pending, result, taken, owners, function, skip, weights.required_floor)
     # What is left unset is what an instruction's reading may still take (grounded.tag_structured): a name keeps
     # its written credential there too ("Benjamin Sadoff, MD").
     left = [(ranked[0], name, pool) for _, name, ranked, pool in pending if name not in chosen_names]
@@ -807,6 +814,30 @@ def _pool_spans(pending: list[tuple[float, str, list[tuple[float, Candidate, flo
         result.choices.append(_choice(name, [candidate], p, m))
         chosen.add(name)
         taken.append((candidate.source, candidate.start, candidate.end))
+
+
+def _required_floor(pending: list[tuple[float, str, list[tuple[float, Candidate, float | None]], ArgumentCandidates]],
+                    result: FillResult, taken: list[tuple[Source | None, int, int]],
+                    owners: dict[tuple[int, int, int], str], function: Function, skip: Sequence[str],
+                    floor: float) -> set[str]:
+    """Each required span or number argument still unset takes its most probable free written value when it
+    reaches `floor` (GroundingWeights.required_floor), the most probable argument first; returns those set."""
+    chosen = {c.argument for c in result.choices} | set(result.misfits)
+    required = set(function.required) - chosen - set(skip)
+    done: set[str] = set()
+    for _, name, ranked, pool in sorted(pending, key=lambda t: -t[0]):
+        if name not in required or pool.kind not in ("span", "number"):
+            continue
+        best = next(((p, c, m) for p, c, m in ranked if c.source is not None and not _overlaps(c, taken)
+                     and owners.get(_span_key(c), name) == name), None)
+        if best is None or best[0] < floor:
+            continue
+        p, candidate, m = best
+        candidate = _suffixed(candidate, pool) if pool.kind == "span" else candidate
+        result.choices.append(_choice(name, [candidate], p, m))
+        taken.append((candidate.source, candidate.start, candidate.end))
+        done.add(name)
+    return done
 
 
 # Words between an argument's name and its value that keep the name attached: "account type is checking".
