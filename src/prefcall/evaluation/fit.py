@@ -23,6 +23,12 @@ value, so that "the drugstore on Elm" loses to "Elm"; strategies.grounding.fill.
    shipped combination and the fit says why. The fit reports, per kind, the F1 of the shipped and the fitted
    combination on the same rows.
 
+5. The required floor (`fit_required_floor`): the probability from which a required argument still unset takes its
+   most probable free value instead of making the request `ask` (GroundingWeights.required_floor), chosen on
+   FLOOR_GRID by argument-level F1 over the required arguments' rankings under the combination the fit keeps. A
+   request about a catalogue nobody demonstrated (no value memory) scores new values low, the lowercase and
+   common-noun ones most ("near the train station"); the items parsed without memory (step 2) carry them.
+
 The result is stored per model fingerprint (storage.fits): the pipeline then uses it for that model file.
 """
 
