@@ -1370,3 +1370,20 @@ def test_a_required_argument_still_unset_takes_its_best_written_value_at_the_flo
     assert fill_with(0.2, odds=-3.0) == []  # 0.05 < 0.2: asked for
     optional = parking.model_copy(update={"parameters": {**parking.parameters, "required": []}})
     assert fill_with(0.2, function=optional) == []
+
+
+def test_a_span_that_stops_before_a_determiner_does_not_close_its_phrase():
+    """"pay" of "a reminder to pay the phone bill at noon" stops before its object: no boundary on its right;
+    "pay the phone bill" ends before "at", a boundary, and a name before "for" closes too."""
+    from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, features
+    from prefcall.strategies.grounding.values import spans
+
+    reminder = Function(name="SetReminder", description="Set a reminder.", parameters={
+        "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+    text = "Please add a reminder to pay the phone bill at noon, or call my mother for Nopa."
+    pool = {c.text: c for c in spans(Source("user", text, "turn 1"))}
+    names = ["pay", "pay the phone bill", "call", "call my mother", "mother"]
+    rows = features(FeatureContext(function=reminder, embedder=FakeEmbedder()), "text", {"type": "string"},
+                    [pool[n] for n in names])
+    close = FEATURES.index("close_right")
+    assert [float(r[close]) for r in rows] == [0.0, 1.0, 0.0, 1.0, 1.0]

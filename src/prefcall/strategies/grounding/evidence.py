@@ -257,6 +257,9 @@ def _owned_cue(text: str, tokens: list[tuple[str, int, int]], first: int, name_w
     return 0.0
 
 
+_OPENS_OBJECT = DETERMINERS | _ARTICLES
+
+
 def _shape(candidate: Candidate) -> dict[str, float]:
     if candidate.source is None or candidate.start < 0:
         return {"open_left": 1.0, "close_right": 1.0, "cuts_name": 0.0, "joins_right": 0.0}
@@ -277,7 +280,10 @@ def _shape(candidate: Candidate) -> dict[str, float]:
     l_cap = (bool(lw) and lw[0].isupper() and not (lw[-1] in ",.;:!?") and lw.lower() not in CONNECTIVES
              and not sentence_start)
     r_cap = bool(rw) and rw[0].isupper() and not r_punct
-    return {"open_left": float(l_punct), "close_right": float(r_punct or rw.lower() in CONNECTIVES),
+    # A determiner after the span opens the phrase it goes on with ("pay [the phone bill]", "call [my mother]"):
+    # the span stops before its object, not at a boundary.
+    close = r_punct or (rw.lower() in CONNECTIVES and rw.lower() not in _OPENS_OBJECT)
+    return {"open_left": float(l_punct), "close_right": float(close),
             "cuts_name": float(capital and (l_cap or r_cap)), "joins_right": float(rw.lower().strip(",.") in JOINERS)}
 
 
