@@ -360,7 +360,7 @@ def fit_required_floor(rows: Sequence[LabelledRow], combination: dict[str, Seque
         by_kind.setdefault(r.kind, []).append(r)
     scores = {}
     for floor in FLOOR_GRID:
-        shift = math.log(0.5 / 0.5) - math.log(floor / (1 - floor))  # the floor's log-odds, moved to 0
+        shift = -math.log(floor / (1 - floor))  # the bias that moves the floor's log-odds to 0.5's
         tp = fp = fn = 0
         for kind, members in by_kind.items():
             a, b, c, *rest = combination[kind]
