@@ -339,8 +339,7 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
     for _, name, ranked, pool in sorted(pending, key=lambda p: -p[0]):
         if pool.kind == "enum":  # a value written twice can be two arguments' ("from checking into checking")
             ranked = [(p, _free_mention(c, name, taken, owners), m) for p, c, m in ranked]
-        eligible = [(p, c, m) for p, c, m in ranked if p >= 0.5 and not _overlaps(c, taken)
-                    and owners.get(_span_key(c), name) == name]
+        eligible = [(p, c, m) for p, c, m in ranked if p >= 0.5 and _free_for(c, name, taken, owners)]
         # A span the text gives this argument (its name written before it, "from") comes before the others.
         own = [e for e in eligible if owners.get(_span_key(e[1])) == name]
         chosen = _latest(own or eligible, sources)
@@ -396,7 +395,8 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
             chosen_names.add(name)
     chosen_names |= set(result.misfits)
     if weights.required_floor is not None:
-        chosen_names |= _required_floor(pending, result, taken, owners, function, skip, weights.required_floor)
+        chosen_names |= _required_floor(pending, result, taken, owners, set(function.required) - chosen_names,
+                                        weights.required_floor)
     # What is left unset is what an instruction's reading may still take (grounded.tag_structured): a name keeps
     # its written credential there too ("Benjamin Sadoff, MD").
     left = [(ranked[0], name, pool) for _, name, ranked, pool in pending if name not in chosen_names]
@@ -818,18 +818,15 @@ def _pool_spans(pending: list[tuple[float, str, list[tuple[float, Candidate, flo
 
 def _required_floor(pending: list[tuple[float, str, list[tuple[float, Candidate, float | None]], ArgumentCandidates]],
                     result: FillResult, taken: list[tuple[Source | None, int, int]],
-                    owners: dict[tuple[int, int, int], str], function: Function, skip: Sequence[str],
-                    floor: float) -> set[str]:
-    """Each required span or number argument still unset takes its most probable free written value when it
-    reaches `floor` (GroundingWeights.required_floor), the most probable argument first; returns those set."""
-    chosen = {c.argument for c in result.choices} | set(result.misfits)
-    required = set(function.required) - chosen - set(skip)
+                    owners: dict[tuple[int, int, int], str], unset: set[str], floor: float) -> set[str]:
+    """Each required span or number argument still unset (`unset`) takes its most probable free written value when
+    it reaches `floor` (GroundingWeights.required_floor), the most probable argument first; returns those set."""
     done: set[str] = set()
     for _, name, ranked, pool in sorted(pending, key=lambda t: -t[0]):
-        if name not in required or pool.kind not in ("span", "number"):
+        if name not in unset or pool.kind not in ("span", "number"):
             continue
-        best = next(((p, c, m) for p, c, m in ranked if c.source is not None and not _overlaps(c, taken)
-                     and owners.get(_span_key(c), name) == name), None)
+        best = next(((p, c, m) for p, c, m in ranked if c.source is not None and _free_for(c, name, taken, owners)),
+                    None)
         if best is None or best[0] < floor:
             continue
         p, candidate, m = best
@@ -849,16 +846,19 @@ def _free_mention(candidate: Candidate, name: str, taken: list[tuple[Source | No
     """An enum value's candidate carries its first mention; where another argument took or owns that one ("into
     their checking account" is the recipient's), a later mention of the same words that is free is this
     argument's ("from my checking account")."""
-    def free(c: Candidate) -> bool:
-        return not _overlaps(c, taken) and owners.get(_span_key(c), name) == name  # type: ignore[arg-type]
-
-    if candidate.source is None or not candidate.text or free(candidate):
+    if candidate.source is None or not candidate.text or _free_for(candidate, name, taken, owners):
         return candidate
     for match in re.finditer(r"\b" + re.escape(candidate.text) + r"\b", candidate.source.text, re.I):
         other = Candidate(candidate.value, match.group(), candidate.source, match.start(), match.end())
-        if match.start() != candidate.start and free(other):
+        if match.start() != candidate.start and _free_for(other, name, taken, owners):
             return other
     return candidate
+
+
+def _free_for(candidate: Candidate, name: str, taken: list[tuple[Source | None, int, int]],
+              owners: dict[tuple[int, int, int], str]) -> bool:
+    """May `name` take this candidate: its span is not taken, and no other argument owns it (`_span_owners`)?"""
+    return not _overlaps(candidate, taken) and owners.get(_span_key(candidate), name) == name  # type: ignore[arg-type]
 
 
 def _span_key(candidate: Candidate) -> tuple[int, int, int] | None:
