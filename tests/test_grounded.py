@@ -1387,3 +1387,30 @@ def test_a_span_that_stops_before_a_determiner_does_not_close_its_phrase():
                     [pool[n] for n in names])
     close = FEATURES.index("close_right")
     assert [float(r[close]) for r in rows] == [0.0, 1.0, 0.0, 1.0, 1.0]
+
+
+def test_a_preposition_that_marks_where_a_movement_starts_or_ends_is_evidence_for_that_end():
+    """"from Pier 39 to the airport": "from" marks the pickup's value, "to" the drop-off's; a preposition marks
+    nothing for an argument whose function has no argument of that role, and nothing in a reminder."""
+    from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, argument_role, features
+    from prefcall.strategies.grounding.values import spans
+
+    taxi = Function(name="BookTaxi", description="Book a taxi ride.", parameters={
+        "type": "object", "properties": {"pickup": {"type": "string"}, "dropoff": {"type": "string"},
+                                         "vehicle": {"type": "string"}}})
+    pool = {c.text: c for c in spans(Source("user", "Get me a cab from Pier 39 to the airport in an XL", "turn 0"))}
+    role = FEATURES.index("role")
+
+    def roles(argument: str, function: Function = taxi) -> list[float]:
+        rows = features(FeatureContext(function=function, embedder=FakeEmbedder()), argument, {"type": "string"},
+                        [pool[n] for n in ("Pier 39", "the airport", "airport", "XL")])
+        return [float(r[role]) for r in rows]
+
+    assert roles("pickup") == [1.0, -1.0, -1.0, 0.0]
+    assert roles("dropoff") == [-1.0, 1.0, 1.0, 0.0]
+    assert roles("vehicle") == [-1.0, -1.0, -1.0, 0.0]  # each end is another argument's
+    reminder = Function(name="SetReminder", description="Set a reminder.", parameters={
+        "type": "object", "properties": {"text": {"type": "string"}}})
+    assert roles("text", reminder) == [0.0, 0.0, 0.0, 0.0]
+    assert [argument_role(a) for a in ("origin_city", "where_to", "pickup_time", "city", "from_to")] == [
+        "source", "goal", "source", None, None]

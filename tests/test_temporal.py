@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from prefcall.strategies.grounding.temporal import align, argument_kind, expressions, joined, newest_unit
+from prefcall.strategies.grounding.temporal import align, argument_kind, expressions, joined, newest_unit, outside
 from prefcall.strategies.grounding.values import Source, argument_candidates
 
 
@@ -28,6 +28,8 @@ def _found(text: str, kind: str) -> list[str]:
     ("Request an appointment at 20Th Salon And Barber.", [], []),  # an ordinal that opens a name
     ("Could we do the 3rd I think, or the 14th March?", [], ["the 3rd", "14th March"]),
     ("I am hungry and need a table for a month of Sundays", [], ["Sundays"]),
+    ("Ferry tickets from Seattle to Friday Harbor on next Monday", [], ["next Monday"]),  # a weekday opens a name
+    ("Can we do Friday March 3rd? Monday I am away.", [], ["Friday", "March 3rd", "Monday"]),
 ])
 def test_whole_time_and_date_expressions_are_found(text, times, dates):
     assert _found(text, "time") == times
@@ -158,3 +160,24 @@ def test_a_calls_value_stays_whatever_its_words():
     call = Source("call", "the usual slot", "GetEvents")
     kept = align([Candidate("the usual slot", "the usual slot", call, 0, 14)], [call], "time")
     assert [c.text for c in kept] == ["the usual slot"]
+
+
+def test_an_argument_that_holds_no_time_or_date_leaves_them_to_the_one_that_does():
+    """"I like next Monday for ferries": "Monday" is the date's, never the origin's; "this weekend for parking" is
+    no location. A name that opens with a weekday stays whole, and a call's value stays whatever its words."""
+    instruction = Source("instruction", "I like next Monday for ferries.", "i")
+    pool = argument_candidates("origin", {"type": "string"}, [instruction])
+    texts = {c.text for c in outside(pool.candidates, [instruction], {"date"})}
+    assert texts and not any("Monday" in t for t in texts)
+    assert any("Monday" in c.text for c in pool.candidates)  # they were candidates before
+    parking = Source("instruction", "I like this weekend for parking.", "i")
+    pool = argument_candidates("location", {"type": "string"}, [parking])
+    assert not {"this weekend for parking", "weekend"} & {c.text for c in outside(pool.candidates, [parking], {"date"})}
+    harbor = Source("user", "Book a ferry to Friday Harbor for two", "turn 0")
+    pool = argument_candidates("destination", {"type": "string"}, [harbor])
+    assert "Friday Harbor" in {c.text for c in outside(pool.candidates, [harbor], {"date"})}
+    date = argument_candidates("date", {"type": "string"}, [harbor])
+    assert not any("Friday" in c.text for c in align(date.candidates, [harbor], "date"))
+    call = Source("call", "Monday Night Club", "call 0")
+    pool = argument_candidates("venue", {"type": "string"}, [call])
+    assert [c.text for c in outside(pool.candidates, [call], {"date"})] == [c.text for c in pool.candidates]

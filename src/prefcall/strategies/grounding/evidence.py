@@ -43,6 +43,7 @@ FEATURES = (
     "cue", "memory", "memory_sq", "memory_exact", "has_memory", "description", "context", "format", "format_mismatch",
     "n_words", "one_word", "capitals", "open_left", "close_right", "cuts_name", "joins_right", "domain_words",
     "other_enum", "sentence_initial", "from_user", "from_instruction", "from_call", "determiner", "determiner_common",
+    "role",
 )  # fmt: skip
 
 CONNECTIVES = frozenset(
@@ -260,6 +261,38 @@ def _owned_cue(text: str, tokens: list[tuple[str, int, int]], first: int, name_w
 _OPENS_OBJECT = DETERMINERS | _ARTICLES
 
 
+# The prepositions that mark where a movement starts and where it ends, and the words that name those two roles
+# in argument names (English, not one catalogue's wording): "from Seattle" is an origin's or a pickup's value, "to
+# Victoria" a destination's or a drop-off's.
+ROLE_PREPOSITIONS = {"from": "source", "to": "goal", "into": "goal", "towards": "goal", "toward": "goal"}
+ROLE_WORDS = {
+    "source": frozenset("origin source from departure depart departing pickup pick start starting leaving".split()),
+    "goal": frozenset("destination to dropoff drop arrival arrive arriving target recipient".split()),
+}
+
+
+def argument_role(name: str) -> str | None:
+    """"source" or "goal" for an argument whose name says which end of a movement it holds ("origin_city",
+    "dropoff", "where_to"); None for others and for one that names both."""
+    tokens = set(split_identifier(name).lower().split())
+    roles = [role for role, names in ROLE_WORDS.items() if tokens & names]
+    return roles[0] if len(roles) == 1 else None
+
+
+def _role(candidate: Candidate, tokens: list[tuple[str, int, int]], own: str | None, others: set[str]) -> float:
+    """+1 when the preposition before the span (over a determiner) marks the role the argument's name says, -1 when
+    it marks a role that another argument of the function holds and this one does not; 0 otherwise."""
+    before = [w.lower() for w, _, end in tokens if end <= candidate.start]
+    if before and before[-1] in DETERMINERS and candidate.source is not None:
+        before = before[:-1]
+    role = ROLE_PREPOSITIONS.get(before[-1]) if before else None
+    if role is None:
+        return 0.0
+    if role == own:
+        return 1.0
+    return -1.0 if role in others else 0.0
+
+
 def _shape(candidate: Candidate) -> dict[str, float]:
     if candidate.source is None or candidate.start < 0:
         return {"open_left": 1.0, "close_right": 1.0, "cuts_name": 0.0, "joins_right": 0.0}
@@ -356,9 +389,15 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
     # a content argument's clause follows a word of the function's name or of the argument's description
     verbs = {stem(w) for w in (set(tokenize(ctx.function.name)) | set(tokenize(str(schema.get("description") or "")))
                                - CONTENT_WORDS)} if content_argument(argument, schema) else set()
+    own_role = argument_role(argument)
+    other_roles = {r for a in ctx.function.properties if a != argument and (r := argument_role(a))} - {own_role}
+    source_words: dict[int, list[tuple[str, int, int]]] = {}
     rows = []
     for i, (c, t) in enumerate(zip(candidates, texts)):
         tokens = [w for w, _, _ in words(t)]
+        if c.source is not None and c.start >= 0 and id(c.source) not in source_words:
+            source_words[id(c.source)] = words(c.source.text)
+        role = 0.0 if c.source is None or c.start < 0 else _role(c, source_words[id(c.source)], own_role, other_roles)
         n = max(1, len(tokens))
         classes = value_classes(t)
         kind = c.source.kind if c.source is not None else ""
@@ -379,6 +418,7 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
             "from_user": float(kind == "user"), "from_instruction": float(kind in ("instruction", "profile")),
             "from_call": float(kind == "call"),
             **_determiner(tokens),
+            "role": role,
         }
         rows.append([row[f] for f in FEATURES])
     return np.asarray(rows, dtype=np.float32)

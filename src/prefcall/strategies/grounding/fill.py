@@ -46,12 +46,19 @@ from prefcall.retrieval.text import STOP_WORDS, split_identifier, stem
 from prefcall.schemas.model import Function, Turn
 from prefcall.schemas.render import grammar_schema, render_function_spec
 
-from prefcall.strategies.grounding.evidence import FeatureContext, Weights, argument_words, features
+from prefcall.strategies.grounding.evidence import (
+    FeatureContext,
+    Weights,
+    argument_words,
+    content_argument,
+    features,
+)
 from prefcall.strategies.grounding.indifference import schema_default
 from prefcall.strategies.grounding.misfit import find_misfit, pattern_value
 from prefcall.strategies.grounding.temporal import align as align_temporal
 from prefcall.strategies.grounding.temporal import argument_kind as temporal_kind
 from prefcall.strategies.grounding.temporal import newest_unit as newest_temporal
+from prefcall.strategies.grounding.temporal import outside as outside_temporal
 from prefcall.strategies.grounding.values import (
     DETERMINERS,
     ArgumentCandidates,
@@ -310,6 +317,9 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
             dated = other not in kinds.values() and not any(
                 sch.get("format") == "date-time" for sch in function.properties.values())
             pool.candidates = align_temporal(pool.candidates, sources, temporal[name], dated=dated)
+        elif pool.kind == "span" and kinds and not content_argument(name, schema) \
+                and schema.get("format") != "date-time":
+            pool.candidates = outside_temporal(pool.candidates, sources, set(kinds.values()))
         if avoided and pool.kind == "span" and not origin_like(name, schema):
             pool.candidates = [c for c in pool.candidates if normal_text(c.text) not in avoided]
         if named and pool.kind == "span":

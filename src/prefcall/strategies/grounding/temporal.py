@@ -16,7 +16,7 @@ date ("Tash Sultana" is no event's time), and neither does a number that is part
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Literal
 
 from prefcall.strategies.grounding.evidence import argument_class
@@ -88,11 +88,27 @@ def calendar_written(text: str) -> bool:
 
 def _in_name(candidate: Candidate) -> bool:
     """A span that ends on a number followed by a capitalised word that is no calendar word ("18/8" of "18/8 Fine
-    Men's Salons", "20Th" of "20Th Salon And Barber"): the number is part of a name."""
+    Men's Salons", "20Th" of "20Th Salon And Barber"): the number is part of a name; so is a weekday or month that
+    opens one ("Friday" of "Friday Harbor": `_names_on`)."""
     words = _WORD.findall(candidate.text)
-    if candidate.source is None or not words or not words[-1][0].isdigit():
+    if candidate.source is None or not words:
         return False
+    if not words[-1][0].isdigit():  # "Friday" of "Friday Harbor"
+        return _names_on(candidate.source.text, candidate.end - len(words[-1]), candidate.end)
     after = _NAME_AFTER.match(candidate.source.text, candidate.end)
+    return after is not None and after.group(1).lower() not in CALENDAR_WORDS
+
+
+_CALENDAR_NAME = re.compile(rf"(?:{_WEEKDAY}|{_MONTH})", re.I)
+
+
+def _names_on(text: str, start: int, end: int) -> bool:
+    """A weekday or month written with a capital and followed by a capitalised word that is no calendar word opens a
+    name ("Friday Harbor", "March Street"); "Friday March 3" and "Monday I" are dates."""
+    written = text[start:end]
+    if not written[:1].isupper() or not _CALENDAR_NAME.fullmatch(written):
+        return False
+    after = _NAME_AFTER.match(text, end)
     return after is not None and after.group(1).lower() not in CALENDAR_WORDS
 
 
@@ -104,6 +120,8 @@ def expressions(text: str, kind: Kind) -> list[tuple[int, int]]:
         start, end = match.start(), match.end()
         if text[start:end].endswith(".") and not _ABBREVIATED.search(text[start:end]):
             end -= 1
+        if _names_on(text, start, end):
+            continue
         if text[start:end].strip():
             out.append((start, end))
     return out
@@ -184,6 +202,15 @@ def align(candidates: Sequence[Candidate], sources: Sequence[Source], kind: Kind
         kept.append(candidate)
     texts = {c.text for c in units}
     return units + [c for c in kept if c.text not in texts]
+
+
+def outside(candidates: Sequence[Candidate], sources: Sequence[Source], kinds: Collection[Kind]) -> list[Candidate]:
+    """The candidates of an argument that holds no time or date, without the spans that overlap a `kinds`
+    expression: the function has an argument for those ("Monday" of "I like next Monday for ferries" is the date's,
+    never the origin's; "this weekend for parking" is no location). A call's values stay as they are."""
+    found = {id(s): [e for kind in kinds for e in expressions(s.text, kind)] for s in sources if s.kind != "call"}
+    return [c for c in candidates
+            if c.source is None or not any(c.start < end and start < c.end for start, end in found.get(id(c.source), []))]
 
 
 def newest_unit(sources: Sequence[Source], kind: Kind) -> Candidate | None:
