@@ -294,11 +294,12 @@ def test_dst_predicted_history_replays_the_models_own_calls_and_state(tmp_path: 
     assert with_history(turns, [[{"name": "P", "arguments": {}}]])[1]["calls"] == [{"name": "P", "arguments": {}}]
     assert turns[1]["calls"] == [{"name": "G"}]  # the item's own (gold) history is left as it was
 
-    # A model that always calls FindTrains with class "Economy" (gold: no class at turn 1, "Business" at turn 2).
+    # A model that always calls FindTrains and is sure that the request gives none of its values (so sure that even
+    # "from Leeds to York", which the structure alone would read, stays unset): its own calls carry no values.
     def scorer(prompt: str, candidate: str) -> float:
         if candidate.strip() in ("FindTrains", "None"):
             return -0.1 if candidate.strip() == "FindTrains" else -9.0
-        return -0.1 if candidate == "null" else -5.0
+        return -0.1 if candidate == "null" else -30.0
 
     def run(history: str, out: Path) -> list[dict[str, Any]]:
         args = dst_namespace(schema=str(SGD / "schema_trains.json"), config="full", history=history, out=str(out),

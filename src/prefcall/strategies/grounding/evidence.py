@@ -174,6 +174,8 @@ def _cue(candidate: Candidate, name_words: set[str], function_words: frozenset[s
         between += 1
     best = max(best, _owned_cue(candidate.source.text, tokens, first, name_words))
     between = 0
+    if tokens[last][0].endswith(("'s", "’s")):
+        return best  # "the restaurant's name": the name after a possessive is the possessor's, not the span's
     for i in range(last + 1, min(len(tokens), last + 6)):
         word = tokens[i][0]
         if word in own:

@@ -327,7 +327,8 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
         if pool.kind == "span":
             pool.candidates = [c for c in pool.candidates if not cuts_match(c) and not cuts_name(c)]
             own = set(argument_words(name, {}).split())
-            pool.candidates = [c for c in pool.candidates if not _names_argument(own, c.text)]
+            pool.candidates = [c for c in pool.candidates
+                               if not _names_argument(own, c.text) and not _labelled(own, c.text)]
             if _written_in_digits(name):  # a phone number or a postal code is written with digits, never a name
                 pool.candidates = [c for c in pool.candidates if not c.grounded or _digits_only(c.text)]
             elif _a_count(name):  # number_of_tickets as a string: "2" or "two", never a name
@@ -775,6 +776,16 @@ def _names_argument(own: set[str], text: str) -> bool:
     plain = re.sub(r"['\u2019]s\b", "", text.lower())
     found = [w for w in re.findall(r"[a-z0-9]+", plain) if w not in DETERMINERS and w != "of"]
     return bool(found) and set(found) <= own
+
+
+_COPULA = re.compile(r"\s(?:is|are|was|were)\s")
+
+
+def _labelled(own: set[str], text: str) -> bool:
+    """The span holds its argument's name and the "is" that gives the value ("the restaurant is Nopa" of "the name
+    of the restaurant is Nopa"): a sentence about the value, never the value."""
+    label = _COPULA.split(text, maxsplit=1)
+    return len(label) == 2 and _names_argument(own, label[0])
 
 
 def _overlaps(candidate: Candidate, taken: list[tuple[Source | None, int, int]]) -> bool:
