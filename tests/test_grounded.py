@@ -1414,3 +1414,27 @@ def test_a_preposition_that_marks_where_a_movement_starts_or_ends_is_evidence_fo
     assert roles("text", reminder) == [0.0, 0.0, 0.0, 0.0]
     assert [argument_role(a) for a in ("origin_city", "where_to", "pickup_time", "city", "from_to")] == [
         "source", "goal", "source", None, None]
+
+
+def test_a_number_right_after_a_capitalised_word_is_that_names_not_a_count():
+    """"from Pier 39 to Grand Central for 1 people": 39 is the pier's number, never the passengers' count, and
+    "Pier" alone cuts the name; "May 5" is a date and "Anna 3 people" counts people."""
+    from prefcall.strategies.grounding.fill import _cuts_numbered_name
+    from prefcall.strategies.grounding.values import Candidate
+
+    taxi = Function(name="BookTaxi", description="Book a taxi ride.", parameters={
+        "type": "object", "properties": {"pickup": {"type": "string"}, "passengers": {"type": "integer"}},
+        "required": ["pickup"]})
+    engine = FakeEngine(scorer=scorer("BookTaxi", pickup=["Pier", "Pier 39"], passengers=[39, 1]))
+    result = Pipeline(engine, FakeEmbedder()).parse("User: Get me a cab from Pier 39 to Grand Central for 1 people.",
+                                                    [], Catalogue(name="taxi", functions=[taxi]), get_config("full"))
+    assert result.calls[0].arguments == {"pickup": "Pier 39", "passengers": 1}
+
+    def cut(text: str, span: str, whole: bool = False) -> bool:
+        source = Source("user", text, "turn 0")
+        start = text.index(span)
+        return _cuts_numbered_name(Candidate(span, span, source, start, start + len(span)), whole)
+
+    assert cut("a cab from Pier 39, thanks", "Pier", whole=True) and not cut("a cab from Pier 39", "Pier 39", True)
+    assert not cut("Book it on May 5 please", "5") and not cut("a table for Anna 3 people", "3")
+    assert not cut("Pier 39 please", "39")  # a sentence's first word is capitalised as such

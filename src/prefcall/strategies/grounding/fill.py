@@ -55,6 +55,7 @@ from prefcall.strategies.grounding.evidence import (
 )
 from prefcall.strategies.grounding.indifference import schema_default
 from prefcall.strategies.grounding.misfit import find_misfit, pattern_value
+from prefcall.strategies.grounding.temporal import CALENDAR_WORDS
 from prefcall.strategies.grounding.temporal import align as align_temporal
 from prefcall.strategies.grounding.temporal import argument_kind as temporal_kind
 from prefcall.strategies.grounding.temporal import newest_unit as newest_temporal
@@ -333,6 +334,8 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
                 pool.candidates = [c for c in pool.candidates if not c.grounded or _digits_only(c.text)]
             elif _a_count(name):  # number_of_tickets as a string: "2" or "two", never a name
                 pool.candidates = [c for c in pool.candidates if not c.grounded or parse_number(c.text) is not None]
+        if pool.kind in ("span", "number"):
+            pool.candidates = [c for c in pool.candidates if not _cuts_numbered_name(c, whole=pool.kind == "span")]
         if pool.kind == "number" and (unit := unit_of(name)) is not None:
             pool.candidates = [c for c in pool.candidates if not _counts_other(c, unit)]
         plans[name] = _plan(pool, features_ctx, weights)
@@ -776,6 +779,26 @@ def _names_argument(own: set[str], text: str) -> bool:
     plain = re.sub(r"['\u2019]s\b", "", text.lower())
     found = [w for w in re.findall(r"[a-z0-9]+", plain) if w not in DETERMINERS and w != "of"]
     return bool(found) and set(found) <= own
+
+
+_NUMBERED = re.compile(r"(?<![.!?:\n])\s+([A-Z][\w'&-]*)\s+(\d+)(?=$|[\s,.;:!?)])(?:\s+([a-z]+))?")
+
+
+def _cuts_numbered_name(candidate: Candidate, whole: bool) -> bool:
+    """A number written right after a capitalised word inside a sentence is that name's ("Pier 39", "Terminal 2",
+    "Studio 54") where no noun it counts follows it: the number alone, or the name without its number, is no value; for a span argument
+    (`whole`) the name with its number stays one. A calendar word before the number makes a date ("May 5"), and a
+    call's values stay as they are."""
+    if candidate.source is None or candidate.source.kind == "call" or candidate.start < 0:
+        return False
+    for match in _NUMBERED.finditer(candidate.source.text):
+        if match.group(1).lower() in CALENDAR_WORDS or (match.group(3) and match.group(3) not in STOP_WORDS):
+            continue  # "May 5"; "for Anna 3 people" counts people
+        name_start, number_start, end = match.start(1), match.start(2), match.end(2)
+        if candidate.start < end and name_start < candidate.end and not (
+                whole and candidate.start <= name_start and candidate.end >= end):
+            return True
+    return False
 
 
 _COPULA = re.compile(r"\s(?:is|are|was|were)\s")
