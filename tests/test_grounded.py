@@ -1438,3 +1438,18 @@ def test_a_number_right_after_a_capitalised_word_is_that_names_not_a_count():
     assert cut("a cab from Pier 39, thanks", "Pier", whole=True) and not cut("a cab from Pier 39", "Pier 39", True)
     assert not cut("Book it on May 5 please", "5") and not cut("a table for Anna 3 people", "3")
     assert not cut("Pier 39 please", "39")  # a sentence's first word is capitalised as such
+
+
+def test_a_span_that_another_argument_enumerates_is_that_arguments():
+    """"I'm in need of a Dermatologist": an option of the doctor's type, never the doctor's name, even where the
+    model likes it there."""
+    doctors = Function(name="GetDoctors", description="Find a doctor.", parameters={
+        "type": "object", "properties": {
+            "doctor_name": {"type": "string"}, "city": {"type": "string"},
+            "type": {"type": "string", "enum": ["Dermatologist", "Gynecologist", "General Practitioner"]}},
+        "required": ["city"]})
+    engine = FakeEngine(scorer=scorer("GetDoctors", doctor_name="Dermatologist", city="Sonoma",
+                                      type="Dermatologist"))
+    result = Pipeline(engine, FakeEmbedder()).parse("User: I'm in Sonoma and in need of a Dermatologist.", [],
+                                                    Catalogue(name="doctors", functions=[doctors]), get_config("full"))
+    assert result.calls[0].arguments == {"city": "Sonoma", "type": "Dermatologist"}

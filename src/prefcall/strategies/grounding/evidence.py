@@ -355,6 +355,11 @@ class FeatureContext:
         """The `cue` feature of one candidate as a value of `argument`."""
         return _cue(candidate, *self.name_words(argument))
 
+    def another_options(self, argument: str, text: str) -> bool:
+        """Is `text` one of the options another argument of the function enumerates ("Dermatologist" of a doctor's
+        type, not a doctor's name)?"""
+        return any(normal(text) in values for a, values in self._enums.items() if a != argument)
+
     def __post_init__(self) -> None:
         self._domain = set(tokenize(self.function.name)) - {"get", "find", "search", "book", "make", "check"}
         self._function_words = frozenset(self._domain | {w + "s" for w in self._domain})

@@ -330,6 +330,10 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
             own = set(argument_words(name, {}).split())
             pool.candidates = [c for c in pool.candidates
                                if not _names_argument(own, c.text) and not _labelled(own, c.text)]
+            # A span that is an option another argument enumerates is that argument's ("a Dermatologist": the
+            # doctor's type, never the doctor's name); a call's value stays where the call put it.
+            pool.candidates = [c for c in pool.candidates if c.source is None or c.source.kind == "call"
+                               or not features_ctx.another_options(name, c.text)]
             if _written_in_digits(name):  # a phone number or a postal code is written with digits, never a name
                 pool.candidates = [c for c in pool.candidates if not c.grounded or _digits_only(c.text)]
             elif _a_count(name):  # number_of_tickets as a string: "2" or "two", never a name
