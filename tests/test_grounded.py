@@ -1419,7 +1419,7 @@ def test_a_preposition_that_marks_where_a_movement_starts_or_ends_is_evidence_fo
 def test_a_number_right_after_a_capitalised_word_is_that_names_not_a_count():
     """"from Pier 39 to Grand Central for 1 people": 39 is the pier's number, never the passengers' count, and
     "Pier" alone cuts the name; "May 5" is a date and "Anna 3 people" counts people."""
-    from prefcall.strategies.grounding.fill import _cuts_numbered_name
+    from prefcall.strategies.grounding.fill import _cuts_numbered_name, _numbered_names
     from prefcall.strategies.grounding.values import Candidate
 
     taxi = Function(name="BookTaxi", description="Book a taxi ride.", parameters={
@@ -1433,7 +1433,8 @@ def test_a_number_right_after_a_capitalised_word_is_that_names_not_a_count():
     def cut(text: str, span: str, whole: bool = False) -> bool:
         source = Source("user", text, "turn 0")
         start = text.index(span)
-        return _cuts_numbered_name(Candidate(span, span, source, start, start + len(span)), whole)
+        candidate = Candidate(span, span, source, start, start + len(span))
+        return _cuts_numbered_name(candidate, _numbered_names([source]), whole)
 
     assert cut("a cab from Pier 39, thanks", "Pier", whole=True) and not cut("a cab from Pier 39", "Pier 39", True)
     assert not cut("Book it on May 5 please", "5") and not cut("a table for Anna 3 people", "3")

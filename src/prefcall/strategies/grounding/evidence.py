@@ -285,7 +285,7 @@ def _role(candidate: Candidate, tokens: list[tuple[str, int, int]], own: str | N
     """+1 when the preposition before the span (over a determiner) marks the role the argument's name says, -1 when
     it marks a role that another argument of the function holds and this one does not; 0 otherwise."""
     before = [w.lower() for w, _, end in tokens if end <= candidate.start]
-    if before and before[-1] in DETERMINERS and candidate.source is not None:
+    if before and before[-1] in DETERMINERS:
         before = before[:-1]
     role = ROLE_PREPOSITIONS.get(before[-1]) if before else None
     if role is None:

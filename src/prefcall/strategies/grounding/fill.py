@@ -304,6 +304,7 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
              if weights.temporal_units and argument_kind(sch) == "span" and (k := temporal_kind(a, sch))}
     temporal = {name: kinds[name] for name in pools if name in kinds}
     only = {name for name in temporal if list(kinds.values()).count(kinds[name]) == 1}
+    numbered = _numbered_names(sources)
     plans: dict[str, _Plan | None] = {}
     for name, pool in pools.items():
         schema = pool.schema
@@ -339,7 +340,8 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
             elif _a_count(name):  # number_of_tickets as a string: "2" or "two", never a name
                 pool.candidates = [c for c in pool.candidates if not c.grounded or parse_number(c.text) is not None]
         if pool.kind in ("span", "number"):
-            pool.candidates = [c for c in pool.candidates if not _cuts_numbered_name(c, whole=pool.kind == "span")]
+            pool.candidates = [c for c in pool.candidates
+                               if not _cuts_numbered_name(c, numbered, whole=pool.kind == "span")]
         if pool.kind == "number" and (unit := unit_of(name)) is not None:
             pool.candidates = [c for c in pool.candidates if not _counts_other(c, unit)]
         plans[name] = _plan(pool, features_ctx, weights)
@@ -788,21 +790,24 @@ def _names_argument(own: set[str], text: str) -> bool:
 _NUMBERED = re.compile(r"(?<![.!?:\n])\s+([A-Z][\w'&-]*)\s+(\d+)(?=$|[\s,.;:!?)])(?:\s+([a-z]+))?")
 
 
-def _cuts_numbered_name(candidate: Candidate, whole: bool) -> bool:
-    """A number written right after a capitalised word inside a sentence is that name's ("Pier 39", "Terminal 2",
-    "Studio 54") where no noun it counts follows it: the number alone, or the name without its number, is no value; for a span argument
-    (`whole`) the name with its number stays one. A calendar word before the number makes a date ("May 5"), and a
-    call's values stay as they are."""
-    if candidate.source is None or candidate.source.kind == "call" or candidate.start < 0:
+def _numbered_names(sources: Sequence[Source]) -> dict[int, list[tuple[int, int]]]:
+    """(start, end) of each name written with a number, per source (`id`): a number right after a capitalised word
+    inside a sentence ("Pier 39", "Terminal 2", "Studio 54") where no noun it counts follows it. A calendar word
+    before the number makes a date ("May 5"), a noun after it a count ("for Anna 3 people"), and a call's values
+    stay as they are."""
+    return {id(source): [(m.start(1), m.end(2)) for m in _NUMBERED.finditer(source.text)
+                         if m.group(1).lower() not in CALENDAR_WORDS and (not m.group(3) or m.group(3) in STOP_WORDS)]
+            for source in sources if source.kind != "call"}
+
+
+def _cuts_numbered_name(candidate: Candidate, names: dict[int, list[tuple[int, int]]], whole: bool) -> bool:
+    """The candidate holds part of a name written with a number (`_numbered_names`): the number alone ("39" is no
+    count of passengers) or the name without it ("Pier"); for a span argument (`whole`) the whole name is a value."""
+    if candidate.source is None or candidate.start < 0:
         return False
-    for match in _NUMBERED.finditer(candidate.source.text):
-        if match.group(1).lower() in CALENDAR_WORDS or (match.group(3) and match.group(3) not in STOP_WORDS):
-            continue  # "May 5"; "for Anna 3 people" counts people
-        name_start, number_start, end = match.start(1), match.start(2), match.end(2)
-        if candidate.start < end and name_start < candidate.end and not (
-                whole and candidate.start <= name_start and candidate.end >= end):
-            return True
-    return False
+    return any(candidate.start < end and start < candidate.end
+               and not (whole and candidate.start <= start and candidate.end >= end)
+               for start, end in names.get(id(candidate.source), []))
 
 
 _COPULA = re.compile(r"\s(?:is|are|was|were)\s")

@@ -209,8 +209,8 @@ def outside(candidates: Sequence[Candidate], sources: Sequence[Source], kinds: C
     expression: the function has an argument for those ("Monday" of "I like next Monday for ferries" is the date's,
     never the origin's; "this weekend for parking" is no location). A call's values stay as they are."""
     found = {id(s): [e for kind in kinds for e in expressions(s.text, kind)] for s in sources if s.kind != "call"}
-    return [c for c in candidates
-            if c.source is None or not any(c.start < end and start < c.end for start, end in found.get(id(c.source), []))]
+    return [c for c in candidates if c.source is None
+            or not any(c.start < end and start < c.end for start, end in found.get(id(c.source), []))]
 
 
 def newest_unit(sources: Sequence[Source], kind: Kind) -> Candidate | None:
