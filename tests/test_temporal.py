@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from prefcall.strategies.grounding.temporal import align, argument_kind, expressions, joined, newest_unit, outside
+from prefcall.strategies.grounding.temporal import expression_spans
 from prefcall.strategies.grounding.values import Source, argument_candidates
 
 
@@ -167,17 +168,19 @@ def test_an_argument_that_holds_no_time_or_date_leaves_them_to_the_one_that_does
     no location. A name that opens with a weekday stays whole, and a call's value stays whatever its words."""
     instruction = Source("instruction", "I like next Monday for ferries.", "i")
     pool = argument_candidates("origin", {"type": "string"}, [instruction])
-    texts = {c.text for c in outside(pool.candidates, [instruction], {"date"})}
+    texts = {c.text for c in outside(pool.candidates, expression_spans([instruction], {"date"}))}
     assert texts and not any("Monday" in t for t in texts)
     assert any("Monday" in c.text for c in pool.candidates)  # they were candidates before
     parking = Source("instruction", "I like this weekend for parking.", "i")
     pool = argument_candidates("location", {"type": "string"}, [parking])
-    assert not {"this weekend for parking", "weekend"} & {c.text for c in outside(pool.candidates, [parking], {"date"})}
+    kept = {c.text for c in outside(pool.candidates, expression_spans([parking], {"date"}))}
+    assert not {"this weekend for parking", "weekend"} & kept
     harbor = Source("user", "Book a ferry to Friday Harbor for two", "turn 0")
     pool = argument_candidates("destination", {"type": "string"}, [harbor])
-    assert "Friday Harbor" in {c.text for c in outside(pool.candidates, [harbor], {"date"})}
+    assert "Friday Harbor" in {c.text for c in outside(pool.candidates, expression_spans([harbor], {"date"}))}
     date = argument_candidates("date", {"type": "string"}, [harbor])
     assert not any("Friday" in c.text for c in align(date.candidates, [harbor], "date"))
     call = Source("call", "Monday Night Club", "call 0")
     pool = argument_candidates("venue", {"type": "string"}, [call])
-    assert [c.text for c in outside(pool.candidates, [call], {"date"})] == [c.text for c in pool.candidates]
+    kept_call = outside(pool.candidates, expression_spans([call], {"date"}))
+    assert [c.text for c in kept_call] == [c.text for c in pool.candidates]

@@ -57,6 +57,7 @@ from prefcall.strategies.grounding.indifference import schema_default
 from prefcall.strategies.grounding.misfit import find_misfit, pattern_value
 from prefcall.strategies.grounding.temporal import CALENDAR_WORDS
 from prefcall.strategies.grounding.temporal import align as align_temporal
+from prefcall.strategies.grounding.temporal import expression_spans
 from prefcall.strategies.grounding.temporal import argument_kind as temporal_kind
 from prefcall.strategies.grounding.temporal import newest_unit as newest_temporal
 from prefcall.strategies.grounding.temporal import outside as outside_temporal
@@ -305,6 +306,7 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
     temporal = {name: kinds[name] for name in pools if name in kinds}
     only = {name for name in temporal if list(kinds.values()).count(kinds[name]) == 1}
     numbered = _numbered_names(sources)
+    timed: dict[int, list[tuple[int, int]]] | None = None
     plans: dict[str, _Plan | None] = {}
     for name, pool in pools.items():
         schema = pool.schema
@@ -321,7 +323,9 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
             pool.candidates = align_temporal(pool.candidates, sources, temporal[name], dated=dated)
         elif pool.kind == "span" and kinds and not content_argument(name, schema) \
                 and schema.get("format") != "date-time":
-            pool.candidates = outside_temporal(pool.candidates, sources, set(kinds.values()))
+            if timed is None:  # the function's time and date expressions, found once for all its arguments
+                timed = expression_spans(sources, set(kinds.values()))
+            pool.candidates = outside_temporal(pool.candidates, timed)
         if avoided and pool.kind == "span" and not origin_like(name, schema):
             pool.candidates = [c for c in pool.candidates if normal_text(c.text) not in avoided]
         if named and pool.kind == "span":

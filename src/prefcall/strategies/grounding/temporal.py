@@ -204,11 +204,15 @@ def align(candidates: Sequence[Candidate], sources: Sequence[Source], kind: Kind
     return units + [c for c in kept if c.text not in texts]
 
 
-def outside(candidates: Sequence[Candidate], sources: Sequence[Source], kinds: Collection[Kind]) -> list[Candidate]:
-    """The candidates of an argument that holds no time or date, without the spans that overlap a `kinds`
-    expression: the function has an argument for those ("Monday" of "I like next Monday for ferries" is the date's,
-    never the origin's; "this weekend for parking" is no location). A call's values stay as they are."""
-    found = {id(s): [e for kind in kinds for e in expressions(s.text, kind)] for s in sources if s.kind != "call"}
+def expression_spans(sources: Sequence[Source], kinds: Collection[Kind]) -> dict[int, list[tuple[int, int]]]:
+    """(start, end) of every `kinds` expression, per source (`id`); a call's values are whole and hold none."""
+    return {id(s): [e for kind in kinds for e in expressions(s.text, kind)] for s in sources if s.kind != "call"}
+
+
+def outside(candidates: Sequence[Candidate], found: dict[int, list[tuple[int, int]]]) -> list[Candidate]:
+    """The candidates of an argument that holds no time or date, without the spans that overlap an expression in
+    `found` (`expression_spans` of the kinds the function has an argument for): "Monday" of "I like next Monday for
+    ferries" is the date's, never the origin's; "this weekend for parking" is no location."""
     return [c for c in candidates if c.source is None
             or not any(c.start < end and start < c.end for start, end in found.get(id(c.source), []))]
 
