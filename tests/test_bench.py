@@ -330,7 +330,12 @@ def test_the_server_section_finds_the_process_it_spawned() -> None:
     assert serve_command(["--threads", "2"], "--transport", "http")[-5:] == ["serve", "--threads", "2", "--transport", "http"]
 
 
-def test_the_catalogue_section_measures_10_50_and_200_tools_with_the_shortlist_against_a_fake() -> None:
+def test_the_catalogue_section_measures_10_50_and_200_tools_with_the_shortlist_against_a_fake(monkeypatch) -> None:
+    from prefcall.strategies import nlt
+
+    calls = []
+    select = nlt.select_tools
+    monkeypatch.setattr(nlt, "select_tools", lambda *a, **k: calls.append(k["rule"]) or select(*a, **k))
     report = run_bench(fake_context(engine_factory=lambda s: FakeEngine()), ["catalogue"])
     section = report["sections"]["catalogue"]
     assert section["status"] == "ok", section.get("reason")
@@ -338,6 +343,9 @@ def test_the_catalogue_section_measures_10_50_and_200_tools_with_the_shortlist_a
     assert set(sizes) == {10, 50, 200} and all(sizes[n]["nlt"]["n"] == 12 for n in sizes)
     # The fake has no fitted rule, so the model is asked: 10 tools whole, 200 shortlisted to the default size.
     assert sizes[10]["nlt"]["shortlisted"]["p50"] == 10 and sizes[200]["nlt"]["shortlisted"]["p50"] <= 32
+    # A shipped rule that asks the model is the forced rule: its answers are reported for both, not run twice.
+    assert section["figures"]["rule"]["model_weight"] > 0
+    assert len(calls) == 12 * 3 and all(sizes[n]["nlt_model_forced"] == sizes[n]["nlt"] for n in sizes)
     assert section["figures"]["recall_at_k_200"] and all(0 <= r <= 1 for r in section["figures"]["recall_at_k_200"].values())
     assert {t["name"] for t in section["targets"]} >= {"catalogue: stage1 p50 at 200 tools / at 10",
                                                        "catalogue: nlt accuracy drop from 10 to 200 tools"}

@@ -55,6 +55,10 @@ def section_catalogue(ctx: BenchContext) -> dict[str, Any]:
             message, history = message_and_history(request, request["id"])
             gold = sorted(request["expected"])
             for name, rule in (("nlt", shipped), ("nlt_model_forced", forced)):
+                if name == "nlt_model_forced" and shipped.model_weight:
+                    # the shipped rule already asks the model: the forced rule is the same, and not run twice
+                    runs[name].append(runs["nlt"][-1])
+                    continue
                 started = time.perf_counter()
                 result = select_tools(engine, message, listed, context=request["context"], history=history,
                                       embedder=embedder, rule=rule, shortlist_size=size)
