@@ -228,6 +228,26 @@ def test_cli_nlsi_predictions_with_alias_and_parse_error(tmp_path: Path, capsys:
     assert (out / "nlsi_slot_f1_example_type.png").exists()
 
 
+def test_cli_nlsi_breaks_the_corpus_down_by_failure_class_and_phrasing_style(tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]):
+    rows = [dict(NLSI[0], classes=["b:common-noun", "a:similar-arguments"], style="if-ask"),
+            dict(NLSI[1], classes=[], style="usually")]
+    data = tmp_path / "corpus.json"
+    data.write_text(json.dumps(rows))
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text(json.dumps({"id": "1", "calls": ['GetRestaurants(city="San Fran", cuisine="Thai")']}) + "\n"
+                     + json.dumps({"id": "2", "calls": []}) + "\n")
+    out = tmp_path / "o"
+    main(["eval", "nlsi", "--data", str(data), "--predictions", str(preds), "--out", str(out)])
+    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["metrics"]
+    # an item counts in each of its classes; one with none in "none"
+    assert {k: (v["n"], v["exact_match"]) for k, v in metrics["by_class"].items()} == {
+        "a:similar-arguments": (1, 1.0), "b:common-noun": (1, 1.0), "none": (1, 0.0)}
+    assert {k: v["exact_match"] for k, v in metrics["by_style"].items()} == {"if-ask": 1.0, "usually": 0.0}
+    assert main(["eval", "report", str(out), "--breakdown", "by_class"]) == 0
+    assert "b:common-noun" in capsys.readouterr().out
+
+
 def test_nlsi_gold_against_gold_on_shared_data(shared_data: Path, capsys: pytest.CaptureFixture[str]):
     data = shared_data / "nlsi" / "dev.json"
     main(["eval", "nlsi", "--data", str(data), "--predictions", str(data), "--split", "all"])

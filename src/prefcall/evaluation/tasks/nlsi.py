@@ -8,7 +8,8 @@ otherwise (prefcall.evaluation.splits).
 
 Metrics: exact match, slot precision / recall / F1 over (function, argument, value) triples (macro over items, as
 TAPS; micro too), function F1, selection precision / recall when the pipeline reports the instructions it used,
-breakdowns by example_type and by domain, parse-error rate, least-confidence/F1 correlation and, when a
+breakdowns by example_type and by domain (and, for the generated corpus, by failure class and by instruction
+phrasing style), parse-error rate, least-confidence/F1 correlation and, when a
 prediction carries both untagged and tagged variants, the F1 the uncertainty gate would give at each threshold.
 Every figure carries n and a 95% interval (metrics/intervals.py). A record or gold call that cannot be read
 (a malformed call string) is one error row of the report, left out of the metrics; the call parser reads a
@@ -88,7 +89,10 @@ class NlsiTask(BaseTask):
             id=item_id,
             input={"dialogue": row["user_utterance"], "instructions": list(row.get("all_standing_instructions") or [])},
             gold={"api_calls": calls, "applicable": list(row.get("applicable_standing_instructions") or [])},
-            meta={"example_type": row.get("example_type", "unknown"), "domain": domain_of(calls)},
+            meta={"example_type": row.get("example_type", "unknown"), "domain": domain_of(calls),
+                  # the generated corpus names the failure classes an item exercises and its instructions' phrasing
+                  **({"classes": [str(c) for c in row["classes"]]} if isinstance(row.get("classes"), list) else {}),
+                  **({"style": str(row["style"])} if row.get("style") else {})},
         )
 
     # -- prediction ---------------------------------------------------------------------------------
@@ -207,6 +211,10 @@ class NlsiTask(BaseTask):
             metrics["gate_f1_by_threshold"] = {str(t): {"slot_f1": f} for t, f in gate}
         metrics["by_type"] = breakdown(items, "example_type")
         metrics["by_domain"] = breakdown(items, "domain")
+        if any("classes" in i.meta for i in items):
+            metrics["by_class"] = breakdown(items, "classes")
+        if any("style" in i.meta for i in items):
+            metrics["by_style"] = breakdown(items, "style")
         return metrics
 
     def plots(self, items: list[ScoredItem], out_dir: Path) -> list[Path]:
@@ -314,9 +322,13 @@ def gate_curve(items: list[ScoredItem]) -> list[tuple[float, Metric]]:
 
 
 def breakdown(items: list[ScoredItem], key: str) -> dict[str, dict[str, Any]]:
+    """Exact match and slot F1 per value of meta[key]; a list value (an item's failure classes) puts the item in
+    each of its groups, and an empty list in "none"."""
     groups: dict[str, list[ScoredItem]] = {}
     for item in items:
-        groups.setdefault(str(item.meta.get(key, "unknown")), []).append(item)
+        value = item.meta.get(key, "unknown")
+        for name in (value or ["none"]) if isinstance(value, list) else [value]:
+            groups.setdefault(str(name), []).append(item)
     return {
         name: {"n": len(group),
                "exact_match": mean(i.scores.get("exact_match", 0.0) for i in group),
