@@ -228,17 +228,22 @@ def test_cli_nlsi_predictions_with_alias_and_parse_error(tmp_path: Path, capsys:
     assert (out / "nlsi_slot_f1_example_type.png").exists()
 
 
-def test_cli_nlsi_breaks_the_corpus_down_by_failure_class_and_phrasing_style(tmp_path: Path,
-                                                                            capsys: pytest.CaptureFixture[str]):
-    rows = [dict(NLSI[0], classes=["b:common-noun", "a:similar-arguments"], style="if-ask"),
-            dict(NLSI[1], classes=[], style="usually")]
-    data = tmp_path / "corpus.json"
+def _first_right_run(tmp_path: Path, rows: list[dict]) -> Path:
+    """`eval nlsi --out` over two NLSI rows with stored predictions: the first item right, the second empty."""
+    data = tmp_path / "nlsi.json"
     data.write_text(json.dumps(rows))
     preds = tmp_path / "preds.jsonl"
     preds.write_text(json.dumps({"id": "1", "calls": ['GetRestaurants(city="San Fran", cuisine="Thai")']}) + "\n"
                      + json.dumps({"id": "2", "calls": []}) + "\n")
-    out = tmp_path / "o"
+    out = tmp_path / "run"
     main(["eval", "nlsi", "--data", str(data), "--predictions", str(preds), "--out", str(out)])
+    return out
+
+
+def test_cli_nlsi_breaks_the_corpus_down_by_failure_class_and_phrasing_style(tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]):
+    out = _first_right_run(tmp_path, [dict(NLSI[0], classes=["b:common-noun", "a:similar-arguments"], style="if-ask"),
+                                      dict(NLSI[1], classes=[], style="usually")])
     metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["metrics"]
     # an item counts in each of its classes; one with none in "none"
     assert {k: (v["n"], v["exact_match"]) for k, v in metrics["by_class"].items()} == {
@@ -342,13 +347,7 @@ def test_dst_a_wrong_service_carried_from_an_earlier_turn_stays_a_false_positive
 
 def test_eval_report_tabulates_runs_with_intervals_commit_and_command(tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]):
-    data = tmp_path / "nlsi.json"
-    data.write_text(json.dumps(NLSI))
-    preds = tmp_path / "preds.jsonl"
-    preds.write_text(json.dumps({"id": "1", "calls": ['GetRestaurants(city="San Fran", cuisine="Thai")']}) + "\n"
-                     + json.dumps({"id": "2", "calls": []}) + "\n")
-    out = tmp_path / "run"
-    main(["eval", "nlsi", "--data", str(data), "--predictions", str(preds), "--out", str(out)])
+    out = _first_right_run(tmp_path, NLSI)
     capsys.readouterr()
     assert main(["eval", "report", str(out), "--breakdown", "by_type"]) == 0
     table = capsys.readouterr().out.splitlines()
