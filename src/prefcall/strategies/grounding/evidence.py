@@ -392,7 +392,6 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
                 memory = sims.max(axis=1)
                 seen = {normal(values[i]) for i in keep}
                 memory_exact = [float(normal(t) in seen) for t in texts]
-    other_enums = set().union(*(v for a, v in ctx._enums.items() if a != argument)) if ctx._enums else set()
     # a content argument's clause follows a word of the function's name or of the argument's description
     verbs = {stem(w) for w in (set(tokenize(ctx.function.name)) | set(tokenize(str(schema.get("description") or "")))
                                - CONTENT_WORDS)} if content_argument(argument, schema) else set()
@@ -420,7 +419,7 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
             "capitals": sum(w[:1].isupper() for w in tokens) / n,
             **_shape(c),
             "domain_words": float(bool(tokens) and set(tokenize(t)) <= ctx._domain and bool(ctx._domain)),
-            "other_enum": float(normal(t) in other_enums),
+            "other_enum": float(ctx.another_options(argument, t)),
             "sentence_initial": _sentence_initial(c),
             "from_user": float(kind == "user"), "from_instruction": float(kind in ("instruction", "profile")),
             "from_call": float(kind == "call"),
