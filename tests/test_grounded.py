@@ -1454,3 +1454,79 @@ def test_a_span_that_another_argument_enumerates_is_that_arguments():
     result = Pipeline(engine, FakeEmbedder()).parse("User: I'm in Sonoma and in need of a Dermatologist.", [],
                                                     Catalogue(name="doctors", functions=[doctors]), get_config("full"))
     assert result.calls[0].arguments == {"city": "Sonoma", "type": "Dermatologist"}
+
+
+FOOD = Function(name="OrderFood", description="Order food for delivery.", parameters={
+    "type": "object", "properties": {
+        "dish": {"type": "string", "description": "the dish to order"},
+        "restaurant": {"type": "string", "description": "the restaurant to order from"}},
+    "required": ["dish"]})
+
+
+@pytest.mark.parametrize("propose", [False, True])
+def test_the_model_proposes_a_span_that_structure_left_out_of_its_top(propose, monkeypatch):
+    # Structure sees words ("thai" alone, "the diner": common nouns look like any argument's value); the model
+    # reads the sentence and writes "pad thai" after the dish's key. With proposals on, the span it writes is
+    # scored beside structure's best and can be chosen; without them it is never scored (here structure's top is
+    # its best one alone, so that "pad thai" is outside it whatever the fake embedder ranks second).
+    from prefcall.strategies.grounding.evidence import FeatureContext
+
+    monkeypatch.setattr(fill, "TOP_K", 1)
+    text = "i want to order dinner pad thai from the diner on 3rd."
+    engine = FakeEngine(scorer=scorer("OrderFood", dish="pad thai", restaurant="the diner on 3rd"))
+    engine.reply(' "Pad Thai", "restaurant": "the diner on 3rd"}', when='{"dish":')
+    weights = grounded.load_weights().model_copy(update={"propose": propose, "span": (0.5, 1.0, -3.0)})
+    filled = fill.fill_arguments(engine, FOOD, [Source("user", text)], "User: " + text,
+                                 FeatureContext(FOOD, FakeEmbedder()), weights)
+    scored = [json.loads(c) for call in engine.calls if call["kind"] == "score" and '{"dish": ' in call["prompt"]
+              for c in call["candidates"] if c != "null"]
+    generated = [call for call in engine.calls if call["kind"] == "generate" and '{"dish":' in call["prompt"]]
+    dish = [c.values for c in filled.choices if c.argument == "dish"]
+    if propose:
+        # one short generation, its value matched to the candidate as written ("pad thai", not the model's case)
+        assert len(generated) == 1 and "pad thai" in scored and dish == [["pad thai"]]
+    else:
+        assert not generated and "pad thai" not in scored and dish != [["pad thai"]]
+
+
+def test_a_proposal_is_only_ever_one_of_the_candidates():
+    # The model writes a dish nobody asked for: no candidate is that text, so nothing joins the scored ones.
+    from prefcall.strategies.grounding.evidence import FeatureContext
+
+    text = "i want to order dinner pad thai from the diner on 3rd."
+    engine = FakeEngine(scorer=scorer("OrderFood", dish="green curry"))
+    engine.reply(' "green curry"}', when='{"dish":')
+    weights = grounded.load_weights().model_copy(update={"propose": True})
+    filled = fill.fill_arguments(engine, FOOD, [Source("user", text)], "User: " + text,
+                                 FeatureContext(FOOD, FakeEmbedder()), weights)
+    scored = [json.loads(c) for call in engine.calls if call["kind"] == "score" and '{"dish": ' in call["prompt"]
+              for c in call["candidates"] if c != "null"]
+    assert "green curry" not in scored and len(scored) <= fill.TOP_K
+    assert all(v in text for c in filled.choices for v in c.values)
+
+
+TAXI = Function(name="BookTaxi", description="Book a taxi ride.", parameters={
+    "type": "object", "properties": {
+        "pickup": {"type": "string", "description": "where the ride starts"},
+        "dropoff": {"type": "string", "description": "where the ride ends"},
+        "level": {"type": "string", "description": "the service level"}},
+    "required": ["pickup", "dropoff"]})
+
+
+def test_a_common_noun_phrase_keeps_its_definite_determiner_where_the_phrase_ends():
+    # The model likes the bare nouns; the user named "the office" and "the hospital" (a common noun is named with
+    # its article). "the premium level" keeps "premium": a modifier of the noun after it, not a phrase's end; a
+    # capitalised name is as written.
+    from prefcall.strategies.grounding.evidence import FeatureContext
+
+    text = "get me a cab from the office to the hospital, at the premium level please."
+    engine = FakeEngine(scorer=scorer("BookTaxi", pickup="office", dropoff="hospital", level="premium"))
+    filled = fill.fill_arguments(engine, TAXI, [Source("user", text)], "User: " + text,
+                                 FeatureContext(TAXI, FakeEmbedder()), grounded.load_weights())
+    values = {c.argument: c.values for c in filled.choices}
+    assert values == {"pickup": ["the office"], "dropoff": ["the hospital"], "level": ["premium"]}
+    text = "get me a cab from the Grand Hotel to my office."
+    engine = FakeEngine(scorer=scorer("BookTaxi", pickup="Grand Hotel", dropoff="office"))
+    filled = fill.fill_arguments(engine, TAXI, [Source("user", text)], "User: " + text,
+                                 FeatureContext(TAXI, FakeEmbedder()), grounded.load_weights())
+    assert {c.argument: c.values for c in filled.choices} == {"pickup": ["Grand Hotel"], "dropoff": ["my office"]}

@@ -104,7 +104,8 @@ def load_weights(model_name: str = "", path: Path | None = None,
                                                  float(s["bias"])))
     combination = {**data.get("combination", {}).get("default", {}),
                    **data.get("combination", {}).get(model_name, {}), **(fitted or {})}
-    return weights.model_copy(update={k: tuple(v) if isinstance(v, list) else v for k, v in combination.items()})
+    return weights.model_copy(update={k: tuple(v) if isinstance(v, list) else bool(v) if k == "propose" else v
+                                      for k, v in combination.items()})
 
 
 @dataclass

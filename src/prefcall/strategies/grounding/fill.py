@@ -81,6 +81,7 @@ from prefcall.strategies.grounding.values import (
 
 TOP_K = 3
 NULL = "null"
+PROPOSE_POOL = 40  # the candidates (best by structure) a proposal chooses among
 FREE_MAX_TOKENS = 96  # a free value longer than this is cut, and a cut value is never used
 SYSTEM = (
     "You fill in the arguments of the API function {name} from a user's request. Each argument is either words "
@@ -122,6 +123,11 @@ class GroundingWeights(BaseModel):
     # "half past 11 in the morning" is a candidate, its parts and spans running past it are not.
     temporal_units: bool = True
     use_model: bool = True
+    # The model proposes: for each span argument the model is asked about, it also chooses, by one generation
+    # constrained to the argument's PROPOSE_POOL best candidates (or null), the span it would give; a choice that
+    # structure left out of its top is scored with them (`_Scorer.propose`). Structure sees the words, the model
+    # reads the sentence ("order dinner pad thai from the diner": the dish is "pad thai", not "the diner").
+    propose: bool = False
 
     @field_validator("span", "number")
     @classmethod
@@ -247,6 +253,28 @@ class _Scorer:
         self.result.reused += usage.reused
         self.result.decoded += decoded
 
+    def propose(self, argument: str, candidates: Sequence[Candidate]) -> int | None:
+        """The index of the candidate the model writes as the argument's value: one short greedy generation
+        after the argument's key, read as JSON and kept only when it is one of the candidates' values up to case
+        (the model chooses, it never adds a value: the candidate keeps its own writing); None for null, anything
+        else, or without a model. Not under a grammar: a JSON grammar forbids the space a model writes before
+        the value, which leaves it only null to write."""
+        if self.engine is None or not candidates:
+            return None
+        prompt = Prompt((ChatMessage("system", self.system), ChatMessage("user", self.context)),
+                        prefix="{" + json.dumps(argument) + ":", shared=1)
+        budget = max(self.engine.count_tokens(json.dumps(c.value, ensure_ascii=False)) for c in candidates) + 2
+        # The value ends where the next key or the object's end begins: the generation stops there.
+        generation = self.engine.generate(prompt, max_tokens=budget, stop=('", "', '"}', '",\n'))
+        self._count(generation.usage, generation.completion_tokens)
+        value = _first_json(generation.text)
+        if value is _NOTHING and generation.finish_reason == "stop":
+            value = _first_json(generation.text + '"')  # the stop took the closing quote
+        if value is None or value is _NOTHING or isinstance(value, (dict, list)):
+            return None
+        written = str(value).strip().casefold()
+        return next((i for i, c in enumerate(candidates) if str(c.value).strip().casefold() == written), None)
+
     def write(self, argument: str, schema: dict[str, Any], sources: Sequence[Source]) -> Choice | None:
         """A free argument's value as the model writes it under the argument's grammar (or null); kept only
         when grounded in the sources (see the module docstring)."""
@@ -351,6 +379,15 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
         plans[name] = _plan(pool, features_ctx, weights)
     owners = _span_owners(pools, features_ctx)
     lms = scorer({name: [c.value for c in plan.top] for name, plan in plans.items() if plan and plan.ask})
+    if weights.propose:
+        # A span argument none of whose scored candidates passes: the model proposes one among more of them.
+        proposed = [name for name, plan in plans.items()
+                    if plan is not None and plan.ask and plan.structure is not None and pools[name].kind == "span"
+                    and not _passes(plan, lms.get(name), scorer.lengths.get(name), weights.span)
+                    and _add_proposal(scorer, name, pools[name], plan)]
+        if proposed:
+            again = {name: [c.value for c in plan.top] for name in proposed if (plan := plans[name]) is not None}
+            lms.update(scorer(again))
     for name, pool in pools.items():
         ranked = _rank(pool, plans[name], lms.get(name), features_ctx, weights, result,
                        None if record is None else _Rows(record, function.name, name, _row_kind(pool, plans[name])),
@@ -513,6 +550,40 @@ class _Plan:
     ranking: list[int] = field(default_factory=list)
     order: list[int] = field(default_factory=list)
     unnamed: bool = False  # a flag no source names: only true can be read, by the unnamed_flag combination
+
+
+def _passes(plan: _Plan, lm: np.ndarray | None, lengths: np.ndarray | None, combination: Sequence[float]) -> bool:
+    """Does one of the plan's scored span candidates reach probability 0.5 under the span combination?"""
+    if lm is None or plan.structure is None:
+        return True  # without the model's scores there is nothing a proposal could be scored by
+    return any(combine(combination, s, float(lm[i] - lm[-1]), float(lengths[i]) if lengths is not None else 0.0) >= 0
+               for i, s in enumerate(plan.structure))
+
+
+_NOTHING = object()
+
+
+def _first_json(text: str) -> Any:
+    """The JSON value the text opens with (after spaces), or _NOTHING."""
+    try:
+        return json.JSONDecoder().raw_decode(text.lstrip())[0]
+    except json.JSONDecodeError:
+        return _NOTHING
+
+
+def _add_proposal(scorer: _Scorer, name: str, pool: ArgumentCandidates, plan: _Plan) -> bool:
+    """The model's own choice among the argument's best PROPOSE_POOL candidates joins the plan's scored ones; True
+    when it was not among them already."""
+    assert plan.structure is not None and plan.logits is not None
+    pool_order = plan.ranking[:PROPOSE_POOL]
+    chosen = scorer.propose(name, [pool.candidates[i] for i in pool_order])
+    if chosen is None or pool_order[chosen] in plan.order:
+        return False
+    index = pool_order[chosen]
+    plan.order.append(index)
+    plan.top.append(pool.candidates[index])
+    plan.structure.append(float(plan.logits[index]))
+    return True
 
 
 def _row_kind(pool: ArgumentCandidates, plan: _Plan | None) -> str:
@@ -710,12 +781,14 @@ _BRANCH_RE = re.compile(r"\s+[-\u2013\u2014]\s+[A-Z][\w'.&]*(?:\s+[A-Z][\w'.&]*)
 
 
 def _suffixed(candidate: Candidate, pool: ArgumentCandidates) -> Candidate:
-    """The span with the credentials or region abbreviation that follow it after commas ("Jay Bansal, MD",
-    "Vancouver, BC", "David Quincy, M.D., MPH") and then the branch a spaced dash adds to a name ("Access Dental -
-    Santa Rosa", "Neil Fruman, MD - Retired"), each when that longer span is a candidate too: they are part of the
+    """The span with the determiner a common noun phrase is named with (`_determined`), and with the credentials
+    or region abbreviation that follow it after commas ("Jay Bansal, MD", "Vancouver, BC", "David Quincy, M.D.,
+    MPH") and then the branch a spaced dash adds to a name ("Access Dental - Santa Rosa", "Neil Fruman, MD -
+    Retired"), each when that longer span is a candidate too: they are part of the
     name as written."""
     if candidate.source is None:
         return candidate
+    candidate = _determined(candidate, pool)
     for pattern in (_SUFFIX_RE, _SUFFIX_RE, _BRANCH_RE):  # "David Quincy, M.D., MPH": credentials one by one
         if pattern is _BRANCH_RE and (not candidate.text[:1].isupper() or len(candidate.text.split()) < 2):
             break  # a branch follows a name of two words or more, not a common noun or a lone place name
@@ -726,6 +799,31 @@ def _suffixed(candidate: Candidate, pool: ArgumentCandidates) -> Candidate:
         candidate = next((c for c in pool.candidates if c.source is candidate.source and c.start == candidate.start
                           and c.end in (end, end - 1) and c.end > candidate.end), candidate)
     return candidate
+
+
+def _determined(candidate: Candidate, pool: ArgumentCandidates) -> Candidate:
+    """A common noun phrase with the definite determiner or possessive it is written with: "the airport", "my
+    office", "the train station" name a place the user means, where "airport" names any (English usage: a common
+    noun is named with its article). Only when the phrase ends there (the next word is punctuation, a function
+    word or nothing: "the intermediate level" keeps "intermediate", the modifier of "level") and the longer span
+    is a candidate too."""
+    assert candidate.source is not None
+    text = candidate.source.text
+    if not candidate.text[:1].islower():
+        return candidate
+    before = words(text[:candidate.start])
+    if not before or before[-1][0].lower() not in _DEFINITE or text[before[-1][2]:candidate.start].strip():
+        return candidate
+    after = text[candidate.end:]
+    nxt = words(after)
+    if nxt and not after[:nxt[0][1]].strip() and nxt[0][0].lower() not in STOP_WORDS:
+        return candidate
+    start = before[-1][1]
+    return next((c for c in pool.candidates if c.source is candidate.source and c.start == start
+                 and c.end == candidate.end), candidate)
+
+
+_DEFINITE = frozenset("the my our your".split())
 
 
 # Units of measure an argument's name can carry ("tip_percent", "hours", "supply_days", "distance_km"): English
