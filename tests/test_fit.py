@@ -382,3 +382,34 @@ def test_fit_flags_stores_the_rule_beside_the_other_parts_and_drops_one_not_kept
     assert stored.grounding == {"span": [1.0, 2.0, -3.0]} and stored.calibration_floor == -4.0
     assert stored.source["unnamed_flag"]["rows"] == report["rows"] and "commit" in stored.source["unnamed_flag"]
     assert (tmp_path / "run" / "rows-flags.jsonl").is_file()
+
+
+def test_fit_propose_collects_rows_with_the_models_proposals_and_stores_the_choice(tmp_path: Path, monkeypatch,
+                                                                                   capsys):
+    import prefcall.engine as engines
+    from prefcall.cli import main
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF fake weights")
+    engines_made: list[FileEngine] = []
+
+    def make(settings):  # likes null for every value: nothing structure ranks passes, so the model is asked
+        engines_made.append(FileEngine(model, scorer=lambda p, c: 0.0 if c.strip() == "null" else -9.0))
+        return engines_made[-1]
+
+    monkeypatch.setattr(engines, "load_engine", make)
+    monkeypatch.setattr(engines, "load_embedder", lambda settings: FakeEmbedder())
+    monkeypatch.setenv("PREFCALL_DATA_DIR", str(tmp_path / "data"))
+    fingerprint = fits.file_fingerprint(model, tmp_path / "data")
+    run = ["fit", "--sources", "corpus", "--subset", "4", "--min-right", "1"]
+
+    def proposals() -> int:
+        return sum(c["kind"] == "generate" and c["prompt"].rstrip().endswith(":") for c in engines_made[-1].calls)
+
+    assert main([*run, "--propose", "on", "--out", str(tmp_path / "a")]) == 0
+    assert fits.load(fingerprint, tmp_path / "data").grounding["propose"] == 1.0 and proposals() > 0
+    assert main([*run, "--out", str(tmp_path / "b")]) == 0  # a later fit keeps the choice, and collects with it
+    assert fits.load(fingerprint, tmp_path / "data").grounding["propose"] == 1.0 and proposals() > 0
+    assert main([*run, "--propose", "off", "--out", str(tmp_path / "c")]) == 0
+    assert "propose" not in fits.load(fingerprint, tmp_path / "data").grounding and proposals() == 0
+    capsys.readouterr()

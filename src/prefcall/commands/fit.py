@@ -33,6 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--min-right", type=int, default=None,
                         help="right values a kind needs to be fitted (default 300; lower only for experiments)")
     parser.add_argument("--dry-run", action="store_true", help="print the fit without storing it for the model")
+    parser.add_argument("--propose", choices=("on", "off"), default=None,
+                        help="the model proposes a span where none of structure's best passes (GroundingWeights."
+                        "propose): the rows are collected with it and the fit stores it; default: as the model's "
+                        "earlier fit has it (off for a first fit)")
     parser.add_argument("--structure", action="store_true",
                         help="fit the structure weights instead (model-independent features of every span and "
                         "number candidate; the model is not asked about values): written to OUT/structure.json")
@@ -112,6 +116,9 @@ def run_fit(args: argparse.Namespace) -> int:
     fingerprint = fits.engine_fingerprint(engine, settings.data_dir)
     out = _run_dir(args, settings, fingerprint)
     shipped = load_weights(info.model_name)  # rows are collected, and the fit compared, under the shipped rule
+    earlier = fits.load(fingerprint, settings.data_dir) or fits.Fit(fingerprint=fingerprint or "")
+    propose = bool(earlier.grounding.get("propose")) if args.propose is None else args.propose == "on"
+    shipped = shipped.model_copy(update={"propose": propose and not args.structure})
     pipeline = Pipeline(engine, load_embedder(settings), fit.value_memories(sources), data_dir=settings.data_dir)
     # The structure fit needs every candidate's features, not the model's view of the values: no value scoring.
     pipeline._weights = shipped.model_copy(update={"use_model": False}) if args.structure else shipped  # noqa: SLF001
@@ -126,8 +133,9 @@ def run_fit(args: argparse.Namespace) -> int:
                            kinds=fit.fit(rows, shipped, min_right))
     stored = None
     # Every other part fitted before stays: stage 1's rule and floor, the relevance rules, the check, the flags.
-    earlier = fits.load(fingerprint, settings.data_dir) or fits.Fit(fingerprint=fingerprint or "")
     grounding: dict[str, Any] = dict(report.grounding())
+    if propose:
+        grounding["propose"] = 1.0
     if "unnamed_flag" in earlier.grounding:  # `fit --flags` fits it
         grounding["unnamed_flag"] = earlier.grounding["unnamed_flag"]
     # The floor of a required argument, under the combination the filler will use (the fitted one, else shipped).
