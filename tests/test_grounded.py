@@ -1473,7 +1473,7 @@ def test_the_model_proposes_a_span_that_structure_left_out_of_its_top(propose, m
 
     monkeypatch.setattr(fill, "TOP_K", 1)
     text = "i want to order dinner pad thai from the diner on 3rd."
-    engine = FakeEngine(scorer=scorer("OrderFood", dish="pad thai", restaurant="the diner on 3rd"))
+    engine = FakeEngine(scorer=scorer("OrderFood", dish="pad thai"))  # and null for the restaurant
     engine.reply(' "Pad Thai", "restaurant": "the diner on 3rd"}', when='{"dish":')
     weights = grounded.load_weights().model_copy(update={"propose": propose, "span": (0.5, 1.0, -3.0)})
     filled = fill.fill_arguments(engine, FOOD, [Source("user", text)], "User: " + text,
@@ -1485,6 +1485,8 @@ def test_the_model_proposes_a_span_that_structure_left_out_of_its_top(propose, m
     if propose:
         # one short generation, its value matched to the candidate as written ("pad thai", not the model's case)
         assert len(generated) == 1 and "pad thai" in scored and dish == [["pad thai"]]
+        # an optional argument left unset is what most requests mean: the model is not asked to propose for it
+        assert not [c for c in engine.calls if c["kind"] == "generate" and '{"restaurant":' in c["prompt"]]
     else:
         assert not generated and "pad thai" not in scored and dish != [["pad thai"]]
 
@@ -1530,3 +1532,11 @@ def test_a_common_noun_phrase_keeps_its_definite_determiner_where_the_phrase_end
     filled = fill.fill_arguments(engine, TAXI, [Source("user", text)], "User: " + text,
                                  FeatureContext(TAXI, FakeEmbedder()), grounded.load_weights())
     assert {c.argument: c.values for c in filled.choices} == {"pickup": ["Grand Hotel"], "dropoff": ["my office"]}
+
+
+def test_a_lowercase_preposition_of_place_opens_no_value_but_a_name_may_begin_with_one():
+    schema = {"type": "string", "description": "where to park"}
+    texts = [c.text for c in argument_candidates(
+        "location", schema, [Source("user", "a parking spot near the train station, or Near East Bakery")]).candidates]
+    assert "the train station" in texts and "Near East Bakery" in texts
+    assert not [t for t in texts if t.split()[0] == "near" or t.split()[-1] == "near"]

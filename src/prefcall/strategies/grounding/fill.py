@@ -16,6 +16,9 @@ For one function and the text the caller sent (user turns, applicable instructio
    the model prefers it to null; values joined only by "and" / "&" are one value, the span covering them
    ("pizza and pasta").
 Values are grounded by construction: the model chooses among candidates read from the request, never writes one.
+Where a model's fit turns proposals on (`GroundingWeights.propose`), a required span argument none of whose scored
+candidates passes gets one more: the model writes the value it would give, and what it writes counts only as the
+candidate it matches (up to case), which is then scored with the others.
 
 Free arguments (arrays, objects, syntax strings: `values.argument_kind`) have no candidates to choose from: the
 model writes them under the argument's grammar (or null), on the same prompt, and a value is kept only when every
@@ -123,10 +126,10 @@ class GroundingWeights(BaseModel):
     # "half past 11 in the morning" is a candidate, its parts and spans running past it are not.
     temporal_units: bool = True
     use_model: bool = True
-    # The model proposes: for each span argument the model is asked about, it also chooses, by one generation
-    # constrained to the argument's PROPOSE_POOL best candidates (or null), the span it would give; a choice that
-    # structure left out of its top is scored with them (`_Scorer.propose`). Structure sees the words, the model
-    # reads the sentence ("order dinner pad thai from the diner": the dish is "pad thai", not "the diner").
+    # The model proposes: for a required span argument none of whose scored candidates passes, it writes the span
+    # it would give, read back to one of the argument's PROPOSE_POOL best candidates (`_Scorer.propose`), and that
+    # candidate is scored with the others. Structure sees the words, the model reads the sentence ("order dinner
+    # pad thai from the diner": the dish is "pad thai", not "the diner").
     propose: bool = False
 
     @field_validator("span", "number")
@@ -380,9 +383,12 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
     owners = _span_owners(pools, features_ctx)
     lms = scorer({name: [c.value for c in plan.top] for name, plan in plans.items() if plan and plan.ask})
     if weights.propose:
-        # A span argument none of whose scored candidates passes: the model proposes one among more of them.
+        # A required span argument none of whose scored candidates passes: the model proposes one among more of
+        # them (an optional argument left unset is what most requests mean; a required one unset costs a question).
+        required = set(function.required)
         proposed = [name for name, plan in plans.items()
-                    if plan is not None and plan.ask and plan.structure is not None and pools[name].kind == "span"
+                    if name in required and plan is not None and plan.ask and plan.structure is not None
+                    and pools[name].kind == "span"
                     and not _passes(plan, lms.get(name), scorer.lengths.get(name), weights.span)
                     and _add_proposal(scorer, name, pools[name], plan)]
         if proposed:

@@ -37,6 +37,10 @@ EDGE_WORDS = frozenset(STOP_WORDS | set(
     """want wants wanted need needs like likes would please i'm im i'd id i'll ill let let's lets can't cannot
     dont don't doesn't isn't aren't won't wont also really some any anything something one ones thing things
     get got find look looking search searching prefer preferred usually always often""".split()))
+# Prepositions of place that STOP_WORDS does not hold: written lowercase they open the phrase around a value ("near
+# the airport", "behind my office"), never the value; capitalised they may begin a name ("Near East Bakery").
+PLACE_PREPOSITIONS = frozenset("""near nearby behind beside across outside inside opposite toward towards via along
+    beneath beyond underneath""".split())
 # Words that may open a span before a content word: "the airport", "my office" (never a span on their own).
 DETERMINERS = frozenset("the my our your his her their this that".split())
 _NUMBER_RE = re.compile(r"^[-+]?(\d{1,3}(,\d{3})+|\d+)(\.\d+)?$")
@@ -118,8 +122,10 @@ def words(text: str) -> list[tuple[str, int, int]]:
 
 
 def _edge_word(word: str) -> bool:
-    """Words a value never starts or ends with: function words and bare punctuation ("&", "-")."""
-    return word.lower().strip(_EDGE) in EDGE_WORDS or not re.search(r"[A-Za-z0-9]", word)
+    """Words a value never starts or ends with: function words, lowercase prepositions of place and bare
+    punctuation ("&", "-")."""
+    bare = word.strip(_EDGE)
+    return bare.lower() in EDGE_WORDS or bare in PLACE_PREPOSITIONS or not re.search(r"[A-Za-z0-9]", word)
 
 
 def spans(source: Source, max_words: int = MAX_SPAN_WORDS) -> list[Candidate]:
