@@ -234,8 +234,7 @@ class _Scorer:
         the engine can: their prompts differ only in the argument's name at the end)."""
         if self.engine is None or not asks:
             return {name: None for name in asks}
-        requests = [(Prompt((ChatMessage("system", self.system), ChatMessage("user", self.context)),
-                            prefix="{" + json.dumps(argument) + ": ", shared=1),
+        requests = [(self._prompt(argument, ": "),
                      [json.dumps(v, ensure_ascii=False) for v in values] + [NULL])
                     for argument, values in asks.items()]
         # A value's closing quote is scored as any token it starts (`",`): see Engine.score_candidates.
@@ -247,6 +246,12 @@ class _Scorer:
             counts = np.asarray(scores.token_counts, dtype=np.float64)
             self.lengths[argument] = counts[:-1] - counts[-1]
         return out
+
+    def _prompt(self, argument: str, colon: str) -> Prompt:
+        """The function's system part and the request, answered up to the argument's key and `colon`; every
+        argument's prompt shares all but that key (`shared=1`)."""
+        return Prompt((ChatMessage("system", self.system), ChatMessage("user", self.context)),
+                      prefix="{" + json.dumps(argument) + colon, shared=1)
 
     def _count(self, usage: PromptUsage, decoded: int) -> None:
         """One model call's tokens, added to the fill's (decoded: scored candidates' or generated tokens)."""
@@ -264,8 +269,7 @@ class _Scorer:
         the value, which leaves it only null to write."""
         if self.engine is None or not candidates:
             return None
-        prompt = Prompt((ChatMessage("system", self.system), ChatMessage("user", self.context)),
-                        prefix="{" + json.dumps(argument) + ":", shared=1)
+        prompt = self._prompt(argument, ":")
         budget = max(self.engine.count_tokens(json.dumps(c.value, ensure_ascii=False)) for c in candidates) + 2
         # The value ends where the next key or the object's end begins: the generation stops there.
         generation = self.engine.generate(prompt, max_tokens=budget, stop=('", "', '"}', '",\n'))
@@ -286,8 +290,7 @@ class _Scorer:
         # No space after the colon: the model writes `": [` as one token, and a prompt that ends in the space
         # it would have written leaves it off its usual path (Qwen2.5-Coder-1.5B wrote [-1, 2] for "A(3,4)"
         # after `{"pointA": ` and [3,4] after `{"pointA":`).
-        prompt = Prompt((ChatMessage("system", self.system), ChatMessage("user", self.context)),
-                        prefix="{" + json.dumps(argument) + ":", shared=1)
+        prompt = self._prompt(argument, ":")
         grammar = {"anyOf": [grammar_schema(schema), {"type": "null"}]}
         try:
             generation = self.engine.generate(prompt, max_tokens=FREE_MAX_TOKENS, json_schema=grammar)
