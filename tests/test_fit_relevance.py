@@ -424,7 +424,7 @@ def test_the_pipeline_asks_the_model_whether_the_tool_can_do_it_when_its_fit_has
     model = tmp_path / "m.gguf"
 
     def scorer(prompt: str, candidate: str) -> float:
-        if model_check.QUESTION in prompt:  # the model reads the request: only weather is weather
+        if model_check.QUESTIONS[1].question in prompt:  # the model reads the request: only weather is weather
             return {"Yes": 0.0, "No": -3.0}[candidate] if "rain" in prompt else {"Yes": -3.0, "No": 0.0}[candidate]
         return -1.0
 
@@ -448,7 +448,7 @@ def test_the_pipeline_asks_the_model_whether_the_tool_can_do_it_when_its_fit_has
     checked = parse("Will it rain in Paris?")
     assert checked.decision != "refuse"
     assert checked.trace.prompt_tokens > unchecked.trace.prompt_tokens  # the question's tokens are in the trace
-    prompts = [c["prompt"] for c in engine.calls if model_check.QUESTION in c.get("prompt", "")]
+    prompts = [c["prompt"] for c in engine.calls if model_check.QUESTIONS[1].question in c.get("prompt", "")]
     assert prompts and all("User request:\nWill it rain in Paris?" in p or "Mars" in p for p in prompts)
     # Fitted to go after the embedder's rule: what that rule refuses is refused without asking the model.
     monkeypatch.setattr(relevance, "ask_rule", lambda embedder: relevance.RelevanceRule(
@@ -458,7 +458,7 @@ def test_the_pipeline_asks_the_model_whether_the_tool_can_do_it_when_its_fit_has
     asked = len(engine.calls)
     first = parse("Will it rain in Paris?")
     assert first.decision == "refuse" and any("the model was not asked" in n for n in first.notes), first.notes
-    assert not [c for c in engine.calls[asked:] if model_check.QUESTION in c.get("prompt", "")]
+    assert not [c for c in engine.calls[asked:] if model_check.QUESTIONS[1].question in c.get("prompt", "")]
     # Without an embedder the check (it weighs the embedder's score) is not used; a damaged one says how to mend it.
     assert Pipeline(engine, data_dir=data).check_rule() is None
     from prefcall.errors import StoreError
@@ -475,7 +475,7 @@ def test_the_check_s_way_is_chosen_on_rows_its_fit_did_not_read():
     rows = (_check_rows(40, True, "a", 0.5, 2.0) + _check_rows(40, True, "b", 0.3, 1.5)
             + _check_rows(30, False, "n", 0.4, -1.0) + _check_rows(10, False, "n2", -0.5, 0.0))
     found = fit_relevance.fit_check(rows, embedder_threshold=0.0)
-    assert set(found.held_out) <= set(fit_relevance.CHECK_WAYS) and found.way in found.held_out
+    assert set(found.held_out) <= set(fit_relevance.CHECK_WAYS) and found.way in found.held_out  # no calibrated rows
     gain = {k: v["no_call"] - v["false_refusal"] for k, v in found.held_out.items()}
     assert gain[found.way] == max(gain.values())
     assert found.embedder_first == fit_relevance.CHECK_WAYS[found.way][0]
@@ -486,3 +486,51 @@ def test_the_check_s_way_is_chosen_on_rows_its_fit_did_not_read():
     y = np.asarray([float(r.relevant) for r in rows])
     weights, threshold, _ = fit_relevance._fit_way(x, y, np.zeros(len(rows), dtype=bool), rows, False, False)
     assert weights[1] == 0.0 and weights[2] > 0 and threshold > -1e6
+
+
+def test_a_calibrated_check_is_chosen_where_the_content_free_baseline_tells_the_requests_apart():
+    """A model that says Yes to one catalogue's tool whatever is asked: its raw margin keeps that catalogue's
+    off-topic messages; less the tool's content-free baseline it refuses them. The fit tries both and keeps the
+    calibrated way, and says which question the rows were asked with."""
+    rows = (_check_rows(40, True, "a", 0.5, 2.0) + _check_rows(40, True, "b", 0.3, 1.5)
+            + _check_rows(30, False, "n", 0.4, 2.0) + _check_rows(10, False, "n2", 0.4, 1.5))
+    baseline = {"a": 0.0, "b": 0.0, "n": 3.0, "n2": 3.0}  # the tools of n and n2 get Yes for "N/A" too
+    rows = [r.model_copy(update={"model_yes_calibrated": r.model_yes - baseline[r.source], "check_question": 2})
+            for r in rows]
+    found = fit_relevance.fit_check(rows, embedder_threshold=0.0)
+    assert found.calibrated and found.way.endswith(", calibrated") and found.kept
+    assert found.rule()["calibrated"] is True and found.rule()["question"] == 2
+    assert found.held_out[found.way]["no_call"] > found.held_out["check alone"]["no_call"]
+    # Without calibrated margins only the raw ways are fitted; rows asked with two questions are refused.
+    raw = fit_relevance.fit_check([r.model_copy(update={"model_yes_calibrated": None}) for r in rows], 0.0)
+    assert not raw.calibrated and set(raw.held_out) <= set(fit_relevance.CHECK_WAYS)
+    with pytest.raises(Exception, match="different questions"):
+        fit_relevance.fit_check([*rows[:-1], rows[-1].model_copy(update={"check_question": 1})], 0.0)
+
+
+def test_the_calibrated_check_asks_each_tools_content_free_baseline_once(tmp_path: Path):
+    """The content-free request is asked once per engine, question and function (cached, floats only), in the
+    same batch as the request; the calibrated margin is the request's less the baseline, and the prompt says
+    which question it is."""
+    from prefcall.schemas.model import Function
+    from prefcall.strategies import model_check
+    from prefcall.strategies.nlt import ContentFreeCache
+
+    def scorer(prompt: str, candidate: str) -> float:
+        said_yes = 0.0 if ("N/A" in prompt or "turn the lamp on" in prompt) else -2.0
+        return said_yes if candidate == "Yes" else -1.0
+
+    engine = FileEngine(tmp_path / "m.gguf", scorer=scorer)
+    lamp = Function(name="lamp_on", description="switch a lamp on", parameters={"type": "object", "properties": {}})
+    cache = ContentFreeCache()
+    first = model_check.margins(engine, [lamp], "turn the lamp on", 2, cache=cache)
+    assert first.raw == [1.0] and first.content_free == [1.0] and first.calibrated() == [0.0]
+    asked = [c["prompt"] for c in engine.calls if "prompt" in c]
+    assert any("N/A" in p for p in asked) and all(model_check.QUESTIONS[2].question in p for p in asked)
+    assert all("User message:" in p for p in asked)
+    before = len(engine.calls)
+    second = model_check.margins(engine, [lamp], "what is a lumen?", 2, cache=cache)
+    assert second.calibrated() == [-2.0]  # log P(Yes) - log P(No) = -2 - (-1), less the cached baseline 1
+    assert not any("N/A" in c.get("prompt", "") for c in engine.calls[before:])
+    with pytest.raises(Exception, match="question version 9"):
+        model_check.CheckRule(weights=[0.0, 0.0, 1.0], threshold=0.0, question=9)

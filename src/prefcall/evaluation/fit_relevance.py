@@ -346,6 +346,10 @@ class RelevanceRow(BaseModel):
     gate_cosine: float | None = None  # the embedder check's score (its rule's, rule_scores), when the fit computed it
     # the model's best yes-margin on "can this tool do it?" for the closest function and stage 1's (model_check)
     model_yes: float | None = None
+    # the best of the same margins less each function's content-free baseline (a calibrated check reads it), and the
+    # version of the question both were asked with (model_check.QUESTIONS; rows written before versions: None, 1)
+    model_yes_calibrated: float | None = None
+    check_question: int | None = None
 
 
 class ModelRelevanceFit(BaseModel):
@@ -382,7 +386,8 @@ def collect(pipeline: Any, items: Sequence[Request], progress: Callable[[str], N
     rows = []
     for n, item in enumerate(items):
         earlier = (done or {}).get((item.source, item.id))
-        if earlier is not None and (earlier.model_yes is not None or not check):
+        if earlier is not None and (not check or (earlier.model_yes is not None
+                                                  and earlier.check_question == model_check.LATEST)):
             rows.append(earlier.model_copy(update={"gate_cosine": gate_cosines[n]}) if gate_cosines is not None
                         else earlier)
             if progress is not None:
@@ -394,16 +399,19 @@ def collect(pipeline: Any, items: Sequence[Request], progress: Callable[[str], N
             none = scores.names.index(NONE_CANDIDATE)
             hand = scores.combined[none] > max(c for i, c in enumerate(scores.combined) if i != none)
             inputs = scores.none_prior_inputs()
-            model_yes = None
+            model_yes = calibrated = question = None
             if check and pipeline.embedder is not None and item.text.strip():
                 chosen = scores.best()
                 closest = evidence(pipeline.embedder, item.text, item.catalogue.functions).closest
                 asked = [f for f in item.catalogue.functions if f.name in {closest, chosen}]
-                model_yes = max(model_check.yes_margins(pipeline.engine, asked, item.text))
+                question = model_check.LATEST
+                found = model_check.margins(pipeline.engine, asked, item.text, question)
+                model_yes, calibrated = max(found.raw), max(found.calibrated())
             rows.append(RelevanceRow(source=item.source, id=item.id, relevant=item.relevant, features=features,
                                      hand_refused=hand, none_inputs=[*inputs[:3], float(inputs[3])] if inputs else None,
                                      gate_cosine=gate_cosines[n] if gate_cosines is not None else None,
-                                     model_yes=model_yes))
+                                     model_yes=model_yes, model_yes_calibrated=calibrated,
+                                     check_question=question))
             if write is not None:
                 write(rows[-1])
         if progress is not None:
@@ -472,6 +480,8 @@ class CheckFit(BaseModel):
     weights: list[float]  # bias, then one weight per model_check.CHECK_FEATURES
     threshold: float
     embedder_first: bool = False  # the embedder's rule refuses on its own first (model_check.CheckRule)
+    question: int = 1  # the version of model_check.QUESTIONS its rows were asked with
+    calibrated: bool = False  # it reads the margin less the content-free baseline
     kept: bool  # stored only when, held out, its refusals are worth more than the embedder's rule's (`_gain`)
     why: str = ""
     way: str = ""  # which of CHECK_WAYS was chosen
@@ -486,7 +496,8 @@ class CheckFit(BaseModel):
     sources: dict[str, SourceShare] = Field(default_factory=dict)
 
     def rule(self) -> dict[str, Any]:
-        return {"weights": self.weights, "threshold": self.threshold, "embedder_first": self.embedder_first}
+        return {"weights": self.weights, "threshold": self.threshold, "embedder_first": self.embedder_first,
+                "question": self.question, "calibrated": self.calibrated}
 
 
 # A score under every threshold: a request the embedder's rule refuses on its own, whatever the check says.
@@ -556,31 +567,46 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
     of the relevant rows and KEEP_PER_SOURCE of each source's (`threshold_for`, the embedder rule's keep rule,
     which bounds what it may cost relevant requests), in each of CHECK_WAYS: the check alone, or after the
     embedder's rule (`embedder_first`: what that rule refuses stays refused; the regression reads the rows it
-    keeps, and the threshold keeps the share with those refusals counted). The rule is the way with the best
-    `_gain` on rows its fit did not read (`_held_out`; a tie: the fewer relevant rows refused, then CHECK_WAYS'
-    order), fitted again on every row. Kept only when that gain is above the embedder's rule's alone."""
+    keeps, and the threshold keeps the share with those refusals counted); each with the raw margin and, where
+    every row has it, the calibrated one (less the content-free baseline: the way's name ends ", calibrated").
+    The rule is the way with the best `_gain` on rows its fit did not read (`_held_out`; a tie: the fewer relevant
+    rows refused, then CHECK_WAYS' order, raw first), fitted again on every row. Kept only when that gain is above
+    the embedder's rule's alone."""
     rows = [r for r in rows if r.gate_cosine is not None and r.model_yes is not None]
     if not any(r.relevant for r in rows) or all(r.relevant for r in rows):
         raise ConfigError("the check fit needs rows of both kinds with the model's answers: rerun `prefcall fit "
                           "--relevance`")
-    x = np.asarray([[r.gate_cosine, r.model_yes] for r in rows], dtype=float)
+    questions = {r.check_question or 1 for r in rows}
+    if len(questions) > 1:
+        raise ConfigError("the check's rows were asked with different questions: rerun `prefcall fit --relevance` "
+                          "(it asks again where a row's question is not the latest)")
+    kinds = {"": [r.model_yes for r in rows]}
+    if all(r.model_yes_calibrated is not None for r in rows):
+        kinds[", calibrated"] = [r.model_yes_calibrated for r in rows]
     y = np.asarray([float(r.relevant) for r in rows])
     alone = np.asarray([float(r.gate_cosine) < embedder_threshold for r in rows])  # type: ignore[arg-type]
-    fitted_ways = {name: _fit_way(x, y, alone, rows, *how) for name, how in CHECK_WAYS.items()}
     fold = _folds(rows)
-    held_out = {name: rates for name, found in fitted_ways.items() if found is not None
-                and (rates := _held_out(x, y, alone, rows, fold, *CHECK_WAYS[name])) is not None}
+    fitted_ways: dict[str, Any] = {}
+    held_out: dict[str, dict[str, float]] = {}
+    for suffix, margin in kinds.items():
+        x = np.asarray([[r.gate_cosine, m] for r, m in zip(rows, margin)], dtype=float)
+        for name, how in CHECK_WAYS.items():
+            found = fitted_ways[name + suffix] = _fit_way(x, y, alone, rows, *how)
+            if found is not None and (rates := _held_out(x, y, alone, rows, fold, *how)) is not None:
+                held_out[name + suffix] = rates
     if not held_out:
         raise ConfigError("the check cannot be fitted on these rows: every way refuses more relevant rows than the "
                           "keep rule allows; rerun `prefcall fit --relevance` with more requests (--per-source)")
     way = max(held_out, key=lambda n: (_gain(held_out[n]), -held_out[n]["false_refusal"]))
-    first = CHECK_WAYS[way][0]
+    suffix = ", calibrated" if way.endswith(", calibrated") else ""
+    base = way.removesuffix(suffix)
+    first = CHECK_WAYS[base][0]
     found = fitted_ways[way]
     assert found is not None
     weights, threshold, scores = found
     fitted = _rates([s < threshold for s in scores], rows)
-    other = next((n for n in CHECK_WAYS if CHECK_WAYS[n] == (not first, CHECK_WAYS[way][1])), "")
-    other_found = fitted_ways.get(other)
+    other = next((n for n in CHECK_WAYS if CHECK_WAYS[n] == (not first, CHECK_WAYS[base][1])), "")
+    other_found = fitted_ways.get(other + suffix)
     embedder = _rates(list(alone), rows)
     kept = _gain(held_out[way]) > _gain(embedder)
     why = "" if kept else (f"the embedder's rule alone refuses {embedder['no_call']:.1%} of the irrelevant tuning "
@@ -588,7 +614,8 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
                            f"{held_out[way]['no_call']:.1%} and {held_out[way]['false_refusal']:.1%} on rows its fit "
                            "did not read: it adds nothing")
     split = shares(scores, rows, threshold)
-    return CheckFit(weights=weights, threshold=threshold, embedder_first=first, kept=kept, why=why, way=way,
+    return CheckFit(weights=weights, threshold=threshold, embedder_first=first, question=questions.pop(),
+                    calibrated=bool(suffix), kept=kept, why=why, way=way,
                     auc=split["auc"], rows=len(rows), fitted=fitted, embedder=embedder,
                     other=_rates([s < other_found[1] for s in other_found[2]], rows) if other_found else {},
                     held_out=held_out, sources=split["sources"])

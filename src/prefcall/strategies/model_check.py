@@ -13,52 +13,129 @@ a fit for a calendar tool costs no model call.
 
 The function's text is catalogue data and the request is the user's: both go in the user message, the request last
 and marked as the request; neither can change the question.
+
+The question has versions (`QUESTIONS`); a rule keeps the one it was fitted with (fits stored before versions read
+version 1). Version 2 names what a message that asks a tool for nothing looks like (small talk, thanks, an opinion,
+a question of general knowledge, a task for another tool, a request that nothing be done). A rule fitted
+`calibrated` reads each margin less the margin the model gives the same function for the content-free request
+"N/A" ("Calibrate before use", Zhao et al., 2021, as select_tools_nlt does): a model that says Yes to a tool
+whatever is asked (a generic tool, a long description) no longer passes every request for it. The baseline is
+asked once per engine, question and function text (cached, floats only).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
+from typing import NamedTuple
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from prefcall.engine.base import Engine, Prompt, PromptUsage, score_batch
 from prefcall.schemas.model import Function
 from prefcall.schemas.render import render_function_spec
 from prefcall.strategies.fnctod import LinearRule
+from prefcall.strategies.nlt import TOOL_PREFIX, ContentFreeCache
 
 CHECK_FEATURES = ("relevance_score", "model_yes")
 SPEC_CHARS = 1500  # a function's text beyond this adds nothing to the question (and costs prompt tokens)
 REQUEST_CHARS = 1500
-SYSTEM = "You check whether a tool can fulfil a user's request. Answer with one word: Yes or No."
-QUESTION = "Can this tool, called with suitable arguments, do what the user asks?"
 ANSWERS = ("Yes", "No")
+CONTENT_FREE = "N/A"  # the request a calibrated rule's baseline is asked with
+
+
+class Question(NamedTuple):
+    system: str
+    label: str  # what the user's words are introduced as
+    question: str
+
+
+QUESTIONS: dict[int, Question] = {
+    1: Question("You check whether a tool can fulfil a user's request. Answer with one word: Yes or No.",
+                "User request", "Can this tool, called with suitable arguments, do what the user asks?"),
+    2: Question("You check whether a tool can fulfil a user's message. Answer with one word: Yes or No.",
+                "User message", "Does the user's message ask for something this tool does? Answer No when the message "
+                "is small talk, thanks, an opinion, a question of general knowledge, a task that needs a different "
+                "tool, or asks for nothing to be done."),
+}
+LATEST = 2  # the version `prefcall fit --relevance` asks
 
 
 class CheckRule(LinearRule):
     """Over CHECK_FEATURES. `embedder_first`: a request the embedder's rule refuses on its own is refused without
     asking the model (the check only adds refusals to the embedder's); the fit says which reads its tuning
-    requests better (fit_relevance.fit_check). Fits stored before it was a choice asked the model every time."""
+    requests better (fit_relevance.fit_check). Fits stored before it was a choice asked the model every time.
+    `question`: the version of QUESTIONS it was fitted on; `calibrated`: it reads margins less the content-free
+    baseline."""
 
     weights: list[float] = Field(min_length=len(CHECK_FEATURES) + 1, max_length=len(CHECK_FEATURES) + 1)
     embedder_first: bool = False
+    question: int = 1
+    calibrated: bool = False
+
+    @field_validator("question")
+    @classmethod
+    def _known(cls, value: int) -> int:
+        if value not in QUESTIONS:
+            raise ValueError(f"question version {value} is not one of {sorted(QUESTIONS)}: refit with "
+                             "`prefcall fit --relevance`")
+        return value
 
 
-def check_prompt(function: Function, request: str) -> Prompt:
-    user = (f"{render_function_spec(function)[:SPEC_CHARS]}\n\nUser request:\n{request.strip()[:REQUEST_CHARS]}\n\n"
-            f"{QUESTION}")
-    return Prompt.chat(SYSTEM, user)
+def check_prompt(function: Function, request: str, question: int = 1) -> Prompt:
+    asked = QUESTIONS[question]
+    user = (f"{render_function_spec(function)[:SPEC_CHARS]}\n\n{asked.label}:\n{request.strip()[:REQUEST_CHARS]}"
+            f"\n\n{asked.question}")
+    return Prompt.chat(asked.system, user)
+
+
+def _key(function: Function, question: int) -> str:
+    payload = json.dumps([question, CONTENT_FREE, render_function_spec(function)[:SPEC_CHARS]], ensure_ascii=False)
+    return TOOL_PREFIX + "check:" + hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+class Margins(NamedTuple):
+    raw: list[float]  # log P(Yes) - log P(No) for the request, per function
+    content_free: list[float]  # the same for CONTENT_FREE (from the cache where it was asked before)
+
+    def calibrated(self) -> list[float]:
+        return [r - c for r, c in zip(self.raw, self.content_free)]
+
+
+def margins(engine: Engine, functions: Sequence[Function], request: str, question: int = 1,
+            usage: PromptUsage | None = None, *, content_free: bool = True,
+            cache: ContentFreeCache | None = None) -> Margins:
+    """The check's yes-margin for each function, and (`content_free`) each function's baseline: the requests and
+    the baselines not cached yet go in one batch; the prompt tokens they took are added to `usage` when given."""
+    if not functions:
+        return Margins([], [])
+    cache = CHECK_BASELINES if cache is None else cache
+    keys = [_key(f, question) for f in functions]
+    known = {k: found["margin"] for k in keys if content_free and (found := cache.get(engine, k)) is not None}
+    missing = [f for f, k in zip(functions, keys) if content_free and k not in known]
+    asked = [(check_prompt(f, r, question), list(ANSWERS))
+             for f, r in [*((f, request) for f in functions), *((f, CONTENT_FREE) for f in missing)]]
+    scored = score_batch(engine, asked)
+    for s in scored if usage is not None else ():
+        usage.add(s.usage)
+    values = [s.logprobs[0] - s.logprobs[1] for s in scored]
+    for f, value in zip(missing, values[len(functions):]):
+        known[_key(f, question)] = value
+        cache.put(engine, _key(f, question), {"margin": value})
+    return Margins(values[:len(functions)], [known[k] for k in keys] if content_free else [])
 
 
 def yes_margins(engine: Engine, functions: Sequence[Function], request: str,
-                usage: PromptUsage | None = None) -> list[float]:
-    """log P(Yes) - log P(No) of the check question for each function (one batch); the prompt tokens it took are
-    added to `usage` when given."""
-    if not functions:
-        return []
-    scored = score_batch(engine, [(check_prompt(f, request), list(ANSWERS)) for f in functions])
-    for s in scored if usage is not None else ():
-        usage.add(s.usage)
-    return [s.logprobs[0] - s.logprobs[1] for s in scored]
+                usage: PromptUsage | None = None, *, question: int = 1, calibrated: bool = False) -> list[float]:
+    """log P(Yes) - log P(No) of the check question for each function (one batch), less its content-free
+    baseline when `calibrated`; the prompt tokens it took are added to `usage` when given."""
+    found = margins(engine, functions, request, question, usage, content_free=calibrated)
+    return found.calibrated() if calibrated else found.raw
+
+
+# Floats only (no model is held): each function's content-free margin, per engine and question.
+CHECK_BASELINES = ContentFreeCache()
 
 
 def features(relevance_score: float, margins: Sequence[float]) -> list[float]:

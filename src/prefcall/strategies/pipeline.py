@@ -397,7 +397,8 @@ class Pipeline:
                 return
             asked = [f for f in catalogue.functions if f.name in {judged.closest, *result.functions[:1]}]
             usage = PromptUsage()
-            margins = model_check.yes_margins(self.engine, asked, words, usage)
+            margins = model_check.yes_margins(self.engine, asked, words, usage, question=check.question,
+                                              calibrated=check.calibrated)
             if meter is not None:
                 meter.trace.model_calls += len(asked)
                 meter.trace.prompt_tokens += usage.prompt_tokens
@@ -407,7 +408,8 @@ class Pipeline:
             if not check.refuses(features):
                 return
             why = (f"closest {judged.closest}: relevance score {judged.similarity:.2f}, the model's yes-margin "
-                   f"{features[1]:.2f}; the check's score {check.score(features):.2f} < {check.threshold:.2f}")
+                   f"{features[1]:.2f}{' (calibrated)' if check.calibrated else ''}; the check's score "
+                   f"{check.score(features):.2f} < {check.threshold:.2f}")
         self._refuse(result, why)
 
     @staticmethod
