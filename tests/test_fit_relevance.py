@@ -534,3 +534,23 @@ def test_the_calibrated_check_asks_each_tools_content_free_baseline_once(tmp_pat
     assert not any("N/A" in c.get("prompt", "") for c in engine.calls[before:])
     with pytest.raises(Exception, match="question version 9"):
         model_check.CheckRule(weights=[0.0, 0.0, 1.0], threshold=0.0, question=9)
+
+
+def test_a_fold_may_refuse_as_many_of_a_source_as_the_keep_rule_allows_on_all_its_rows():
+    """The keep rule lets a threshold refuse 1 of a source's 20 relevant rows; a fold's part holds 16 of them, of
+    which 5% is none. The embedder's rule refusing one relevant row of each source must not make every way that
+    goes after it unscorable held out: a fold's part may refuse as many as the whole source may."""
+    rows = (_check_rows(20, True, "a", 0.5, 2.0) + _check_rows(20, True, "b", 0.3, 1.5)
+            + _check_rows(60, True, "c", 0.5, 2.0)
+            + _check_rows(20, False, "topic", 0.4, -1.0) + _check_rows(20, False, "chatter", -0.3, 4.0))
+    rows = [r.model_copy(update={"gate_cosine": -1.0}) if r.id in ("a0", "b0") else r for r in rows]
+    assert fit_relevance.allowed_refusals(rows) == {"*": 2, "a": 1, "b": 1, "c": 3}
+    found = fit_relevance.fit_check(rows, embedder_threshold=0.0)
+    assert {"embedder first", "check alone"} <= set(found.held_out)
+    assert found.held_out["embedder first"]["no_call"] == 1.0
+    assert found.held_out["embedder first"]["false_refusal"] <= 0.05
+    # The shares themselves are unchanged: 19 of 20 kept, and a source may never lose every row.
+    values = [float(i) for i in range(20)]
+    assert fit_relevance.threshold_for(values, rows[:20], keep=0.95) == 1.0
+    assert fit_relevance.threshold_for(values, rows[:20], refusals={"*": 25, "a": 25}) == 19.0
+    assert fit_relevance.threshold_for(values, rows[:20], refusals={"a": 25}) == 0.0  # none of all may go

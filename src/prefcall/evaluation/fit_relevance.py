@@ -267,22 +267,45 @@ def auc(positive: Sequence[float], negative: Sequence[float]) -> float:
 
 
 def threshold_for(cosines: Sequence[float], items: Sequence[Request] | Sequence[RelevanceRow], keep: float = KEEP,
-                  keep_per_source: float = KEEP_PER_SOURCE) -> float:
+                  keep_per_source: float = KEEP_PER_SOURCE, refusals: dict[str, int] | None = None) -> float:
     """The largest two-decimal threshold that keeps `keep` of the relevant requests and `keep_per_source` of each
-    relevant source."""
+    relevant source; with `refusals`, instead of those shares, each source may lose at most its number there and
+    all of them together at most POOLED's (a held-out fold's part: as many as the keep rule allows on all the rows,
+    `allowed_refusals`)."""
     relevant = [(c, i.source) for c, i in zip(cosines, items) if i.relevant]
     if not relevant:
         raise ConfigError("no relevant tuning requests: the relevance fit needs the shared data")
-    limits = [_keeping([c for c, _ in relevant], keep)]
+    pooled = [c for c, _ in relevant]
+    limits = [_keeping(pooled, keep) if refusals is None else
+              _keeping_all_but(pooled, min(refusals.get(POOLED, 0), len(pooled) - 1))]
     for source in sorted({s for _, s in relevant}):
-        limits.append(_keeping([c for c, s in relevant if s == source], keep_per_source))
+        values = [c for c, s in relevant if s == source]
+        limits.append(_keeping(values, keep_per_source) if refusals is None else
+                      _keeping_all_but(values, min(refusals.get(source, 0), len(values) - 1)))
     return min(limits)
+
+
+POOLED = "*"  # `allowed_refusals`' key for all relevant sources together
+
+
+def allowed_refusals(items: Sequence[Request] | Sequence[RelevanceRow], keep: float = KEEP,
+                     keep_per_source: float = KEEP_PER_SOURCE) -> dict[str, int]:
+    """How many relevant requests of each source, and of all together (POOLED), the keep rule lets a threshold
+    refuse."""
+    counts = Counter(i.source for i in items if i.relevant)
+    total = sum(counts.values())
+    return {POOLED: total - math.ceil(keep * total),
+            **{source: n - math.ceil(keep_per_source * n) for source, n in counts.items()}}
 
 
 def _keeping(values: Sequence[float], share: float) -> float:
     """The largest two-decimal t with at least `share` of `values` >= t."""
-    need = math.ceil(share * len(values))
-    return math.floor(sorted(values, reverse=True)[need - 1] * 100) / 100
+    return _keeping_all_but(values, len(values) - math.ceil(share * len(values)))
+
+
+def _keeping_all_but(values: Sequence[float], refused: int) -> float:
+    """The largest two-decimal t with at most `refused` of `values` < t."""
+    return math.floor(sorted(values, reverse=True)[len(values) - refused - 1] * 100) / 100
 
 
 def fit(embedder_name: str, features: Sequence[Sequence[float]], items: Sequence[Request]) -> RelevanceFit:
@@ -511,7 +534,8 @@ CHECK_FOLDS = 5
 
 
 def _fit_way(x: np.ndarray, y: np.ndarray, alone: np.ndarray, rows: Sequence[RelevanceRow], first: bool,
-             embedder_score: bool) -> tuple[list[float], float, list[float]] | None:
+             embedder_score: bool,
+             refusals: dict[str, int] | None = None) -> tuple[list[float], float, list[float]] | None:
     """One way's weights, keep-rule threshold and scores of `rows` (None where it cannot be fitted: the embedder's
     rule leaves the check one kind of row, or alone refuses more relevant rows than the keep rule allows)."""
     from prefcall.evaluation.fit import logistic
@@ -524,7 +548,7 @@ def _fit_way(x: np.ndarray, y: np.ndarray, alone: np.ndarray, rows: Sequence[Rel
     if not embedder_score:
         weights = [weights[0], 0.0, weights[1]]
     scores = [_REFUSED if first and a else s for s, a in zip(rule_scores(weights, x), alone)]
-    threshold = threshold_for(scores, rows)
+    threshold = threshold_for(scores, rows, refusals=refusals)
     return None if threshold <= _REFUSED else (weights, threshold, scores)
 
 
@@ -543,10 +567,11 @@ def _held_out(x: np.ndarray, y: np.ndarray, alone: np.ndarray, rows: Sequence[Re
     """A way's no-call and false-refusal rates on rows its fit did not read: each fold (`_folds`) refused by the
     way fitted on the others."""
     refused = np.zeros(len(rows), dtype=bool)
+    allowed = allowed_refusals(rows)  # a fold's part may lose as many of a source as all its rows may
     for k in range(CHECK_FOLDS):
         train = fold != k
         part = [r for r, t in zip(rows, train) if t]
-        found = _fit_way(x[train], y[train], alone[train], part, first, embedder_score)
+        found = _fit_way(x[train], y[train], alone[train], part, first, embedder_score, allowed)
         if found is None:
             return None
         weights, threshold, _ = found
