@@ -111,19 +111,19 @@ def margins(engine: Engine, functions: Sequence[Function], request: str, questio
     if not functions:
         return Margins([], [])
     cache = CHECK_BASELINES if cache is None else cache
-    keys = [_key(f, question) for f in functions]
-    known = {k: found["margin"] for k in keys if content_free and (found := cache.get(engine, k)) is not None}
-    missing = [f for f, k in zip(functions, keys) if content_free and k not in known]
+    keys = [_key(f, question) for f in functions] if content_free else []
+    known = {k: found["margin"] for k in keys if (found := cache.get(engine, k)) is not None}
+    missing = [(f, k) for f, k in zip(functions, keys) if k not in known]
     asked = [(check_prompt(f, r, question), list(ANSWERS))
-             for f, r in [*((f, request) for f in functions), *((f, CONTENT_FREE) for f in missing)]]
+             for f, r in [*((f, request) for f in functions), *((f, CONTENT_FREE) for f, _ in missing)]]
     scored = score_batch(engine, asked)
     for s in scored if usage is not None else ():
         usage.add(s.usage)
     values = [s.logprobs[0] - s.logprobs[1] for s in scored]
-    for f, value in zip(missing, values[len(functions):]):
-        known[_key(f, question)] = value
-        cache.put(engine, _key(f, question), {"margin": value})
-    return Margins(values[:len(functions)], [known[k] for k in keys] if content_free else [])
+    for (_, key), value in zip(missing, values[len(functions):]):
+        known[key] = value
+        cache.put(engine, key, {"margin": value})
+    return Margins(values[:len(functions)], [known[k] for k in keys])
 
 
 def yes_margins(engine: Engine, functions: Sequence[Function], request: str,
