@@ -372,6 +372,22 @@ def test_fit_relevance_with_a_model_fits_the_none_prior_beside_the_rule_and_writ
     assert not any("weather in city 0" in p or "weather in city 2" in p for p in asked)
     assert any("sing me song 1" in p for p in asked)
     assert (cut / "relevance-rows.jsonl").read_text(encoding="utf-8").splitlines() == lines
+    # Rows written before the questions about the message alone: only those questions are asked, once per request.
+    from prefcall.strategies import model_check
+
+    old = tmp_path / "old"
+    old.mkdir()
+    stripped = [json.dumps({k: v for k, v in json.loads(line).items() if k != "message_yes"}) for line in lines]
+    (old / "relevance-rows.jsonl").write_text("\n".join(stripped) + "\n", encoding="utf-8")
+    engines.clear()
+    assert cli.main(["fit", "--relevance", "--per-source", "3", "--dry-run", "--out", str(old)]) == 0
+    capsys.readouterr()
+    asked = [c["prompt"] for e in engines for c in e.calls if "prompt" in c]
+    questions = [q.question for q in model_check.MESSAGE_QUESTIONS.values()]
+    assert len(asked) == 6 * len(questions) and all(any(q in p for q in questions) for p in asked)
+    refreshed = [fit_relevance.RelevanceRow.model_validate_json(line)
+                 for line in (old / "relevance-rows.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert all(sorted(r.message_yes or {}) == sorted(model_check.MESSAGE_QUESTIONS) for r in refreshed)
 
 
 def _check_rows(n: int, relevant: bool, source: str, gate: float, yes: float) -> list[fit_relevance.RelevanceRow]:
@@ -554,3 +570,70 @@ def test_a_fold_may_refuse_as_many_of_a_source_as_the_keep_rule_allows_on_all_it
     assert fit_relevance.threshold_for(values, rows[:20], keep=0.95) == 1.0
     assert fit_relevance.threshold_for(values, rows[:20], refusals={"*": 25, "a": 25}) == 19.0
     assert fit_relevance.threshold_for(values, rows[:20], refusals={"a": 25}) == 0.0  # none of all may go
+
+
+def test_the_check_reads_the_questions_about_the_message_where_they_refuse_what_the_tool_question_keeps():
+    """Thanks and remarks on the tools' topic: the tool question says Yes to them as to the relevant requests, the
+    question about the message alone says No. The fit tries the message questions beside the tool question and
+    keeps the set that refuses them held out; without their answers it fits the tool question alone."""
+    rows = (_check_rows(40, True, "a", 0.5, 2.0) + _check_rows(40, True, "b", 0.3, 1.5)
+            + _check_rows(20, False, "topic", 0.4, -1.0) + _check_rows(20, False, "thanks", 0.4, 2.0))
+    asks = {"a": 2.0, "b": 1.0, "topic": 1.0, "thanks": -2.0}
+    rows = [r.model_copy(update={"message_yes": {1: asks[r.source] + 0.05 * (int(r.id[-1]) % 3), 2: 0.0}})
+            for r in rows]
+    found = fit_relevance.fit_check(rows, embedder_threshold=0.0)
+    assert found.kept and 1 in found.messages and found.rule()["messages"] == found.messages
+    assert len(found.weights) == 3 + len(found.messages) and found.weights[3 + found.messages.index(1)] > 0
+    assert found.held_out[found.way]["no_call"] == 1.0 and found.held_out["check alone"]["no_call"] <= 0.5
+    assert found.sources["thanks"].kept == 0.0
+    bare = fit_relevance.fit_check([r.model_copy(update={"message_yes": None}) for r in rows], 0.0)
+    assert bare.messages == [] and set(bare.held_out) <= set(fit_relevance.CHECK_WAYS)
+
+
+def test_a_check_rule_has_one_weight_per_message_question_it_reads():
+    from prefcall.strategies import model_check
+
+    rule = model_check.CheckRule(weights=[0.0, 0.0, 1.0, 2.0], threshold=0.0, messages=[1])
+    assert rule.score(model_check.features(0.3, [0.5, -1.0], [0.25])) == 1.0
+    with pytest.raises(Exception, match="has 4 weights, not 3"):
+        model_check.CheckRule(weights=[0.0, 0.0, 1.0], threshold=0.0, messages=[1])
+    with pytest.raises(Exception, match="message question versions \\[9\\]"):
+        model_check.CheckRule(weights=[0.0, 0.0, 1.0, 1.0], threshold=0.0, messages=[9])
+
+
+def test_the_pipeline_asks_about_the_message_alone_when_its_check_reads_it(tmp_path: Path, monkeypatch):
+    """A thank-you on the tool's topic: the tool question says Yes, the question about the message alone says No;
+    a rule reading both refuses it and names both margins, and the message prompt holds no tool."""
+    from prefcall.storage import fits
+    from prefcall.strategies import model_check, relevance
+    from prefcall.strategies.pipeline import Pipeline
+    from prefcall.strategies.pipeline_models import get_config
+
+    catalogue, _, data, _ = _weather_model(tmp_path)
+    message = model_check.MESSAGE_QUESTIONS[1].question
+
+    def scorer(prompt: str, candidate: str) -> float:
+        if message in prompt:
+            asks = "thank" not in prompt
+            return {"Yes": 0.0 if asks else -4.0, "No": -1.0}[candidate]
+        if model_check.QUESTIONS[2].question in prompt:
+            return {"Yes": 0.0, "No": -2.0}[candidate]
+        return -1.0
+
+    engine = FileEngine(tmp_path / "m.gguf", scorer=scorer)
+    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: relevance.RelevanceRule(
+        embedder=embedder.name, threshold=-10.0))
+    fits.save(fits.Fit(fingerprint=fits.engine_fingerprint(engine, data),
+                       check={"weights": [0.0, 0.0, 0.0, 1.0], "threshold": 0.0, "question": 2, "messages": [1]}),
+              data / fits.FITS_DIR)
+    config = get_config("full", allow_refuse=True)
+
+    def parse(text: str):
+        return Pipeline(engine, FakeEmbedder(), data_dir=data).parse(f"User: {text}", [], catalogue, config)
+
+    thanks = parse("thank you, the weather report was great")
+    assert thanks.decision == "refuse", thanks.notes
+    assert any("the message question 1's yes-margin -3.00" in n for n in thanks.notes), thanks.notes
+    assert parse("What is the weather like in Paris today?").decision != "refuse"
+    prompts = [c["prompt"] for c in engine.calls if message in c.get("prompt", "")]
+    assert prompts and not any("get_weather" in p for p in prompts)

@@ -373,6 +373,8 @@ class RelevanceRow(BaseModel):
     # version of the question both were asked with (model_check.QUESTIONS; rows written before versions: None, 1)
     model_yes_calibrated: float | None = None
     check_question: int | None = None
+    # the model's yes-margin for each version of model_check.MESSAGE_QUESTIONS (the message alone, no tool)
+    message_yes: dict[int, float] | None = None
 
 
 class ModelRelevanceFit(BaseModel):
@@ -407,12 +409,17 @@ def collect(pipeline: Any, items: Sequence[Request], progress: Callable[[str], N
 
     config = get_config("full", allow_refuse=True)
     rows = []
+    versions = sorted(model_check.MESSAGE_QUESTIONS)
     for n, item in enumerate(items):
         earlier = (done or {}).get((item.source, item.id))
         if earlier is not None and (not check or (earlier.model_yes is not None
                                                   and earlier.check_question == model_check.LATEST)):
-            rows.append(earlier.model_copy(update={"gate_cosine": gate_cosines[n]}) if gate_cosines is not None
-                        else earlier)
+            update: dict[str, Any] = {} if gate_cosines is None else {"gate_cosine": gate_cosines[n]}
+            if check and sorted(earlier.message_yes or {}) != versions:  # rows from before the message questions
+                update["message_yes"] = _message_yes(pipeline.engine, item.text, versions)
+            rows.append(earlier.model_copy(update=update))
+            if write is not None and "message_yes" in update:
+                write(rows[-1])
             if progress is not None:
                 progress(item.id)
             continue
@@ -422,7 +429,7 @@ def collect(pipeline: Any, items: Sequence[Request], progress: Callable[[str], N
             none = scores.names.index(NONE_CANDIDATE)
             hand = scores.combined[none] > max(c for i, c in enumerate(scores.combined) if i != none)
             inputs = scores.none_prior_inputs()
-            model_yes = calibrated = question = None
+            model_yes = calibrated = question = message_yes = None
             if check and pipeline.embedder is not None and item.text.strip():
                 chosen = scores.best()
                 closest = evidence(pipeline.embedder, item.text, item.catalogue.functions).closest
@@ -430,16 +437,23 @@ def collect(pipeline: Any, items: Sequence[Request], progress: Callable[[str], N
                 question = model_check.LATEST
                 found = model_check.margins(pipeline.engine, asked, item.text, question)
                 model_yes, calibrated = max(found.raw), max(found.calibrated())
+                message_yes = _message_yes(pipeline.engine, item.text, versions)
             rows.append(RelevanceRow(source=item.source, id=item.id, relevant=item.relevant, features=features,
                                      hand_refused=hand, none_inputs=[*inputs[:3], float(inputs[3])] if inputs else None,
                                      gate_cosine=gate_cosines[n] if gate_cosines is not None else None,
                                      model_yes=model_yes, model_yes_calibrated=calibrated,
-                                     check_question=question))
+                                     check_question=question, message_yes=message_yes))
             if write is not None:
                 write(rows[-1])
         if progress is not None:
             progress(item.id)
     return rows
+
+
+def _message_yes(engine: Any, text: str, versions: Sequence[int]) -> dict[int, float]:
+    from prefcall.strategies import model_check
+
+    return dict(zip(versions, model_check.message_margins(engine, text, versions)))
 
 
 def read_partial(path: Path) -> dict[tuple[str, str], RelevanceRow]:
@@ -505,6 +519,7 @@ class CheckFit(BaseModel):
     embedder_first: bool = False  # the embedder's rule refuses on its own first (model_check.CheckRule)
     question: int = 1  # the version of model_check.QUESTIONS its rows were asked with
     calibrated: bool = False  # it reads the margin less the content-free baseline
+    messages: list[int] = Field(default_factory=list)  # the model_check.MESSAGE_QUESTIONS versions it reads
     kept: bool  # stored only when, held out, its refusals are worth more than the embedder's rule's (`_gain`)
     why: str = ""
     way: str = ""  # which of CHECK_WAYS was chosen
@@ -520,7 +535,7 @@ class CheckFit(BaseModel):
 
     def rule(self) -> dict[str, Any]:
         return {"weights": self.weights, "threshold": self.threshold, "embedder_first": self.embedder_first,
-                "question": self.question, "calibrated": self.calibrated}
+                "question": self.question, "calibrated": self.calibrated, "messages": self.messages}
 
 
 # A score under every threshold: a request the embedder's rule refuses on its own, whatever the check says.
@@ -531,6 +546,14 @@ CHECK_WAYS: dict[str, tuple[bool, bool]] = {"check alone": (False, True), "embed
                                             "check alone, model only": (False, False),
                                             "embedder first, model only": (True, False)}
 CHECK_FOLDS = 5
+# The sets of model_check.MESSAGE_QUESTIONS versions a way may read beside the tool question (where every row has
+# their answers): none, each alone, both.
+CHECK_MESSAGES: tuple[tuple[int, ...], ...] = ((), (1,), (2,), (1, 2))
+
+
+def _way_name(base: str, calibrated: bool, messages: Sequence[int]) -> str:
+    return (base + (", calibrated" if calibrated else "")
+            + (f", message questions {'+'.join(str(v) for v in messages)}" if messages else ""))
 
 
 def _fit_way(x: np.ndarray, y: np.ndarray, alone: np.ndarray, rows: Sequence[RelevanceRow], first: bool,
@@ -546,7 +569,7 @@ def _fit_way(x: np.ndarray, y: np.ndarray, alone: np.ndarray, rows: Sequence[Rel
     w = logistic(x[reads] if embedder_score else x[reads][:, 1:], y[reads], ridge=RIDGE)
     weights = [round(float(w[-1]), 4), *(round(float(v), 4) for v in w[:-1])]
     if not embedder_score:
-        weights = [weights[0], 0.0, weights[1]]
+        weights = [weights[0], 0.0, *weights[1:]]
     scores = [_REFUSED if first and a else s for s, a in zip(rule_scores(weights, x), alone)]
     threshold = threshold_for(scores, rows, refusals=refusals)
     return None if threshold <= _REFUSED else (weights, threshold, scores)
@@ -593,10 +616,12 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
     which bounds what it may cost relevant requests), in each of CHECK_WAYS: the check alone, or after the
     embedder's rule (`embedder_first`: what that rule refuses stays refused; the regression reads the rows it
     keeps, and the threshold keeps the share with those refusals counted); each with the raw margin and, where
-    every row has it, the calibrated one (less the content-free baseline: the way's name ends ", calibrated").
-    The rule is the way with the best `_gain` on rows its fit did not read (`_held_out`; a tie: the fewer relevant
-    rows refused, then CHECK_WAYS' order, raw first), fitted again on every row. Kept only when that gain is above
-    the embedder's rule's alone."""
+    every row has it, the calibrated one (less the content-free baseline: the way's name ends ", calibrated");
+    each of those alone and with the margins of each set of CHECK_MESSAGES (the questions about the message alone,
+    where every row has their answers: ", message questions 1+2"). The rule is the way with the best `_gain` on
+    rows its fit did not read (`_held_out`; a tie: the fewer relevant rows refused, then raw before calibrated, the
+    sets in CHECK_MESSAGES' order, CHECK_WAYS' order), fitted again on every row. Kept only when that gain is
+    above the embedder's rule's alone."""
     rows = [r for r in rows if r.gate_cosine is not None and r.model_yes is not None]
     if not any(r.relevant for r in rows) or all(r.relevant for r in rows):
         raise ConfigError("the check fit needs rows of both kinds with the model's answers: rerun `prefcall fit "
@@ -605,33 +630,37 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
     if len(questions) > 1:
         raise ConfigError("the check's rows were asked with different questions: rerun `prefcall fit --relevance` "
                           "(it asks again where a row's question is not the latest)")
-    kinds = {"": [r.model_yes for r in rows]}
+    kinds = {False: [r.model_yes for r in rows]}
     if all(r.model_yes_calibrated is not None for r in rows):
-        kinds[", calibrated"] = [r.model_yes_calibrated for r in rows]
+        kinds[True] = [r.model_yes_calibrated for r in rows]
+    sets = [m for m in CHECK_MESSAGES if all(set(m) <= set(r.message_yes or {}) for r in rows)]
     y = np.asarray([float(r.relevant) for r in rows])
     alone = np.asarray([float(r.gate_cosine) < embedder_threshold for r in rows])  # type: ignore[arg-type]
     fold = _folds(rows)
     fitted_ways: dict[str, Any] = {}
     held_out: dict[str, dict[str, float]] = {}
-    for suffix, margin in kinds.items():
-        x = np.asarray([[r.gate_cosine, m] for r, m in zip(rows, margin)], dtype=float)
-        for name, how in CHECK_WAYS.items():
-            found = fitted_ways[name + suffix] = _fit_way(x, y, alone, rows, *how)
-            if found is not None and (rates := _held_out(x, y, alone, rows, fold, *how)) is not None:
-                held_out[name + suffix] = rates
+    for calibrated, margin in kinds.items():
+        for messages in sets:
+            x = np.asarray([[r.gate_cosine, m, *((r.message_yes or {})[v] for v in messages)]
+                            for r, m in zip(rows, margin)], dtype=float)
+            for name, how in CHECK_WAYS.items():
+                label = _way_name(name, calibrated, messages)
+                found = fitted_ways[label] = _fit_way(x, y, alone, rows, *how)
+                if found is not None and (rates := _held_out(x, y, alone, rows, fold, *how)) is not None:
+                    held_out[label] = rates
     if not held_out:
         raise ConfigError("the check cannot be fitted on these rows: every way refuses more relevant rows than the "
                           "keep rule allows; rerun `prefcall fit --relevance` with more requests (--per-source)")
     way = max(held_out, key=lambda n: (_gain(held_out[n]), -held_out[n]["false_refusal"]))
-    suffix = ", calibrated" if way.endswith(", calibrated") else ""
-    base = way.removesuffix(suffix)
+    base, calibrated, messages = next((name, c, m) for c in kinds for m in sets for name in CHECK_WAYS
+                                      if _way_name(name, c, m) == way)
     first = CHECK_WAYS[base][0]
     found = fitted_ways[way]
     assert found is not None
     weights, threshold, scores = found
     fitted = _rates([s < threshold for s in scores], rows)
     other = next((n for n in CHECK_WAYS if CHECK_WAYS[n] == (not first, CHECK_WAYS[base][1])), "")
-    other_found = fitted_ways.get(other + suffix)
+    other_found = fitted_ways.get(_way_name(other, calibrated, messages)) if other else None
     embedder = _rates(list(alone), rows)
     kept = _gain(held_out[way]) > _gain(embedder)
     why = "" if kept else (f"the embedder's rule alone refuses {embedder['no_call']:.1%} of the irrelevant tuning "
@@ -640,7 +669,7 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
                            "did not read: it adds nothing")
     split = shares(scores, rows, threshold)
     return CheckFit(weights=weights, threshold=threshold, embedder_first=first, question=questions.pop(),
-                    calibrated=bool(suffix), kept=kept, why=why, way=way,
+                    calibrated=calibrated, messages=list(messages), kept=kept, why=why, way=way,
                     auc=split["auc"], rows=len(rows), fitted=fitted, embedder=embedder,
                     other=_rates([s < other_found[1] for s in other_found[2]], rows) if other_found else {},
                     held_out=held_out, sources=split["sources"])

@@ -21,6 +21,13 @@ a question of general knowledge, a task for another tool, a request that nothing
 "N/A" ("Calibrate before use", Zhao et al., 2021, as select_tools_nlt does): a model that says Yes to a tool
 whatever is asked (a generic tool, a long description) no longer passes every request for it. The baseline is
 asked once per engine, question and function text (cached, floats only).
+
+A rule may also read the model's answer to questions about the message alone (`MESSAGE_QUESTIONS`, no tool in
+the prompt): does the user ask for anything to be done or found? A thank-you or a remark on a topic the tools
+share ("my old provider was terrible with refunds") reads as a fit for a refund tool, yet asks for nothing; the
+tool question weighs the topic, the message question the act. A rule fitted with `messages` reads those margins
+after the tool's (`features`); the fit chooses them only where, held out, they refuse more irrelevant tuning
+requests net of relevant ones.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import json
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from prefcall.engine.base import Engine, Prompt, PromptUsage, score_batch
 from prefcall.schemas.model import Function
@@ -61,18 +68,50 @@ QUESTIONS: dict[int, Question] = {
 }
 LATEST = 2  # the version `prefcall fit --relevance` asks
 
+# Questions about the user's message alone (no tool in the prompt), by version: their yes-margins are features of a
+# rule fitted with `messages`. The fit asks every version (`prefcall fit --relevance`) and chooses which to read.
+MESSAGE_QUESTIONS: dict[int, Question] = {
+    1: Question("You read one message that a user sent to an assistant. Answer with one word: Yes or No.",
+                "User message", "Is this message a request for the assistant to take an action or to fetch or "
+                "compute something for the user?"),
+    2: Question("You read one message that a user sent to an assistant that can use tools. Answer with one word: "
+                "Yes or No.", "User message", "Does the message ask the assistant to do something or to find "
+                "something out for the user (an action, a search, a booking, a change, a lookup, a calculation)? "
+                "Answer No when it only chats, greets, thanks, gives feedback or an opinion, asks a question of "
+                "general knowledge, or asks for nothing to be done."),
+}
+
 
 class CheckRule(LinearRule):
     """Over CHECK_FEATURES. `embedder_first`: a request the embedder's rule refuses on its own is refused without
     asking the model (the check only adds refusals to the embedder's); the fit says which reads its tuning
     requests better (fit_relevance.fit_check). Fits stored before it was a choice asked the model every time.
     `question`: the version of QUESTIONS it was fitted on; `calibrated`: it reads margins less the content-free
-    baseline."""
+    baseline; `messages`: the versions of MESSAGE_QUESTIONS whose yes-margins it reads after CHECK_FEATURES (one
+    weight each)."""
 
-    weights: list[float] = Field(min_length=len(CHECK_FEATURES) + 1, max_length=len(CHECK_FEATURES) + 1)
+    weights: list[float] = Field(min_length=len(CHECK_FEATURES) + 1)
     embedder_first: bool = False
     question: int = 1
     calibrated: bool = False
+    messages: list[int] = Field(default_factory=list)
+
+    @field_validator("messages")
+    @classmethod
+    def _known_messages(cls, value: list[int]) -> list[int]:
+        unknown = sorted(set(value) - set(MESSAGE_QUESTIONS))
+        if unknown:
+            raise ValueError(f"message question versions {unknown} are not among {sorted(MESSAGE_QUESTIONS)}: refit "
+                             "with `prefcall fit --relevance`")
+        return value
+
+    @model_validator(mode="after")
+    def _one_weight_each(self) -> CheckRule:
+        want = len(CHECK_FEATURES) + 1 + len(self.messages)
+        if len(self.weights) != want:
+            raise ValueError(f"a check rule reading {len(self.messages)} message questions has {want} weights, not "
+                             f"{len(self.weights)}: refit with `prefcall fit --relevance`")
+        return self
 
     @field_validator("question")
     @classmethod
@@ -138,6 +177,24 @@ def yes_margins(engine: Engine, functions: Sequence[Function], request: str,
 CHECK_BASELINES = ContentFreeCache()
 
 
-def features(relevance_score: float, margins: Sequence[float]) -> list[float]:
-    """CHECK_FEATURES: the embedder rule's score and the best yes-margin of the functions asked about."""
-    return [relevance_score, max(margins)]
+def message_prompt(request: str, version: int) -> Prompt:
+    asked = MESSAGE_QUESTIONS[version]
+    return Prompt.chat(asked.system, f"{asked.label}:\n{request.strip()[:REQUEST_CHARS]}\n\n{asked.question}")
+
+
+def message_margins(engine: Engine, request: str, versions: Sequence[int],
+                    usage: PromptUsage | None = None) -> list[float]:
+    """log P(Yes) - log P(No) of each MESSAGE_QUESTIONS version about the request alone (one batch); the prompt
+    tokens it took are added to `usage` when given."""
+    if not versions:
+        return []
+    scored = score_batch(engine, [(message_prompt(request, v), list(ANSWERS)) for v in versions])
+    for s in scored if usage is not None else ():
+        usage.add(s.usage)
+    return [s.logprobs[0] - s.logprobs[1] for s in scored]
+
+
+def features(relevance_score: float, margins: Sequence[float], messages: Sequence[float] = ()) -> list[float]:
+    """CHECK_FEATURES: the embedder rule's score and the best yes-margin of the functions asked about; then the
+    message questions' margins a rule reads (`CheckRule.messages`, in its order)."""
+    return [relevance_score, max(margins), *messages]

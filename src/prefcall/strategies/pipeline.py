@@ -377,7 +377,8 @@ class Pipeline:
         requests worded far from their function: "Get me to Paris tomorrow"); "unfilled_asks" reads only asks that
         fill no required argument. Without an embedder or a fitted threshold, the answer stands. A model with a
         fitted CheckRule (strategies.model_check) is also asked whether the closest function, and the one stage 1
-        chose, can do what the request asks; the rule weighs its answer with the embedder's score (a rule fitted
+        chose, can do what the request asks (and, where the rule reads them, whether the message asks for anything
+        at all: model_check.MESSAGE_QUESTIONS); the rule weighs its answers with the embedder's score (a rule fitted
         `embedder_first` refuses what the embedder's rule refuses without asking)."""
         # Every function of the catalogue, not only the ones stage 1 chose: a request that another function fits
         # is about the catalogue (stage 1 may have chosen wrong), and refusing it would cost a real request.
@@ -399,16 +400,18 @@ class Pipeline:
             usage = PromptUsage()
             margins = model_check.yes_margins(self.engine, asked, words, usage, question=check.question,
                                               calibrated=check.calibrated)
+            messages = model_check.message_margins(self.engine, words, check.messages, usage)
             if meter is not None:
-                meter.trace.model_calls += len(asked)
+                meter.trace.model_calls += len(asked) + len(messages)
                 meter.trace.prompt_tokens += usage.prompt_tokens
                 meter.trace.evaluated += usage.evaluated
                 meter.trace.reused += usage.reused
-            features = model_check.features(judged.similarity, margins)
+            features = model_check.features(judged.similarity, margins, messages)
             if not check.refuses(features):
                 return
+            said = "".join(f", the message question {v}'s yes-margin {m:.2f}" for v, m in zip(check.messages, messages))
             why = (f"closest {judged.closest}: relevance score {judged.similarity:.2f}, the model's yes-margin "
-                   f"{features[1]:.2f}{' (calibrated)' if check.calibrated else ''}; the check's score "
+                   f"{features[1]:.2f}{' (calibrated)' if check.calibrated else ''}{said}; the check's score "
                    f"{check.score(features):.2f} < {check.threshold:.2f}")
         self._refuse(result, why)
 
