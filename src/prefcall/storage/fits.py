@@ -60,8 +60,9 @@ class Fit(BaseModel):
     # --relevance`); None: the hand-set prior
     none_prior: dict[str, float] | None = None
     # the model's own reading of whether a tool can do what is asked, beside the embedder's relevance score:
-    # {"weights": [bias, *over strategies.model_check.CHECK_FEATURES], "threshold": t, "embedder_first": bool,
-    # "question": version, "calibrated": bool} (`prefcall fit --relevance`); None: the embedder's rule alone refuses
+    # {"weights": [bias, *over strategies.model_check.CHECK_FEATURES, *one per message question], "threshold": t,
+    # "embedder_first": bool, "question": version, "calibrated": bool, "messages": [MESSAGE_QUESTIONS versions]}
+    # (`prefcall fit --relevance`); None: the embedder's rule alone refuses
     check: dict[str, Any] | None = None
     source: dict[str, Any] = Field(default_factory=dict)  # command, data, commit, date, counts, tune F1
     origin: str = ""  # where it was read from (set on load): "user" or "package"
