@@ -638,6 +638,7 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
     alone = np.asarray([float(r.gate_cosine) < embedder_threshold for r in rows])  # type: ignore[arg-type]
     fold = _folds(rows)
     fitted_ways: dict[str, Any] = {}
+    parts: dict[str, tuple[str, bool, tuple[int, ...]]] = {}  # each way's name: (CHECK_WAYS key, calibrated, set)
     held_out: dict[str, dict[str, float]] = {}
     for calibrated, margin in kinds.items():
         for messages in sets:
@@ -645,6 +646,7 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
                             for r, m in zip(rows, margin)], dtype=float)
             for name, how in CHECK_WAYS.items():
                 label = _way_name(name, calibrated, messages)
+                parts[label] = (name, calibrated, messages)
                 found = fitted_ways[label] = _fit_way(x, y, alone, rows, *how)
                 if found is not None and (rates := _held_out(x, y, alone, rows, fold, *how)) is not None:
                     held_out[label] = rates
@@ -652,8 +654,7 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
         raise ConfigError("the check cannot be fitted on these rows: every way refuses more relevant rows than the "
                           "keep rule allows; rerun `prefcall fit --relevance` with more requests (--per-source)")
     way = max(held_out, key=lambda n: (_gain(held_out[n]), -held_out[n]["false_refusal"]))
-    base, calibrated, messages = next((name, c, m) for c in kinds for m in sets for name in CHECK_WAYS
-                                      if _way_name(name, c, m) == way)
+    base, calibrated, messages = parts[way]
     first = CHECK_WAYS[base][0]
     found = fitted_ways[way]
     assert found is not None
