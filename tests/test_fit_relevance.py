@@ -637,3 +637,72 @@ def test_the_pipeline_asks_about_the_message_alone_when_its_check_reads_it(tmp_p
     assert parse("What is the weather like in Paris today?").decision != "refuse"
     prompts = [c["prompt"] for c in engine.calls if message in c.get("prompt", "")]
     assert prompts and not any("get_weather" in p for p in prompts)
+
+
+def _catalogue(*functions: tuple[str, str]) -> Catalogue:
+    return Catalogue(name="c", functions=[Function(name=n, description=d) for n, d in functions])
+
+
+def test_mismatched_requests_lend_a_far_catalogue_never_one_with_a_function_like_their_own(monkeypatch):
+    weather = _catalogue(("get_weather", "current weather of a city"))
+    forecast = _catalogue(("weather_forecast", "weather of a city for the next days"))  # shares a name word
+    tides = _catalogue(("meteo_status", "current weather of a city today"))  # no name word shared, close by cosine
+    songs = _catalogue(("play_song", "play a song by an artist"))
+    big = _catalogue(*((f"tool_{i}", f"does thing {i}") for i in range(fit_relevance.MISMATCH_FUNCTIONS + 1)))
+    items = [fit_relevance.Request(source="a", id="1", dialogue="weather in Oslo", text="weather in Oslo",
+                                   catalogue=weather, relevant=True, gold=["get_weather"]),
+             fit_relevance.Request(source="b", id="2", dialogue="x", text="x", catalogue=forecast, relevant=True,
+                                   gold=["weather_forecast"]),
+             fit_relevance.Request(source="c", id="3", dialogue="y", text="y", catalogue=tides, relevant=False),
+             fit_relevance.Request(source="d", id="4", dialogue="z", text="z", catalogue=big, relevant=False),
+             fit_relevance.Request(source="e", id="5", dialogue="play Hello", text="play Hello", catalogue=songs,
+                                   relevant=True, gold=["play_song"])]
+    made = fit_relevance.mismatched(items, FakeEmbedder())
+    by_text = {m.text: m for m in made}
+    # The weather request gets the song catalogue: the forecast shares a name word, the meteo status is too close,
+    # the five-tool catalogue is too big to lend.
+    assert [f.name for f in by_text["weather in Oslo"].catalogue.functions] == ["play_song"]
+    assert all(not m.relevant and m.source == fit_relevance.MISMATCHED and not m.gold for m in made)
+    assert all("tool_0" not in {f.name for f in m.catalogue.functions} for m in made)
+    # A request never gets its own catalogue back, and the walk is the same every time.
+    assert all(m.catalogue.functions != next(i for i in items if i.text == m.text).catalogue.functions
+               for m in made)
+    assert [m.id for m in fit_relevance.mismatched(items, FakeEmbedder())] == [m.id for m in made]
+    # Sources are taken in turn, so a cap of one per source still mixes them.
+    assert [m.id.split(":")[0] for m in made] == ["a", "b", "e"]
+    monkeypatch.setattr(fit_relevance, "MISMATCH_COSINE", 1.01)  # without the cosine's bound, the close one is lent
+    assert [f.name for f in fit_relevance.mismatched(items, FakeEmbedder())[0].catalogue.functions] == ["meteo_status"]
+
+
+def test_fit_relevance_mismatched_adds_made_requests_to_the_models_rows_only(tmp_path: Path, monkeypatch, capsys):
+    from prefcall import cli
+
+    weather = _catalogue(("get_weather", "current weather of a city"), ("book_table", "reserve a restaurant table"))
+    songs = _catalogue(("play_song", "play a song by an artist"))
+    items = [fit_relevance.Request(source="rel", id=f"r{i}", dialogue=f"User: weather in city {i}",
+                                   text=f"weather in city {i}", catalogue=weather, relevant=True, gold=["get_weather"])
+             for i in range(10)]
+    items += [fit_relevance.Request(source="music", id=f"m{i}", dialogue=f"User: play song {i}",
+                                    text=f"play song {i}", catalogue=songs, relevant=True, gold=["play_song"])
+              for i in range(6)]
+    items += [fit_relevance.Request(source="irr", id=f"i{i}", dialogue=f"User: tell me a joke {i}",
+                                    text=f"tell me a joke {i}", catalogue=weather, relevant=False) for i in range(8)]
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF fake weights")
+    monkeypatch.setattr(fit_relevance, "requests", lambda part: items)
+    monkeypatch.setattr("prefcall.engine.load_embedder", lambda settings: FakeEmbedder())
+    monkeypatch.setattr("prefcall.engine.load_engine", lambda settings: FileEngine(model))
+    monkeypatch.setenv("PREFCALL_DATA_DIR", str(tmp_path / "data"))
+    out = tmp_path / "run"
+    assert cli.main(["fit", "--relevance", "--mismatched", "--per-source", "3", "--dry-run", "--out", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    # The embedder's rule reads the 24 requests of the sources, as without the flag.
+    assert (printed["embedder_threshold"]["n_relevant"], printed["embedder_threshold"]["n_irrelevant"]) == (16, 8)
+    rows = [fit_relevance.RelevanceRow.model_validate_json(line)
+            for line in (out / "relevance-rows.jsonl").read_text(encoding="utf-8").splitlines()]
+    made = [r for r in rows if r.source == fit_relevance.MISMATCHED]
+    # The model's rows: three of each source and kind, the made ones capped as a source, each a request no
+    # function fits (the weather requests with the song catalogue, the song requests with the weather one).
+    assert len(rows) == 12 and len(made) == 3 and not any(r.relevant for r in made)
+    assert {r.id.split(":")[0] for r in made} == {"rel", "music"}
+    assert printed["items"][f"{fit_relevance.MISMATCHED} (irrelevant)"] > 3

@@ -56,6 +56,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--per-source", type=int, default=None, metavar="N",
                         help="with --relevance: run the model on the first N tune requests of each source and kind "
                         "only (a subset for a large model on a CPU; the embedder's threshold still reads them all)")
+    parser.add_argument("--mismatched", action="store_true",
+                        help="with --relevance: the model's rules also read requests that no function fits made from "
+                        "the relevant tune requests, each sent with another request's small catalogue whose "
+                        "functions are far from its own (fit_relevance.mismatched; --per-source caps them as a "
+                        "source); the embedder's rule reads the sources alone")
     parser.add_argument("--rows", metavar="FILE",
                         help="with --relevance: read the model's answers from the relevance-rows.jsonl an earlier run "
                         "wrote with --out (the same requests and --per-source) instead of asking the model again: "
@@ -304,12 +309,15 @@ def _fit_relevance(args: argparse.Namespace, settings: Settings) -> int:
     from prefcall.evaluation.runner import Progress, git_commit
     from prefcall.strategies import relevance
 
-    items = fit_relevance.requests("tune")
+    requests = fit_relevance.requests("tune")
     embedder = load_embedder(settings)
+    # the made requests (--mismatched) join the model's rows only: the embedder's rule reads the sources alone, as
+    # the shipped one did, so the check reads the score the pipeline will give them
+    items = requests + (fit_relevance.mismatched(requests, embedder) if args.mismatched else [])
     progress = Progress(len(items), sys.stderr, label="fit --relevance")
     features = fit_relevance.evidence_of(embedder, items, lambda _: progress.advance())
     progress.close()
-    result = fit_relevance.fit(embedder.name, features, items)
+    result = fit_relevance.fit(embedder.name, features[:len(requests)], requests)
     scores = fit_relevance.rule_scores(result.weights, features)
     counts = dict(Counter(f"{i.source} ({'relevant' if i.relevant else 'irrelevant'})" for i in items))
     command = "prefcall " + " ".join(getattr(args, "argv", sys.argv[1:]))

@@ -38,6 +38,7 @@ from prefcall.evaluation import corpus, splits
 from prefcall.evaluation.data import import_catalogue_file, read_json, read_resumable, shared_data_dir
 from prefcall.evaluation.metrics.calls import calls_from_any
 from prefcall.evaluation.tasks.tools import read_records
+from prefcall.retrieval.text import humanise, stem, tokenize
 from prefcall.schemas.importers import import_catalogue
 from prefcall.schemas.model import Catalogue, Function, Turn
 
@@ -222,6 +223,74 @@ def requests(part: str = "tune", *, require: bool = True) -> list[Request]:
         if keys:
             out += loader(path, keys)
     return out
+
+
+# Requests no function fits, made from relevant ones (`mismatched`): the source name they carry, the largest
+# catalogue lent to them (BFCL and ACEBench send one to four functions; a small one keeps stage 1 cheap), and the
+# cosine, between a request's own function and a lent one, at or above which the pair is not made (two functions
+# that close may do the same thing: "transfer money" and "pay a bill"; hand-set, not fitted: it only keeps pairs
+# out, and a pair left in that a function does serve would teach the check to refuse real requests).
+MISMATCHED = "generated/mismatched"
+MISMATCH_FUNCTIONS = 4
+MISMATCH_COSINE = 0.5
+
+
+def mismatched(items: Sequence[Request], embedder: Any) -> list[Request]:
+    """Requests no function of their catalogue fits, made from the relevant requests of `items`: each with the
+    catalogue another request was sent with (at most MISMATCH_FUNCTIONS functions, the first that passes in a fixed
+    walk of those catalogues), where no function of that catalogue shares a name word with, or comes within
+    MISMATCH_COSINE of, the request's own function (its gold one in its catalogue). What a user sends a server
+    whose tools are for something else (ACEBench special_irrelevant's kind, read only by reports): the user asks
+    for an action with its details, and the message questions alone cannot tell it from a real request. Sources
+    taken in turn (the first N of `first_per_source` mix them); deterministic. Read by `prefcall fit --relevance
+    --mismatched`."""
+    from prefcall.strategies.relevance import function_text
+
+    order = _in_turn([i for i in items if i.relevant and i.text.strip() and i.source != MISMATCHED])
+    lenders: dict[tuple[str, ...], Request] = {}
+    for item in items:
+        if 0 < len(item.catalogue.functions) <= MISMATCH_FUNCTIONS:
+            lenders.setdefault(tuple(sorted(f.name for f in item.catalogue.functions)), item)
+    pool = _in_turn(list(lenders.values()))  # each source's catalogues in turn: not one source's all first
+    if not pool:
+        return []
+    texts = list(dict.fromkeys(function_text(f.name, f.description) for item in [*items, *pool]
+                               for f in item.catalogue.functions))
+    vectors = dict(zip(texts, np.asarray(embedder.embed(texts), dtype=np.float32)))
+    out: list[Request] = []
+    for n, item in enumerate(order):
+        own = [f for f in item.catalogue.functions if f.name in set(item.gold)]
+        if not own:
+            continue
+        own_words = {w for f in own for w in _words(humanise(f.name))}
+        own_vectors = np.stack([vectors[function_text(f.name, f.description)] for f in own])
+        for step in range(len(pool)):
+            lender = pool[(n * 7 + step) % len(pool)]
+            lent = lender.catalogue.functions
+            if lender.source == item.source and lender.id == item.id:
+                continue
+            if any(own_words & _words(humanise(f.name)) for f in lent):
+                continue
+            lent_vectors = np.stack([vectors[function_text(f.name, f.description)] for f in lent])
+            if float(np.max(own_vectors @ lent_vectors.T)) >= MISMATCH_COSINE:
+                continue
+            out.append(Request(source=MISMATCHED, id=f"{item.source}:{item.id}@{lender.source}:{lender.id}",
+                               dialogue=item.dialogue, text=item.text, catalogue=lender.catalogue, relevant=False))
+            break
+    return out
+
+
+def _in_turn(items: Sequence[Request]) -> list[Request]:
+    """`items` with their sources taken in turn (first of each source, then second of each, ...)."""
+    by_source: dict[str, list[Request]] = {}
+    for item in items:
+        by_source.setdefault(item.source, []).append(item)
+    parts = list(by_source.values())
+    return [part[k] for k in range(max(map(len, parts), default=0)) for part in parts if k < len(part)]
+
+
+def _words(text: str) -> set[str]:
+    return {stem(w) for w in tokenize(text) if len(w) > 2}
 
 
 def evidence_of(embedder: Any, items: Sequence[Request],
