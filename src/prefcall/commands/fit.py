@@ -313,7 +313,8 @@ def _fit_relevance(args: argparse.Namespace, settings: Settings) -> int:
     embedder = load_embedder(settings)
     # the made requests (--mismatched) join the model's rows only: the embedder's rule reads the sources alone, as
     # the shipped one did, so the check reads the score the pipeline will give them
-    items = requests + (fit_relevance.mismatched(requests, embedder) if args.mismatched else [])
+    made = fit_relevance.mismatched(requests, embedder) if args.mismatched else []
+    items = requests + [made[i] for i in fit_relevance.first_per_source(made, args.per_source)]  # only what is read
     progress = Progress(len(items), sys.stderr, label="fit --relevance")
     features = fit_relevance.evidence_of(embedder, items, lambda _: progress.advance())
     progress.close()
