@@ -707,3 +707,49 @@ def test_fit_relevance_mismatched_adds_made_requests_to_the_models_rows_only(tmp
     assert {r.id.split(":")[0] for r in made} == {"rel", "music"}
     # Only the made requests the model's rows read are scored by the embedder (the others are never read).
     assert printed["items"][f"{fit_relevance.MISMATCHED} (irrelevant)"] == 3
+
+
+def test_near_misses_drop_the_functions_that_serve_a_request_where_the_gold_names_them_all():
+    banking = _catalogue(("get_balance", "the balance of an account"), ("freeze_card", "freeze a card"),
+                         ("pay_bill", "pay a bill"))
+    items = [fit_relevance.Request(source="nlt/nlt", id="1", dialogue="my balance?", text="my balance?",
+                                   catalogue=banking, relevant=True, gold=["get_balance"]),
+             fit_relevance.Request(source="nlt/nlt", id="2", dialogue="all of it", text="all of it", catalogue=banking,
+                                   relevant=True, gold=["get_balance", "freeze_card", "pay_bill"]),  # nothing left
+             fit_relevance.Request(source="nlsi", id="3", dialogue="pay it", text="pay it", catalogue=banking,
+                                   relevant=True, gold=["pay_bill"]),  # a sibling may serve it: not made
+             fit_relevance.Request(source="bfcl/multiple", id="4", dialogue="freeze", text="freeze",
+                                   catalogue=banking, relevant=True, gold=["freeze_card"]),
+             fit_relevance.Request(source="nlt/nlt", id="5", dialogue="hi", text="hi", catalogue=banking,
+                                   relevant=False)]
+    made = fit_relevance.near_misses(items)
+    assert [(m.id, [f.name for f in m.catalogue.functions]) for m in made] == [
+        ("nlt/nlt:1", ["freeze_card", "pay_bill"]), ("bfcl/multiple:4", ["get_balance", "pay_bill"])]
+    assert all(m.source == fit_relevance.NEAR_MISS and not m.relevant and m.text for m in made)
+    assert [f.name for f in items[0].catalogue.functions] == ["get_balance", "freeze_card", "pay_bill"]  # untouched
+
+
+def test_fit_relevance_near_miss_adds_the_requests_less_their_functions_to_the_models_rows(tmp_path: Path,
+                                                                                          monkeypatch, capsys):
+    from prefcall import cli
+
+    weather = _catalogue(("get_weather", "current weather of a city"), ("book_table", "reserve a restaurant table"))
+    items = [fit_relevance.Request(source="nlt/nlt", id=f"r{i}", dialogue=f"User: weather in city {i}",
+                                   text=f"weather in city {i}", catalogue=weather, relevant=True, gold=["get_weather"])
+             for i in range(10)]
+    items += [fit_relevance.Request(source="irr", id=f"i{i}", dialogue=f"User: tell me a joke {i}",
+                                    text=f"tell me a joke {i}", catalogue=weather, relevant=False) for i in range(8)]
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF fake weights")
+    monkeypatch.setattr(fit_relevance, "requests", lambda part: items)
+    monkeypatch.setattr("prefcall.engine.load_embedder", lambda settings: FakeEmbedder())
+    monkeypatch.setattr("prefcall.engine.load_engine", lambda settings: FileEngine(model))
+    monkeypatch.setenv("PREFCALL_DATA_DIR", str(tmp_path / "data"))
+    out = tmp_path / "run"
+    assert cli.main(["fit", "--relevance", "--near-miss", "--per-source", "4", "--dry-run", "--out", str(out)]) == 0
+    capsys.readouterr()
+    rows = [fit_relevance.RelevanceRow.model_validate_json(line)
+            for line in (out / "relevance-rows.jsonl").read_text(encoding="utf-8").splitlines()]
+    made = [r for r in rows if r.source == fit_relevance.NEAR_MISS]
+    assert len(rows) == 12 and [r.id for r in made] == [f"nlt/nlt:r{i}" for i in range(4)]
+    assert not any(r.relevant for r in made)

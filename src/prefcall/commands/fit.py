@@ -61,6 +61,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "the relevant tune requests, each sent with another request's small catalogue whose "
                         "functions are far from its own (fit_relevance.mismatched; --per-source caps them as a "
                         "source); the embedder's rule reads the sources alone")
+    parser.add_argument("--near-miss", action="store_true",
+                        help="with --relevance: the model's rules also read requests of sources whose gold names every "
+                        "function they need (BFCL multiple, ACEBench, the NLT sets) sent with their catalogue less "
+                        "those functions (fit_relevance.near_misses; capped by --per-source as a source)")
     parser.add_argument("--rows", metavar="FILE",
                         help="with --relevance: read the model's answers from the relevance-rows.jsonl an earlier run "
                         "wrote with --out (the same requests and --per-source) instead of asking the model again: "
@@ -311,9 +315,10 @@ def _fit_relevance(args: argparse.Namespace, settings: Settings) -> int:
 
     requests = fit_relevance.requests("tune")
     embedder = load_embedder(settings)
-    # the made requests (--mismatched) join the model's rows only: the embedder's rule reads the sources alone, as
-    # the shipped one did, so the check reads the score the pipeline will give them
-    made = fit_relevance.mismatched(requests, embedder) if args.mismatched else []
+    # the made requests (--mismatched, --near-miss) join the model's rows only: the embedder's rule reads the sources
+    # alone, as the shipped one did, so the check reads the score the pipeline will give them
+    made = ((fit_relevance.mismatched(requests, embedder) if args.mismatched else [])
+            + (fit_relevance.near_misses(requests) if args.near_miss else []))
     items = requests + [made[i] for i in fit_relevance.first_per_source(made, args.per_source)]  # only what is read
     progress = Progress(len(items), sys.stderr, label="fit --relevance")
     features = fit_relevance.evidence_of(embedder, items, lambda _: progress.advance())

@@ -246,7 +246,7 @@ def mismatched(items: Sequence[Request], embedder: Any) -> list[Request]:
     --mismatched`."""
     from prefcall.strategies.relevance import function_text
 
-    order = _in_turn([i for i in items if i.relevant and i.text.strip() and i.source != MISMATCHED])
+    order = _in_turn([i for i in items if i.relevant and i.text.strip() and i.source not in (MISMATCHED, NEAR_MISS)])
     lenders: dict[tuple[str, ...], Request] = {}
     for item in items:
         if 0 < len(item.catalogue.functions) <= MISMATCH_FUNCTIONS:
@@ -277,6 +277,31 @@ def mismatched(items: Sequence[Request], embedder: Any) -> list[Request]:
             out.append(Request(source=MISMATCHED, id=f"{item.source}:{item.id}@{lender.source}:{lender.id}",
                                dialogue=item.dialogue, text=item.text, catalogue=lender.catalogue, relevant=False))
             break
+    return out
+
+
+# Sources whose gold names every function a request needs, so that the catalogue's other functions serve it not
+# (BFCL multiple's and ACEBench's distractors, the NLT sets' tools a message does not need): `near_misses` takes their
+# requests with the gold functions removed. Not NLSI, SGD or the corpus: their gold is one right call, and a
+# sibling function of the same service may serve the request too.
+EXCLUSIVE_GOLD = ("bfcl/multiple", "acebench/special_incomplete", "nlt/nlt", "nlt/nlt2")
+NEAR_MISS = "generated/near_miss"
+
+
+def near_misses(items: Sequence[Request]) -> list[Request]:
+    """Requests no function of their catalogue fits, made from the relevant requests of EXCLUSIVE_GOLD sources:
+    the same request and catalogue, less the functions that serve it, where at least one is left. What a user sends
+    a server whose tools are on the request's topic but do something else (a forecast asked of a tool for historical
+    weather); harder than `mismatched`, where the lent catalogue is far. Sources taken in turn; deterministic. Read
+    by `prefcall fit --relevance --near-miss`."""
+    out = []
+    for item in _in_turn([i for i in items if i.relevant and i.text.strip() and i.source in EXCLUSIVE_GOLD]):
+        gold = set(item.gold)
+        left = [f for f in item.catalogue.functions if f.name not in gold]
+        if not gold or len(left) == len(item.catalogue.functions) or not left:
+            continue
+        out.append(Request(source=NEAR_MISS, id=f"{item.source}:{item.id}", dialogue=item.dialogue, text=item.text,
+                           catalogue=item.catalogue.model_copy(update={"functions": left}), relevant=False))
     return out
 
 
