@@ -14,7 +14,7 @@ from prefcall.evaluation import fit_relevance, splits
 from prefcall.evaluation.task import ScoredItem
 from prefcall.evaluation.tasks.relevance import TASK as RELEVANCE
 from prefcall.schemas.model import Catalogue, Function
-from prefcall.strategies import fnctod
+from prefcall.strategies import fnctod, model_check
 
 
 def _request(source: str, index: int, relevant: bool) -> fit_relevance.Request:
@@ -491,10 +491,14 @@ def test_the_check_s_way_is_chosen_on_rows_its_fit_did_not_read():
     rows = (_check_rows(40, True, "a", 0.5, 2.0) + _check_rows(40, True, "b", 0.3, 1.5)
             + _check_rows(30, False, "n", 0.4, -1.0) + _check_rows(10, False, "n2", -0.5, 0.0))
     found = fit_relevance.fit_check(rows, embedder_threshold=0.0)
-    assert set(found.held_out) <= set(fit_relevance.CHECK_WAYS) and found.way in found.held_out  # no calibrated rows
+    stage = ", stage 1's None margin"
+    # no calibrated rows: the ways and each with stage 1's margin (every row has it)
+    assert {k.removesuffix(stage) for k in found.held_out} <= set(fit_relevance.CHECK_WAYS)
+    assert found.way in found.held_out and any(k.endswith(stage) for k in found.held_out)
     gain = {k: v["no_call"] - v["false_refusal"] for k, v in found.held_out.items()}
     assert gain[found.way] == max(gain.values())
-    assert found.embedder_first == fit_relevance.CHECK_WAYS[found.way][0]
+    assert found.embedder_first == fit_relevance.CHECK_WAYS[found.way.removesuffix(stage)][0]
+    assert not found.stage_one  # the same margin on every row tells nothing: a tie goes to the way without it
     # A way that reads only the model's yes-margin weighs the embedder's score 0 in the stored rule.
     import numpy as np
 
@@ -519,7 +523,8 @@ def test_a_calibrated_check_is_chosen_where_the_content_free_baseline_tells_the_
     assert found.held_out[found.way]["no_call"] > found.held_out["check alone"]["no_call"]
     # Without calibrated margins only the raw ways are fitted; rows asked with two questions are refused.
     raw = fit_relevance.fit_check([r.model_copy(update={"model_yes_calibrated": None}) for r in rows], 0.0)
-    assert not raw.calibrated and set(raw.held_out) <= set(fit_relevance.CHECK_WAYS)
+    assert not raw.calibrated and {k.removesuffix(", stage 1's None margin") for k in raw.held_out} <= set(
+        fit_relevance.CHECK_WAYS)
     with pytest.raises(Exception, match="different questions"):
         fit_relevance.fit_check([*rows[:-1], rows[-1].model_copy(update={"check_question": 1})], 0.0)
 
@@ -587,7 +592,8 @@ def test_the_check_reads_the_questions_about_the_message_where_they_refuse_what_
     assert found.held_out[found.way]["no_call"] == 1.0 and found.held_out["check alone"]["no_call"] <= 0.5
     assert found.sources["thanks"].kept == 0.0
     bare = fit_relevance.fit_check([r.model_copy(update={"message_yes": None}) for r in rows], 0.0)
-    assert bare.messages == [] and set(bare.held_out) <= set(fit_relevance.CHECK_WAYS)
+    assert bare.messages == [] and {k.removesuffix(", stage 1's None margin") for k in bare.held_out} <= set(
+        fit_relevance.CHECK_WAYS)
 
 
 def test_a_check_rule_has_one_weight_per_message_question_it_reads():
@@ -753,3 +759,20 @@ def test_fit_relevance_near_miss_adds_the_requests_less_their_functions_to_the_m
     made = [r for r in rows if r.source == fit_relevance.NEAR_MISS]
     assert len(rows) == 12 and [r.id for r in made] == [f"nlt/nlt:r{i}" for i in range(4)]
     assert not any(r.relevant for r in made)
+
+
+def test_the_check_reads_stage_one_s_none_margin_where_the_tool_question_passes_a_near_miss():
+    # Near misses: the tool question says yes as for relevant requests, stage 1's "None" margin (features[1]) is high.
+    def rows(n: int, relevant: bool, source: str, none: float) -> list[fit_relevance.RelevanceRow]:
+        return [r.model_copy(update={"features": [0.5, none + 0.05 * (i % 7)]})
+                for i, r in enumerate(_check_rows(n, relevant, source, 0.5, 1.0))]
+
+    found = fit_relevance.fit_check(rows(40, True, "a", -3.0) + rows(40, False, "near", 1.0), embedder_threshold=0.0)
+    assert found.stage_one and found.way.endswith(", stage 1's None margin") and found.kept
+    assert len(found.weights) == 4 and found.weights[-1] < 0  # a larger None margin refuses
+    assert found.rule()["stage_one"] is True and found.held_out[found.way]["no_call"] > 0.9
+    rule = model_check.CheckRule(**found.rule())
+    assert rule.refuses(model_check.features(0.5, [1.0], [], [1.0]))
+    assert not rule.refuses(model_check.features(0.5, [1.0], [], [-3.0]))
+    with pytest.raises(ValueError, match="and stage 1 has 4 weights"):
+        model_check.CheckRule(**{**found.rule(), "weights": found.weights[:3]})

@@ -41,6 +41,7 @@ from prefcall.evaluation.tasks.tools import read_records
 from prefcall.retrieval.text import humanise, stem, tokenize
 from prefcall.schemas.importers import import_catalogue
 from prefcall.schemas.model import Catalogue, Function, Turn
+from prefcall.strategies.fnctod import RELEVANCE_FEATURES
 
 KEEP = 0.98
 KEEP_PER_SOURCE = 0.95
@@ -614,6 +615,7 @@ class CheckFit(BaseModel):
     question: int = 1  # the version of model_check.QUESTIONS its rows were asked with
     calibrated: bool = False  # it reads the margin less the content-free baseline
     messages: list[int] = Field(default_factory=list)  # the model_check.MESSAGE_QUESTIONS versions it reads
+    stage_one: bool = False  # it reads stage 1's "None" margin (RelevanceRow.features' none_margin) after those
     kept: bool  # stored only when, held out, its refusals are worth more than the embedder's rule's (`_gain`)
     why: str = ""
     way: str = ""  # which of CHECK_WAYS was chosen
@@ -629,7 +631,8 @@ class CheckFit(BaseModel):
 
     def rule(self) -> dict[str, Any]:
         return {"weights": self.weights, "threshold": self.threshold, "embedder_first": self.embedder_first,
-                "question": self.question, "calibrated": self.calibrated, "messages": self.messages}
+                "question": self.question, "calibrated": self.calibrated, "messages": self.messages,
+                **({"stage_one": True} if self.stage_one else {})}
 
 
 # A score under every threshold: a request the embedder's rule refuses on its own, whatever the check says.
@@ -643,11 +646,15 @@ CHECK_FOLDS = 5
 # The sets of model_check.MESSAGE_QUESTIONS versions a way may read beside the tool question (where every row has
 # their answers): none, each alone, both.
 CHECK_MESSAGES: tuple[tuple[int, ...], ...] = ((), (1,), (2,), (1, 2))
+# Where every row has stage 1's relevance features, each way is also tried with stage 1's "None" margin beside its
+# other features (fnctod.RELEVANCE_FEATURES' none_margin: no further model call at run time).
+NONE_MARGIN = RELEVANCE_FEATURES.index("none_margin")
 
 
-def _way_name(base: str, calibrated: bool, messages: Sequence[int]) -> str:
+def _way_name(base: str, calibrated: bool, messages: Sequence[int], stage_one: bool = False) -> str:
     return (base + (", calibrated" if calibrated else "")
-            + (f", message questions {'+'.join(str(v) for v in messages)}" if messages else ""))
+            + (f", message questions {'+'.join(str(v) for v in messages)}" if messages else "")
+            + (", stage 1's None margin" if stage_one else ""))
 
 
 def _fit_way(x: np.ndarray, y: np.ndarray, alone: np.ndarray, rows: Sequence[RelevanceRow], first: bool,
@@ -712,9 +719,10 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
     keeps, and the threshold keeps the share with those refusals counted); each with the raw margin and, where
     every row has it, the calibrated one (less the content-free baseline: the way's name ends ", calibrated");
     each of those alone and with the margins of each set of CHECK_MESSAGES (the questions about the message alone,
-    where every row has their answers: ", message questions 1+2"). The rule is the way with the best `_gain` on
-    rows its fit did not read (`_held_out`; a tie: the fewer relevant rows refused, then raw before calibrated, the
-    sets in CHECK_MESSAGES' order, CHECK_WAYS' order), fitted again on every row. Kept only when that gain is
+    where every row has their answers: ", message questions 1+2"), each of those without and with stage 1's "None"
+    margin (where every row has it: ", stage 1's None margin"). The rule is the way with the best `_gain` on rows
+    its fit did not read (`_held_out`; a tie: the fewer relevant rows refused, then raw before calibrated, the sets
+    in CHECK_MESSAGES' order, without stage 1 before with it, CHECK_WAYS' order), fitted again on every row. Kept only when that gain is
     above the embedder's rule's alone."""
     rows = [r for r in rows if r.gate_cosine is not None and r.model_yes is not None]
     if not any(r.relevant for r in rows) or all(r.relevant for r in rows):
@@ -732,30 +740,34 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
     alone = np.asarray([float(r.gate_cosine) < embedder_threshold for r in rows])  # type: ignore[arg-type]
     fold = _folds(rows)
     fitted_ways: dict[str, Any] = {}
-    parts: dict[str, tuple[str, bool, tuple[int, ...]]] = {}  # each way's name: (CHECK_WAYS key, calibrated, set)
+    # each way's name: (CHECK_WAYS key, calibrated, message set, stage 1's None margin)
+    parts: dict[str, tuple[str, bool, tuple[int, ...], bool]] = {}
     held_out: dict[str, dict[str, float]] = {}
+    stages = (False, True) if all(len(r.features) == len(RELEVANCE_FEATURES) for r in rows) else (False,)
     for calibrated, margin in kinds.items():
         for messages in sets:
-            x = np.asarray([[r.gate_cosine, m, *((r.message_yes or {})[v] for v in messages)]
-                            for r, m in zip(rows, margin)], dtype=float)
-            for name, how in CHECK_WAYS.items():
-                label = _way_name(name, calibrated, messages)
-                parts[label] = (name, calibrated, messages)
-                found = fitted_ways[label] = _fit_way(x, y, alone, rows, *how)
-                if found is not None and (rates := _held_out(x, y, alone, rows, fold, *how)) is not None:
-                    held_out[label] = rates
+            for stage_one in stages:
+                x = np.asarray([[r.gate_cosine, m, *((r.message_yes or {})[v] for v in messages),
+                                 *([r.features[NONE_MARGIN]] if stage_one else [])]
+                                for r, m in zip(rows, margin)], dtype=float)
+                for name, how in CHECK_WAYS.items():
+                    label = _way_name(name, calibrated, messages, stage_one)
+                    parts[label] = (name, calibrated, messages, stage_one)
+                    found = fitted_ways[label] = _fit_way(x, y, alone, rows, *how)
+                    if found is not None and (rates := _held_out(x, y, alone, rows, fold, *how)) is not None:
+                        held_out[label] = rates
     if not held_out:
         raise ConfigError("the check cannot be fitted on these rows: every way refuses more relevant rows than the "
                           "keep rule allows; rerun `prefcall fit --relevance` with more requests (--per-source)")
     way = max(held_out, key=lambda n: (_gain(held_out[n]), -held_out[n]["false_refusal"]))
-    base, calibrated, messages = parts[way]
+    base, calibrated, messages, stage_one = parts[way]
     first = CHECK_WAYS[base][0]
     found = fitted_ways[way]
     assert found is not None
     weights, threshold, scores = found
     fitted = _rates([s < threshold for s in scores], rows)
     other = next((n for n in CHECK_WAYS if CHECK_WAYS[n] == (not first, CHECK_WAYS[base][1])), "")
-    other_found = fitted_ways.get(_way_name(other, calibrated, messages)) if other else None
+    other_found = fitted_ways.get(_way_name(other, calibrated, messages, stage_one)) if other else None
     embedder = _rates(list(alone), rows)
     kept = _gain(held_out[way]) > _gain(embedder)
     why = "" if kept else (f"the embedder's rule alone refuses {embedder['no_call']:.1%} of the irrelevant tuning "
@@ -764,7 +776,7 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
                            "did not read: it adds nothing")
     split = shares(scores, rows, threshold)
     return CheckFit(weights=weights, threshold=threshold, embedder_first=first, question=questions.pop(),
-                    calibrated=calibrated, messages=list(messages), kept=kept, why=why, way=way,
+                    calibrated=calibrated, messages=list(messages), stage_one=stage_one, kept=kept, why=why, way=way,
                     auc=split["auc"], rows=len(rows), fitted=fitted, embedder=embedder,
                     other=_rates([s < other_found[1] for s in other_found[2]], rows) if other_found else {},
                     held_out=held_out, sources=split["sources"])

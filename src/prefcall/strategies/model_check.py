@@ -22,6 +22,11 @@ a question of general knowledge, a task for another tool, a request that nothing
 whatever is asked (a generic tool, a long description) no longer passes every request for it. The baseline is
 asked once per engine, question and function text (cached, floats only).
 
+A rule fitted `stage_one` also reads stage 1's margin of "None" over the best function (fnctod's `none_margin`: the
+model's score of the "no function fits" candidate against the functions', from the stage-1 prompt that lists them
+all, no further model call): a request on a tool's topic that asks for something the tool does not do passes the
+question about that tool, yet the model, seeing the whole list, puts "None" close to it.
+
 A rule may also read the model's answer to questions about the message alone (`MESSAGE_QUESTIONS`, no tool in
 the prompt): does the user ask for anything to be done or found? A thank-you or a remark on a topic the tools
 share ("my old provider was terrible with refunds") reads as a fit for a refund tool, yet asks for nothing; the
@@ -88,13 +93,14 @@ class CheckRule(LinearRule):
     requests better (fit_relevance.fit_check). Fits stored before it was a choice asked the model every time.
     `question`: the version of QUESTIONS it was fitted on; `calibrated`: it reads margins less the content-free
     baseline; `messages`: the versions of MESSAGE_QUESTIONS whose yes-margins it reads after CHECK_FEATURES (one
-    weight each)."""
+    weight each); `stage_one`: it reads stage 1's "None" margin after those (one weight)."""
 
     weights: list[float] = Field(min_length=len(CHECK_FEATURES) + 1)
     embedder_first: bool = False
     question: int = 1
     calibrated: bool = False
     messages: list[int] = Field(default_factory=list)
+    stage_one: bool = False
 
     @field_validator("messages")
     @classmethod
@@ -107,9 +113,10 @@ class CheckRule(LinearRule):
 
     @model_validator(mode="after")
     def _one_weight_each(self) -> CheckRule:
-        want = len(CHECK_FEATURES) + 1 + len(self.messages)
+        want = len(CHECK_FEATURES) + 1 + len(self.messages) + int(self.stage_one)
         if len(self.weights) != want:
-            raise ValueError(f"a check rule reading {len(self.messages)} message questions has {want} weights, not "
+            raise ValueError(f"a check rule reading {len(self.messages)} message questions"
+                             f"{' and stage 1' if self.stage_one else ''} has {want} weights, not "
                              f"{len(self.weights)}: refit with `prefcall fit --relevance`")
         return self
 
@@ -194,7 +201,9 @@ def message_margins(engine: Engine, request: str, versions: Sequence[int],
     return [s.logprobs[0] - s.logprobs[1] for s in scored]
 
 
-def features(relevance_score: float, margins: Sequence[float], messages: Sequence[float] = ()) -> list[float]:
+def features(relevance_score: float, margins: Sequence[float], messages: Sequence[float] = (),
+             stage_one: Sequence[float] = ()) -> list[float]:
     """CHECK_FEATURES: the embedder rule's score and the best yes-margin of the functions asked about; then the
-    message questions' margins a rule reads (`CheckRule.messages`, in its order)."""
-    return [relevance_score, max(margins), *messages]
+    message questions' margins a rule reads (`CheckRule.messages`, in its order), then stage 1's "None" margin for
+    a rule fitted `stage_one`."""
+    return [relevance_score, max(margins), *messages, *stage_one]

@@ -365,11 +365,12 @@ class Pipeline:
         decided = isinstance(selection.usage, fnctod.FunctionScores) and selection.usage.refused is not None
         if config.allow_refuse and config.ask_relevance and checked_answer and not decided:
             started = time.perf_counter()
-            self._refuse_off_topic(turns, catalogue, result, meter)
+            scores = selection.usage if isinstance(selection.usage, fnctod.FunctionScores) else None
+            self._refuse_off_topic(turns, catalogue, result, meter, scores)
             meter.time("ask_relevance", started)
 
     def _refuse_off_topic(self, turns: list[Turn], catalogue: Catalogue, result: ParseResult,
-                          meter: _Meter | None = None) -> None:
+                          meter: _Meter | None = None, scores: fnctod.FunctionScores | None = None) -> None:
         """An answer for functions the request is not about becomes a refusal (strategies.relevance): the user's
         words are compared with the name and description of every function of the catalogue, against the
         embedder's fitted threshold; the request is refused only when none clears it. With `relevance_scope`
@@ -379,7 +380,8 @@ class Pipeline:
         fitted CheckRule (strategies.model_check) is also asked whether the closest function, and the one stage 1
         chose, can do what the request asks (and, where the rule reads them, whether the message asks for anything
         at all: model_check.MESSAGE_QUESTIONS); the rule weighs its answers with the embedder's score (a rule fitted
-        `embedder_first` refuses what the embedder's rule refuses without asking)."""
+        `embedder_first` refuses what the embedder's rule refuses without asking; one fitted `stage_one` also reads
+        stage 1's "None" margin from `scores`, and without it the answer stands)."""
         # Every function of the catalogue, not only the ones stage 1 chose: a request that another function fits
         # is about the catalogue (stage 1 may have chosen wrong), and refusing it would cost a real request.
         words = "\n".join(t.content for t in turns if t.role == "user" and t.content)
@@ -396,6 +398,9 @@ class Pipeline:
             if check.embedder_first and judged.refused:
                 self._refuse(result, judged.describe() + "; the model was not asked")
                 return
+            stage = scores.relevance_features() if scores is not None else None
+            if check.stage_one and stage is None:  # stage 1 did not weigh "None" here: nothing to read it by
+                return
             asked = [f for f in catalogue.functions if f.name in {judged.closest, *result.functions[:1]}]
             usage = PromptUsage()
             margins = model_check.yes_margins(self.engine, asked, words, usage, question=check.question,
@@ -406,10 +411,12 @@ class Pipeline:
                 meter.trace.prompt_tokens += usage.prompt_tokens
                 meter.trace.evaluated += usage.evaluated
                 meter.trace.reused += usage.reused
-            features = model_check.features(judged.similarity, margins, messages)
+            features = model_check.features(judged.similarity, margins, messages,
+                                            [stage[1]] if check.stage_one and stage is not None else [])
             if not check.refuses(features):
                 return
             said = "".join(f", the message question {v}'s yes-margin {m:.2f}" for v, m in zip(check.messages, messages))
+            said += f", stage 1's None margin {features[-1]:.2f}" if check.stage_one else ""
             why = (f"closest {judged.closest}: relevance score {judged.similarity:.2f}, the model's yes-margin "
                    f"{features[1]:.2f}{' (calibrated)' if check.calibrated else ''}{said}; the check's score "
                    f"{check.score(features):.2f} < {check.threshold:.2f}")
