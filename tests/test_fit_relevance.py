@@ -776,3 +776,38 @@ def test_the_check_reads_stage_one_s_none_margin_where_the_tool_question_passes_
     assert not rule.refuses(model_check.features(0.5, [1.0], [], [-3.0]))
     with pytest.raises(ValueError, match="and stage 1 has 4 weights"):
         model_check.CheckRule(**{**found.rule(), "weights": found.weights[:3]})
+
+
+def test_the_pipeline_reads_stage_one_s_none_margin_when_its_check_does(tmp_path: Path, monkeypatch):
+    """A near miss: the tool question says Yes for both requests; stage 1, seeing the list, puts "None" first for
+    the one about past weather. A rule reading stage 1's None margin refuses it, names the margin, and asks the model
+    nothing more for it than the tool question."""
+    from prefcall.storage import fits
+    from prefcall.strategies import relevance
+    from prefcall.strategies.pipeline import Pipeline
+    from prefcall.strategies.pipeline_models import get_config
+
+    catalogue, _, data, _ = _weather_model(tmp_path)
+
+    def scorer(prompt: str, candidate: str) -> float:
+        if model_check.QUESTIONS[2].question in prompt:
+            return {"Yes": 0.0, "No": -2.0}[candidate]
+        if candidate.strip().startswith(fnctod.NONE_CANDIDATE):  # content-free prompts (no "Paris") at -3.0
+            return -3.0 if "Paris" not in prompt else -4.0 if "last year" in prompt else -12.0
+        return -1.0  # calibrated, "None" stays under the function both times: stage 1 alone refuses neither
+
+    engine = FileEngine(tmp_path / "m.gguf", scorer=scorer)
+    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: relevance.RelevanceRule(
+        embedder=embedder.name, threshold=-10.0))
+    fits.save(fits.Fit(fingerprint=fits.engine_fingerprint(engine, data),
+                       check={"weights": [0.0, 0.0, 0.0, -1.0], "threshold": 5.0, "question": 2, "stage_one": True}),
+              data / fits.FITS_DIR)
+    config = get_config("full", allow_refuse=True)
+
+    def parse(text: str):
+        return Pipeline(engine, FakeEmbedder(), data_dir=data).parse(f"User: {text}", [], catalogue, config)
+
+    past = parse("What was the weather in Paris on this day last year?")
+    assert past.decision == "refuse", past.notes
+    assert any("stage 1's None margin" in n for n in past.notes), past.notes
+    assert parse("What is the weather like in Paris today?").decision != "refuse"
