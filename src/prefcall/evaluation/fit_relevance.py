@@ -41,7 +41,7 @@ from prefcall.evaluation.tasks.tools import read_records
 from prefcall.retrieval.text import humanise, stem, tokenize
 from prefcall.schemas.importers import import_catalogue
 from prefcall.schemas.model import Catalogue, Function, Turn
-from prefcall.strategies.fnctod import RELEVANCE_FEATURES
+from prefcall.strategies.fnctod import NONE_MARGIN, RELEVANCE_FEATURES
 
 KEEP = 0.98
 KEEP_PER_SOURCE = 0.95
@@ -647,8 +647,7 @@ CHECK_FOLDS = 5
 # their answers): none, each alone, both.
 CHECK_MESSAGES: tuple[tuple[int, ...], ...] = ((), (1,), (2,), (1, 2))
 # Where every row has stage 1's relevance features, each way is also tried with stage 1's "None" margin beside its
-# other features (fnctod.RELEVANCE_FEATURES' none_margin: no further model call at run time).
-NONE_MARGIN = RELEVANCE_FEATURES.index("none_margin")
+# other features (fnctod.NONE_MARGIN of RELEVANCE_FEATURES: no further model call at run time).
 
 
 def _way_name(base: str, calibrated: bool, messages: Sequence[int], stage_one: bool = False) -> str:

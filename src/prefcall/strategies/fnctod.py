@@ -313,6 +313,7 @@ HAND_RULE = SelectionRule(weights=[1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
 # (`prefcall fit --relevance`, stored per model fingerprint); without one, "None" competes in `combined` with the
 # prior (NonePrior: fitted per model by `prefcall fit --relevance`, else HAND_NONE_PRIOR).
 RELEVANCE_FEATURES = ("similarity", "none_margin")
+NONE_MARGIN = RELEVANCE_FEATURES.index("none_margin")  # the model's score of "None" less the best function's
 
 
 class LinearRule(BaseModel):

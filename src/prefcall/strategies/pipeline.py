@@ -412,7 +412,7 @@ class Pipeline:
                 meter.trace.evaluated += usage.evaluated
                 meter.trace.reused += usage.reused
             features = model_check.features(judged.similarity, margins, messages,
-                                            [stage[1]] if check.stage_one and stage is not None else [])
+                                            [stage[fnctod.NONE_MARGIN]] if check.stage_one and stage else [])
             if not check.refuses(features):
                 return
             said = "".join(f", the message question {v}'s yes-margin {m:.2f}" for v, m in zip(check.messages, messages))
