@@ -680,9 +680,26 @@ def test_mismatched_requests_lend_a_far_catalogue_never_one_with_a_function_like
     assert [f.name for f in fit_relevance.mismatched(items, FakeEmbedder())[0].catalogue.functions] == ["meteo_status"]
 
 
-def test_fit_relevance_mismatched_adds_made_requests_to_the_models_rows_only(tmp_path: Path, monkeypatch, capsys):
+def _fit_with_made(tmp_path: Path, monkeypatch, capsys, items: list, *flags: str) -> tuple[dict, list]:
+    """`prefcall fit --relevance FLAGS --dry-run --out DIR` on `items` with a fake model and embedder: what it
+    printed and the model's rows it wrote."""
     from prefcall import cli
 
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF fake weights")
+    monkeypatch.setattr(fit_relevance, "requests", lambda part: items)
+    monkeypatch.setattr("prefcall.engine.load_embedder", lambda settings: FakeEmbedder())
+    monkeypatch.setattr("prefcall.engine.load_engine", lambda settings: FileEngine(model))
+    monkeypatch.setenv("PREFCALL_DATA_DIR", str(tmp_path / "data"))
+    out = tmp_path / "run"
+    assert cli.main(["fit", "--relevance", *flags, "--dry-run", "--out", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    rows = [fit_relevance.RelevanceRow.model_validate_json(line)
+            for line in (out / "relevance-rows.jsonl").read_text(encoding="utf-8").splitlines()]
+    return printed, rows
+
+
+def test_fit_relevance_mismatched_adds_made_requests_to_the_models_rows_only(tmp_path: Path, monkeypatch, capsys):
     weather = _catalogue(("get_weather", "current weather of a city"), ("book_table", "reserve a restaurant table"))
     songs = _catalogue(("play_song", "play a song by an artist"))
     items = [fit_relevance.Request(source="rel", id=f"r{i}", dialogue=f"User: weather in city {i}",
@@ -693,19 +710,9 @@ def test_fit_relevance_mismatched_adds_made_requests_to_the_models_rows_only(tmp
               for i in range(6)]
     items += [fit_relevance.Request(source="irr", id=f"i{i}", dialogue=f"User: tell me a joke {i}",
                                     text=f"tell me a joke {i}", catalogue=weather, relevant=False) for i in range(8)]
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF fake weights")
-    monkeypatch.setattr(fit_relevance, "requests", lambda part: items)
-    monkeypatch.setattr("prefcall.engine.load_embedder", lambda settings: FakeEmbedder())
-    monkeypatch.setattr("prefcall.engine.load_engine", lambda settings: FileEngine(model))
-    monkeypatch.setenv("PREFCALL_DATA_DIR", str(tmp_path / "data"))
-    out = tmp_path / "run"
-    assert cli.main(["fit", "--relevance", "--mismatched", "--per-source", "3", "--dry-run", "--out", str(out)]) == 0
-    printed = json.loads(capsys.readouterr().out)
+    printed, rows = _fit_with_made(tmp_path, monkeypatch, capsys, items, "--mismatched", "--per-source", "3")
     # The embedder's rule reads the 24 requests of the sources, as without the flag.
     assert (printed["embedder_threshold"]["n_relevant"], printed["embedder_threshold"]["n_irrelevant"]) == (16, 8)
-    rows = [fit_relevance.RelevanceRow.model_validate_json(line)
-            for line in (out / "relevance-rows.jsonl").read_text(encoding="utf-8").splitlines()]
     made = [r for r in rows if r.source == fit_relevance.MISMATCHED]
     # The model's rows: three of each source and kind, the made ones capped as a source, each a request no
     # function fits (the weather requests with the song catalogue, the song requests with the weather one).
@@ -737,25 +744,13 @@ def test_near_misses_drop_the_functions_that_serve_a_request_where_the_gold_name
 
 def test_fit_relevance_near_miss_adds_the_requests_less_their_functions_to_the_models_rows(tmp_path: Path,
                                                                                           monkeypatch, capsys):
-    from prefcall import cli
-
     weather = _catalogue(("get_weather", "current weather of a city"), ("book_table", "reserve a restaurant table"))
     items = [fit_relevance.Request(source="nlt/nlt", id=f"r{i}", dialogue=f"User: weather in city {i}",
                                    text=f"weather in city {i}", catalogue=weather, relevant=True, gold=["get_weather"])
              for i in range(10)]
     items += [fit_relevance.Request(source="irr", id=f"i{i}", dialogue=f"User: tell me a joke {i}",
                                     text=f"tell me a joke {i}", catalogue=weather, relevant=False) for i in range(8)]
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF fake weights")
-    monkeypatch.setattr(fit_relevance, "requests", lambda part: items)
-    monkeypatch.setattr("prefcall.engine.load_embedder", lambda settings: FakeEmbedder())
-    monkeypatch.setattr("prefcall.engine.load_engine", lambda settings: FileEngine(model))
-    monkeypatch.setenv("PREFCALL_DATA_DIR", str(tmp_path / "data"))
-    out = tmp_path / "run"
-    assert cli.main(["fit", "--relevance", "--near-miss", "--per-source", "4", "--dry-run", "--out", str(out)]) == 0
-    capsys.readouterr()
-    rows = [fit_relevance.RelevanceRow.model_validate_json(line)
-            for line in (out / "relevance-rows.jsonl").read_text(encoding="utf-8").splitlines()]
+    _, rows = _fit_with_made(tmp_path, monkeypatch, capsys, items, "--near-miss", "--per-source", "4")
     made = [r for r in rows if r.source == fit_relevance.NEAR_MISS]
     assert len(rows) == 12 and [r.id for r in made] == [f"nlt/nlt:r{i}" for i in range(4)]
     assert not any(r.relevant for r in made)
