@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from model_files import FileEngine
@@ -607,15 +608,30 @@ def test_a_check_rule_has_one_weight_per_message_question_it_reads():
         model_check.CheckRule(weights=[0.0, 0.0, 1.0, 1.0], threshold=0.0, messages=[9])
 
 
-def test_the_pipeline_asks_about_the_message_alone_when_its_check_reads_it(tmp_path: Path, monkeypatch):
-    """A thank-you on the tool's topic: the tool question says Yes, the question about the message alone says No;
-    a rule reading both refuses it and names both margins, and the message prompt holds no tool."""
+def _checked(tmp_path: Path, monkeypatch, scorer: Any, check: dict) -> tuple[FileEngine, Any]:
+    """A fake engine answering by `scorer`, the weather catalogue, an embedder's rule that refuses nothing on its own
+    and `check` stored as the model's fitted check: the engine and a parse of one user turn (refusals allowed)."""
     from prefcall.storage import fits
-    from prefcall.strategies import model_check, relevance
+    from prefcall.strategies import relevance
     from prefcall.strategies.pipeline import Pipeline
     from prefcall.strategies.pipeline_models import get_config
 
     catalogue, _, data, _ = _weather_model(tmp_path)
+    engine = FileEngine(tmp_path / "m.gguf", scorer=scorer)
+    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: relevance.RelevanceRule(
+        embedder=embedder.name, threshold=-10.0))
+    fits.save(fits.Fit(fingerprint=fits.engine_fingerprint(engine, data), check=check), data / fits.FITS_DIR)
+    config = get_config("full", allow_refuse=True)
+
+    def parse(text: str):
+        return Pipeline(engine, FakeEmbedder(), data_dir=data).parse(f"User: {text}", [], catalogue, config)
+
+    return engine, parse
+
+
+def test_the_pipeline_asks_about_the_message_alone_when_its_check_reads_it(tmp_path: Path, monkeypatch):
+    """A thank-you on the tool's topic: the tool question says Yes, the question about the message alone says No;
+    a rule reading both refuses it and names both margins, and the message prompt holds no tool."""
     message = model_check.MESSAGE_QUESTIONS[1].question
 
     def scorer(prompt: str, candidate: str) -> float:
@@ -626,16 +642,8 @@ def test_the_pipeline_asks_about_the_message_alone_when_its_check_reads_it(tmp_p
             return {"Yes": 0.0, "No": -2.0}[candidate]
         return -1.0
 
-    engine = FileEngine(tmp_path / "m.gguf", scorer=scorer)
-    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: relevance.RelevanceRule(
-        embedder=embedder.name, threshold=-10.0))
-    fits.save(fits.Fit(fingerprint=fits.engine_fingerprint(engine, data),
-                       check={"weights": [0.0, 0.0, 0.0, 1.0], "threshold": 0.0, "question": 2, "messages": [1]}),
-              data / fits.FITS_DIR)
-    config = get_config("full", allow_refuse=True)
-
-    def parse(text: str):
-        return Pipeline(engine, FakeEmbedder(), data_dir=data).parse(f"User: {text}", [], catalogue, config)
+    engine, parse = _checked(tmp_path, monkeypatch, scorer,
+                             {"weights": [0.0, 0.0, 0.0, 1.0], "threshold": 0.0, "question": 2, "messages": [1]})
 
     thanks = parse("thank you, the weather report was great")
     assert thanks.decision == "refuse", thanks.notes
@@ -777,13 +785,6 @@ def test_the_pipeline_reads_stage_one_s_none_margin_when_its_check_does(tmp_path
     """A near miss: the tool question says Yes for both requests; stage 1, seeing the list, puts "None" first for
     the one about past weather. A rule reading stage 1's None margin refuses it, names the margin, and asks the model
     nothing more for it than the tool question."""
-    from prefcall.storage import fits
-    from prefcall.strategies import relevance
-    from prefcall.strategies.pipeline import Pipeline
-    from prefcall.strategies.pipeline_models import get_config
-
-    catalogue, _, data, _ = _weather_model(tmp_path)
-
     def scorer(prompt: str, candidate: str) -> float:
         if model_check.QUESTIONS[2].question in prompt:
             return {"Yes": 0.0, "No": -2.0}[candidate]
@@ -791,16 +792,8 @@ def test_the_pipeline_reads_stage_one_s_none_margin_when_its_check_does(tmp_path
             return -3.0 if "Paris" not in prompt else -4.0 if "last year" in prompt else -12.0
         return -1.0  # calibrated, "None" stays under the function both times: stage 1 alone refuses neither
 
-    engine = FileEngine(tmp_path / "m.gguf", scorer=scorer)
-    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: relevance.RelevanceRule(
-        embedder=embedder.name, threshold=-10.0))
-    fits.save(fits.Fit(fingerprint=fits.engine_fingerprint(engine, data),
-                       check={"weights": [0.0, 0.0, 0.0, -1.0], "threshold": 5.0, "question": 2, "stage_one": True}),
-              data / fits.FITS_DIR)
-    config = get_config("full", allow_refuse=True)
-
-    def parse(text: str):
-        return Pipeline(engine, FakeEmbedder(), data_dir=data).parse(f"User: {text}", [], catalogue, config)
+    _, parse = _checked(tmp_path, monkeypatch, scorer,
+                        {"weights": [0.0, 0.0, 0.0, -1.0], "threshold": 5.0, "question": 2, "stage_one": True})
 
     past = parse("What was the weather in Paris on this day last year?")
     assert past.decision == "refuse", past.notes
