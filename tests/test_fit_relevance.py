@@ -581,10 +581,12 @@ def test_a_fold_may_refuse_as_many_of_a_source_as_the_keep_rule_allows_on_all_it
 def test_the_check_reads_the_questions_about_the_message_where_they_refuse_what_the_tool_question_keeps():
     """Thanks and remarks on the tools' topic: the tool question says Yes to them as to the relevant requests, the
     question about the message alone says No. The fit tries the message questions beside the tool question and
-    keeps the set that refuses them held out; without their answers it fits the tool question alone."""
+    keeps the set that refuses them held out (two sources send them: each is refused by the rule the other taught);
+    without their answers it fits the tool question alone."""
     rows = (_check_rows(40, True, "a", 0.5, 2.0) + _check_rows(40, True, "b", 0.3, 1.5)
-            + _check_rows(20, False, "topic", 0.4, -1.0) + _check_rows(20, False, "thanks", 0.4, 2.0))
-    asks = {"a": 2.0, "b": 1.0, "topic": 1.0, "thanks": -2.0}
+            + _check_rows(20, False, "topic", 0.4, -1.0) + _check_rows(10, False, "thanks", 0.4, 2.0)
+            + _check_rows(10, False, "remarks", 0.4, 2.0))
+    asks = {"a": 2.0, "b": 1.0, "topic": 1.0, "thanks": -2.0, "remarks": -2.0}
     rows = [r.model_copy(update={"message_yes": {1: asks[r.source] + 0.05 * (int(r.id[-1]) % 3), 2: 0.0}})
             for r in rows]
     found = fit_relevance.fit_check(rows, embedder_threshold=0.0)
@@ -799,3 +801,20 @@ def test_the_pipeline_reads_stage_one_s_none_margin_when_its_check_does(tmp_path
     assert past.decision == "refuse", past.notes
     assert any("stage 1's None margin" in n for n in past.notes), past.notes
     assert parse("What is the weather like in Paris today?").decision != "refuse"
+
+
+def test_a_check_is_credited_on_a_source_only_for_what_the_other_sources_taught_it():
+    """Each kind of irrelevant request here comes from one source only: remarks on the topic that only the tool
+    question turns down, thanks that only the message question does. Held out by source (what a report split
+    holds: sources no fit reads), neither is refused, as the rule fitted without a source never learnt its kind;
+    held out by fold, where the same source's other rows taught it, both are."""
+    rows = (_check_rows(40, True, "a", 0.5, 2.0) + _check_rows(40, True, "b", 0.3, 1.5)
+            + _check_rows(20, False, "topic", 0.4, -1.0) + _check_rows(20, False, "thanks", 0.4, 2.0))
+    asks = {"a": 2.0, "b": 1.0, "topic": 1.0, "thanks": -2.0}
+    rows = [r.model_copy(update={"message_yes": {1: asks[r.source] + 0.05 * (int(r.id[-1]) % 3), 2: 0.0}})
+            for r in rows]
+    found = fit_relevance.fit_check(rows, embedder_threshold=0.0)
+    way = "check alone, message questions 1"
+    assert found.held_out[way]["no_call"] == 1.0
+    assert found.held_out_sources[way]["no_call"] == 0.0
+    assert set(found.held_out_sources) <= set(found.held_out) and found.way in found.held_out_sources

@@ -625,8 +625,10 @@ class CheckFit(BaseModel):
     embedder: dict[str, float]  # the same for the embedder's rule alone (its threshold) on the same rows
     # the same for the other way of combining the two (the check alone when embedder_first, else embedder first)
     other: dict[str, float] = Field(default_factory=dict)
-    # each way's rates on rows its fit did not read (CHECK_FOLDS-fold cross-validation): what the choice reads
+    # each way's rates on rows its fit did not read (CHECK_FOLDS-fold cross-validation)
     held_out: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # each way's rates where every source is new to it (`_held_out_sources`): what the choice reads first
+    held_out_sources: dict[str, dict[str, float]] = Field(default_factory=dict)
     sources: dict[str, SourceShare] = Field(default_factory=dict)
 
     def rule(self) -> dict[str, Any]:
@@ -704,6 +706,36 @@ def _held_out(x: np.ndarray, y: np.ndarray, alone: np.ndarray, rows: Sequence[Re
     return _rates(list(refused), rows)
 
 
+def _held_out_sources(x: np.ndarray, y: np.ndarray, alone: np.ndarray, rows: Sequence[RelevanceRow], first: bool,
+                      embedder_score: bool) -> dict[str, float] | None:
+    """A way's no-call and false-refusal rates where each source is new to it: each source's rows refused by the
+    way fitted on the other sources' rows alone, with the keep rule on those (what a report split holds: sources no
+    fit reads). A source whose absence leaves the others one kind of row is not scored; where the embedder's rule
+    goes first and leaves the check one kind of the others' rows, the source's rows are refused where that rule
+    refuses them. None where the way cannot be fitted without some source, or no source can be scored."""
+    refused = np.zeros(len(rows), dtype=bool)
+    scored = np.zeros(len(rows), dtype=bool)
+    for source in sorted({r.source for r in rows}):
+        test = np.asarray([r.source == source for r in rows])
+        train = ~test
+        if y[train].min(initial=1.0) == 1.0 or y[train].max(initial=0.0) == 0.0:
+            continue
+        scored[test] = True
+        read = y[train & ~alone] if first else y[train]
+        if read.min(initial=1.0) == 1.0 or read.max(initial=0.0) == 0.0:  # after the embedder's rule, nothing to fit
+            refused[test] = alone[test]
+            continue
+        found = _fit_way(x[train], y[train], alone[train], [r for r, t in zip(rows, train) if t], first,
+                         embedder_score)
+        if found is None:
+            return None
+        weights, threshold, _ = found
+        refused[test] = (np.asarray(rule_scores(weights, x[test])) < threshold) | (alone[test] if first else False)
+    if not scored.any():
+        return None
+    return _rates(list(refused[scored]), [r for r, s in zip(rows, scored) if s])
+
+
 def _gain(rates: dict[str, float]) -> float:
     """What a rule's refusals are worth: the share of irrelevant requests refused less the share of relevant ones."""
     return rates["no_call"] - rates["false_refusal"]
@@ -719,10 +751,11 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
     every row has it, the calibrated one (less the content-free baseline: the way's name ends ", calibrated");
     each of those alone and with the margins of each set of CHECK_MESSAGES (the questions about the message alone,
     where every row has their answers: ", message questions 1+2"), each of those without and with stage 1's "None"
-    margin (where every row has it: ", stage 1's None margin"). The rule is the way with the best `_gain` on rows
-    its fit did not read (`_held_out`; a tie: the fewer relevant rows refused, then raw before calibrated, the sets
-    in CHECK_MESSAGES' order, without stage 1 before with it, CHECK_WAYS' order), fitted again on every row. Kept only when that gain is
-    above the embedder's rule's alone."""
+    margin (where every row has it: ", stage 1's None margin"). The rule is the way with the best `_gain` where
+    each source is new to it (`_held_out_sources`: fitted on the other sources; a tie: the fewer relevant rows
+    refused), then on rows its fit did not read (`_held_out`; a tie: the fewer relevant rows refused, then raw
+    before calibrated, the sets in CHECK_MESSAGES' order, without stage 1 before with it, CHECK_WAYS' order), fitted
+    again on every row. Kept only when its gain on rows its fit did not read is above the embedder's rule's alone."""
     rows = [r for r in rows if r.gate_cosine is not None and r.model_yes is not None]
     if not any(r.relevant for r in rows) or all(r.relevant for r in rows):
         raise ConfigError("the check fit needs rows of both kinds with the model's answers: rerun `prefcall fit "
@@ -742,6 +775,7 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
     # each way's name: (CHECK_WAYS key, calibrated, message set, stage 1's None margin)
     parts: dict[str, tuple[str, bool, tuple[int, ...], bool]] = {}
     held_out: dict[str, dict[str, float]] = {}
+    by_source: dict[str, dict[str, float]] = {}
     stages = (False, True) if all(len(r.features) == len(RELEVANCE_FEATURES) for r in rows) else (False,)
     for calibrated, margin in kinds.items():
         for messages in sets:
@@ -755,10 +789,15 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
                     found = fitted_ways[label] = _fit_way(x, y, alone, rows, *how)
                     if found is not None and (rates := _held_out(x, y, alone, rows, fold, *how)) is not None:
                         held_out[label] = rates
+                        if (new := _held_out_sources(x, y, alone, rows, *how)) is not None:
+                            by_source[label] = new
     if not held_out:
         raise ConfigError("the check cannot be fitted on these rows: every way refuses more relevant rows than the "
                           "keep rule allows; rerun `prefcall fit --relevance` with more requests (--per-source)")
-    way = max(held_out, key=lambda n: (_gain(held_out[n]), -held_out[n]["false_refusal"]))
+    # first how a way does on sources new to it (where it can be told), then on rows of sources it read
+    way = max(held_out, key=lambda n: (n in by_source, _gain(by_source[n]) if n in by_source else 0.0,
+                                       -by_source[n]["false_refusal"] if n in by_source else 0.0,
+                                       _gain(held_out[n]), -held_out[n]["false_refusal"]))
     base, calibrated, messages, stage_one = parts[way]
     first = CHECK_WAYS[base][0]
     found = fitted_ways[way]
@@ -778,7 +817,7 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
                     calibrated=calibrated, messages=list(messages), stage_one=stage_one, kept=kept, why=why, way=way,
                     auc=split["auc"], rows=len(rows), fitted=fitted, embedder=embedder,
                     other=_rates([s < other_found[1] for s in other_found[2]], rows) if other_found else {},
-                    held_out=held_out, sources=split["sources"])
+                    held_out=held_out, held_out_sources=by_source, sources=split["sources"])
 
 
 # -- stage 1's "None" prior: the constants of fnctod.NonePrior -----------------------------------------------------
