@@ -290,6 +290,9 @@ def test_the_pipeline_weighs_none_with_the_models_fitted_prior_when_one_is_store
     assert pipeline.none_prior() == fnctod.NonePrior(cosine=5.0, slope=40.0, named=0.0)
     refused = pipeline.parse("What is the weather in Paris?", [], catalogue, config)
     assert refused.decision == "refuse" and refused.functions == []
+    assert any(n.startswith("refuse: the request is not about the catalogue (stage 1 scored \"None\"")
+               for n in refused.notes), refused.notes
+    assert not any(n.startswith("refuse") for n in answered.notes)
     fits.save(fits.Fit(fingerprint=fingerprint, none_prior={"cosine": 0.3, "slope": -1.0, "named": 0.0}),
               data / fits.FITS_DIR)
     with pytest.raises(StoreError, match="refit it with `prefcall fit --relevance`"):

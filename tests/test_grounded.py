@@ -230,6 +230,8 @@ def test_no_function_fits_is_a_refusal_and_tags_are_keyed_by_catalogue_mode_and_
     engine = FakeEngine(scorer=lambda p, c: -0.1 if (c.strip() == "None") == ("weather" in p) else -5.0)
     result = parse(engine, "User: what's the weather like?", allow_refuse=True)
     assert result.decision == "refuse" and result.calls == []
+    why = [n for n in result.notes if n.startswith("refuse: the request is not about the catalogue")]
+    assert len(why) == 1 and "above every function; the closest function" in why[0], result.notes
     other = Catalogue(name="food2", functions=[RESTAURANTS])
     text = "My city for restaurants is Oakland"
     keys = {grounded.tag_key(text, CATALOGUE, "structured", "m"), grounded.tag_key(text, other, "structured", "m"),

@@ -116,6 +116,22 @@ def test_parse_request_fills_calls_from_the_users_instructions(tmp_path: Path) -
     with_session(make_server(tmp_path), body)
 
 
+def test_parse_request_says_which_evidence_refused_a_request_no_tool_fits(tmp_path: Path) -> None:
+    engine = travel_engine()
+    # Stage 1's model finds "None" likely for this request only (a constant preference would be calibrated away).
+    engine.scorer = lambda prompt, candidate: -0.1 if (candidate.strip() == "None") == ("weather" in prompt) else -6.0
+
+    async def body(session: Session):
+        await seeded(session)
+        result = await session.ok("parse_request", {"user_id": "alice", "dialogue": "What's the weather like?",
+                                                    "catalogue": "travel", "config": "full"})
+        assert result["decision"] == "refuse" and result["calls"] == [], json.dumps(result)
+        why = [n for n in result["notes"] if n.startswith("refuse: the request is not about the catalogue")]
+        assert len(why) == 1 and 'stage 1 scored "None"' in why[0] and "the closest function Get" in why[0]
+
+    with_session(make_server(tmp_path, engine=engine), body)
+
+
 def _prefers(function: str, **values: str):
     """A scorer for the fake: stage 1 likes `function`; for argument A (the prompt ends in `{"A": `) the model
     likes values[A] and otherwise null, as a model reading the request would."""

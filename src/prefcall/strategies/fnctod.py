@@ -402,6 +402,19 @@ class FunctionScores(BaseModel):
         none = self.features[self.names.index(NONE_CANDIDATE)]
         return [max(f[2] for f in others), none[0] - max(f[0] for f in others)]
 
+    def why_none(self) -> str:
+        """Why stage 1 chose "None" (no function fits), in words for the answer's notes: the rule that decided and
+        the scores it read (the ones `ranked` ordered by)."""
+        ranked = [n for n in self.ranked() if n != NONE_CANDIDATE]
+        closest = f"; the closest function {ranked[0]}" if ranked else ""
+        if self.refused:
+            return f"stage 1's fitted abstention rule found that no function fits{closest}"
+        first = self.names[max(range(len(self.names)), key=lambda i: self.combined[i])]
+        scores = dict(zip(self.names, self.combined if self.fitted is None or first == NONE_CANDIDATE else self.fitted))
+        best = f" at {scores[ranked[0]]:.2f}" if ranked else ""
+        none = scores.get(NONE_CANDIDATE, float("nan"))
+        return f"stage 1 scored \"None\" {none:.2f}, above every function{closest}{best}"
+
     def none_prior_inputs(self) -> tuple[float, float, float, bool] | None:
         """What the None prior is weighed against (`fit_relevance.fit_none_prior`): the None candidate's calibrated
         model score, the best function's `combined`, the request's best cosine and whether it names a function.

@@ -353,6 +353,8 @@ class Pipeline:
         result.calls, result.missing, result.question = checked.calls, checked.missing, checked.question
         result.notes += [f"{n.action} {n.call}: {n.reason}" for n in checked.notes] + unwritten
         result.decision = checked.decision
+        if result.decision == "refuse" and not result.functions and isinstance(selection.usage, fnctod.FunctionScores):
+            result.notes.append(f"refuse: the request is not about the catalogue ({selection.usage.why_none()})")
         if config.allow_refuse and config.refuse_unfilled and result.decision == "ask" and unsupported:
             # Nothing the user wrote fills any required argument and nothing names the function: the request is
             # not about it, so asking for its arguments would be the wrong question.
