@@ -581,15 +581,21 @@ def test_a_fold_may_refuse_as_many_of_a_source_as_the_keep_rule_allows_on_all_it
     assert fit_relevance.threshold_for(values, rows[:20], refusals={"a": 25}) == 0.0  # none of all may go
 
 
+def _thanks_rows() -> list[fit_relevance.RelevanceRow]:
+    """Relevant requests of two sources; remarks on the topic that only the tool question turns down ("topic"),
+    thanks that only the message question 1 does ("thanks")."""
+    rows = (_check_rows(40, True, "a", 0.5, 2.0) + _check_rows(40, True, "b", 0.3, 1.5)
+            + _check_rows(20, False, "topic", 0.4, -1.0) + _check_rows(20, False, "thanks", 0.4, 2.0))
+    asks = {"a": 2.0, "b": 1.0, "topic": 1.0, "thanks": -2.0}
+    return [r.model_copy(update={"message_yes": {1: asks[r.source] + 0.05 * (int(r.id[-1]) % 3), 2: 0.0}})
+            for r in rows]
+
+
 def test_the_check_reads_the_questions_about_the_message_where_they_refuse_what_the_tool_question_keeps():
     """Thanks and remarks on the tools' topic: the tool question says Yes to them as to the relevant requests, the
     question about the message alone says No. The fit tries the message questions beside the tool question and
     keeps the set that refuses them held out; without their answers it fits the tool question alone."""
-    rows = (_check_rows(40, True, "a", 0.5, 2.0) + _check_rows(40, True, "b", 0.3, 1.5)
-            + _check_rows(20, False, "topic", 0.4, -1.0) + _check_rows(20, False, "thanks", 0.4, 2.0))
-    asks = {"a": 2.0, "b": 1.0, "topic": 1.0, "thanks": -2.0}
-    rows = [r.model_copy(update={"message_yes": {1: asks[r.source] + 0.05 * (int(r.id[-1]) % 3), 2: 0.0}})
-            for r in rows]
+    rows = _thanks_rows()
     found = fit_relevance.fit_check(rows, embedder_threshold=0.0)
     assert found.kept and 1 in found.messages and found.rule()["messages"] == found.messages
     assert len(found.weights) == 3 + len(found.messages) and found.weights[3 + found.messages.index(1)] > 0
@@ -809,11 +815,7 @@ def test_a_check_is_credited_on_a_source_only_for_what_the_other_sources_taught_
     question turns down, thanks that only the message question does. Held out by source (what a report split
     holds: sources no fit reads), neither is refused, as the rule fitted without a source never learnt its kind;
     held out by fold, where the same source's other rows taught it, both are."""
-    rows = (_check_rows(40, True, "a", 0.5, 2.0) + _check_rows(40, True, "b", 0.3, 1.5)
-            + _check_rows(20, False, "topic", 0.4, -1.0) + _check_rows(20, False, "thanks", 0.4, 2.0))
-    asks = {"a": 2.0, "b": 1.0, "topic": 1.0, "thanks": -2.0}
-    rows = [r.model_copy(update={"message_yes": {1: asks[r.source] + 0.05 * (int(r.id[-1]) % 3), 2: 0.0}})
-            for r in rows]
+    rows = _thanks_rows()
     found = fit_relevance.fit_check(rows, embedder_threshold=0.0)
     way = "check alone, message questions 1"
     assert found.held_out[way]["no_call"] == 1.0
