@@ -375,10 +375,16 @@ class FunctionScores(BaseModel):
             order = [self.names[i] for i in sorted(range(len(self.names)), key=lambda i: -scores[i])
                      if self.names[i] != NONE_CANDIDATE]
             return [NONE_CANDIDATE, *order] if self.refused else [*order, NONE_CANDIDATE]
-        order = sorted(range(len(self.names)), key=lambda i: -self.combined[i])
-        if self.fitted is None or self.names[order[0]] == NONE_CANDIDATE:
-            return [self.names[i] for i in order]
-        return [self.names[i] for i in sorted(range(len(self.names)), key=lambda i: -self.fitted[i])]
+        scores = self._ranking_scores()
+        return [self.names[i] for i in sorted(range(len(self.names)), key=lambda i: -scores[i])]
+
+    def _ranking_scores(self) -> list[float]:
+        """The scores `ranked` orders by where no abstention rule decided: `combined` where there is no `fitted` or
+        "None" comes first by `combined`, else `fitted`."""
+        if self.fitted is None:
+            return self.combined
+        first = self.names[max(range(len(self.names)), key=lambda i: self.combined[i])]
+        return self.combined if first == NONE_CANDIDATE else self.fitted
 
     def best(self) -> str:
         return self.ranked()[0]
@@ -409,8 +415,7 @@ class FunctionScores(BaseModel):
         closest = f"; the closest function {ranked[0]}" if ranked else ""
         if self.refused:
             return f"stage 1's fitted abstention rule found that no function fits{closest}"
-        first = self.names[max(range(len(self.names)), key=lambda i: self.combined[i])]
-        scores = dict(zip(self.names, self.combined if self.fitted is None or first == NONE_CANDIDATE else self.fitted))
+        scores = dict(zip(self.names, self._ranking_scores()))
         best = f" at {scores[ranked[0]]:.2f}" if ranked else ""
         none = scores.get(NONE_CANDIDATE, float("nan"))
         return f"stage 1 scored \"None\" {none:.2f}, above every function{closest}{best}"
