@@ -1374,6 +1374,36 @@ def test_a_required_argument_still_unset_takes_its_best_written_value_at_the_flo
     assert fill_with(0.2, function=optional) == []
 
 
+def test_a_standing_instruction_sets_only_what_it_states_the_required_floor_and_proposals_are_for_requests():
+    """A request cannot be called without its required arguments, so the floor (and the model's proposal) take
+    one's best written value; an instruction read alone states a preference for the arguments it names. "If I ask
+    for Taxi Rides, my preferred passengers is five" names no pickup, and "Taxi Rides" is never one (it was called
+    as the pickup of every taxi the user booked)."""
+    taxi = Function(name="BookTaxi", description="Book a taxi ride.", parameters={
+        "type": "object", "properties": {"pickup": {"type": "string", "description": "Where the ride starts."},
+                                         "passengers": {"type": "integer", "description": "How many ride."}},
+        "required": ["pickup"]})
+    catalogue = Catalogue(name="taxi", functions=[taxi])
+    text = "If I ask for Taxi Rides, my preferred passengers is five."
+
+    def score(prompt: str, candidate: str) -> float:
+        argument = re.search(r'\{"(\w+)": $', prompt)
+        if argument is None:
+            return -0.1 if candidate.strip() == "BookTaxi" else -5.0
+        if argument.group(1) == "passengers":
+            return -0.1 if candidate == "5" else -12.0
+        return -1.0 if candidate == '"Taxi Rides"' else 0.0 if candidate == "null" else -12.0
+
+    weights = grounded.load_weights().model_copy(update={"span": (0.0, 1.0, 0.0), "required_floor": 0.1,
+                                                         "propose": True})
+    grounder = grounded.Grounder(FakeEngine(scorer=score), FakeEmbedder(), weights)
+    as_request = grounder.fill(taxi, [Source("user", text, "turn 1")], text)
+    assert as_request.arguments == {"passengers": [5], "pickup": ["Taxi Rides"]}  # p = 0.27: over the floor
+    tag = grounded.tag_structured(grounder, text, catalogue)
+    assert tag.status == "ok" and "SL:PASSENGERS" in tag.tagged and "SL:PICKUP" not in tag.tagged
+    assert grounded.preference_of(tag, catalogue).actions == {"passengers": ["five"]}
+
+
 def test_a_span_that_stops_before_a_determiner_does_not_close_its_phrase():
     """"pay" of "a reminder to pay the phone bill at noon" stops before its object: no boundary on its right;
     "pay the phone bill" ends before "at", a boundary, and a name before "for" closes too."""

@@ -144,10 +144,16 @@ class Grounder:
     record: Recorder | None = None  # receives every scored candidate (`prefcall fit`); None in serving
 
     def fill(self, function: Function, sources: list[Source], context: str, *, write_free: bool = True,
-             avoid: Sequence[str] = ()) -> FillResult:
+             avoid: Sequence[str] = (), request: bool = True) -> FillResult:
+        """`request`: the sources are a request, whose required arguments the call cannot go without (the
+        required floor and the model's proposals fill them); False for a standing instruction read alone, which
+        sets only the arguments it states ("If I ask for Taxi Rides, my preferred passengers is five" names no
+        pickup, and "Taxi Rides" is none)."""
         features = FeatureContext(function, self.embedder, self.memory, self.exclude,
                                   sources_text="\n".join(s.text for s in sources))
-        return fill_arguments(self.engine, function, sources, context, features, self.weights, record=self.record,
+        weights = self.weights if request else self.weights.model_copy(update={"required_floor": None,
+                                                                                "propose": False})
+        return fill_arguments(self.engine, function, sources, context, features, weights, record=self.record,
                               write_free=write_free, avoid=avoid)
 
 
@@ -231,7 +237,7 @@ def tag_structured(grounder: Grounder, instruction: str, catalogue: Catalogue,
     main = catalogue.function(next((name for name in found if name in prefer), found[0]))
     assert main is not None
     filled = grounder.fill(main, [Source("instruction", instruction, instruction)],
-                           transcript([Turn(role="user", content=instruction)]), write_free=False)
+                           transcript([Turn(role="user", content=instruction)]), write_free=False, request=False)
     choices = list(filled.choices)
     condition, consequence = split_condition(instruction)
     if not choices and filled.runner_up is not None and filled.runner_up.probability >= INSTRUCTION_FLOOR:
