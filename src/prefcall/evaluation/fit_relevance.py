@@ -699,11 +699,17 @@ def _held_out(x: np.ndarray, y: np.ndarray, alone: np.ndarray, rows: Sequence[Re
         found = _fit_way(x[train], y[train], alone[train], part, first, embedder_score, allowed)
         if found is None:
             return None
-        weights, threshold, _ = found
         test = ~train
-        scores = np.asarray(rule_scores(weights, x[test]))
-        refused[test] = (scores < threshold) | (alone[test] if first else False)
+        refused[test] = _refuses(found, x[test], alone[test], first)
     return _rates(list(refused), rows)
+
+
+def _refuses(found: tuple[list[float], float, list[float]], x: np.ndarray, alone: np.ndarray,
+             first: bool) -> np.ndarray:
+    """Which of these rows a fitted way (`_fit_way`'s weights and threshold) refuses: its score under the
+    threshold, or, for a way whose embedder's rule goes first, that rule's refusal (`alone`)."""
+    weights, threshold, _ = found
+    return (np.asarray(rule_scores(weights, x)) < threshold) | (alone if first else False)
 
 
 def _held_out_sources(x: np.ndarray, y: np.ndarray, alone: np.ndarray, rows: Sequence[RelevanceRow], first: bool,
@@ -729,8 +735,7 @@ def _held_out_sources(x: np.ndarray, y: np.ndarray, alone: np.ndarray, rows: Seq
                          embedder_score)
         if found is None:
             return None
-        weights, threshold, _ = found
-        refused[test] = (np.asarray(rule_scores(weights, x[test])) < threshold) | (alone[test] if first else False)
+        refused[test] = _refuses(found, x[test], alone[test], first)
     if not scored.any():
         return None
     return _rates(list(refused[scored]), [r for r, s in zip(rows, scored) if s])
