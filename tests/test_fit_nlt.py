@@ -142,7 +142,8 @@ def test_the_large_list_examples_read_the_tune_requests_only():
     _, _, requests = fit_shortlist.load()
     tune = [r for r in requests if fit_shortlist.split_side(r["id"], "tune")]
     assert 0 < len(tune) < len(requests) and len(examples) == len(tune) * len(fit_nlt.LIST_SIZES)
-    assert sorted({len(evidence) for evidence, _ in examples}) == list(fit_nlt.LIST_SIZES)
+    assert sorted({len(evidence) for evidence, _, _ in examples}) == list(fit_nlt.LIST_SIZES)
+    assert all(len(evidence) == size for evidence, _, size in examples)  # without the model: every tool's
 
 
 def test_the_evidence_cache_resumes_without_asking_the_model_again(tmp_path):

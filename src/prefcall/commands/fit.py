@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prefcall.commands.options import add_model_options, settings_from_args
+from prefcall.errors import ConfigError
 
 if TYPE_CHECKING:
     from prefcall.config import Settings
@@ -84,6 +85,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--nlt-out", metavar="PATH",
                         help="with --nlt: also write the rules into this nlt_rules.json (maintainers: "
                         "src/prefcall/data/nlt_rules.json)")
+    parser.add_argument("--large-lists", action="store_true",
+                        help="with --nlt and a model whose rule asks it: fit only that rule's large-list terms (size "
+                        "slope and margin; its weights and threshold kept) on the model's answers for the tune "
+                        "requests of tests/data/catalogue200 against 10, 50 and 200 tools (kept in --out, so an "
+                        "interrupted fit resumes); a full --nlt fit with a model fits them too")
     parser.add_argument("--flags", action="store_true",
                         help="fit whether the model reads a flag the text does not name (\"for both men and women\" "
                         "of is_unisex) instead: the tune items whose function has a boolean argument run with those "
@@ -424,14 +430,21 @@ def _fit_nlt(args: argparse.Namespace, settings: Settings) -> int:
 
     sets = tuple(x.strip() for x in (args.nlt_sets or ",".join(fit_nlt.DEFAULT_SETS)).split(",") if x.strip())
     items = fit_nlt.nlt_tune_items(sets)
+    if args.large_lists and args.embedder_only:
+        raise ConfigError("--large-lists fits the terms of a rule that asks the model: drop --embedder-only (the "
+                          "rules without the model get theirs from every --nlt fit)")
     engine, embedder = (None if args.embedder_only else load_engine(settings)), load_embedder(settings)
     fingerprint = fits.engine_fingerprint(engine, settings.data_dir) if engine is not None else None
-    cache = None
+    cache = large_cache = None
     if engine is not None:  # the model's answers are kept per model: a rerun or a refit does not ask again
         out = Path(args.out) if args.out else settings.data_dir / "fit-runs" / (
             fits.file_name(fingerprint).removesuffix(".json") if fingerprint else "unknown-model")
         out.mkdir(parents=True, exist_ok=True)
         cache = out / f"nlt-evidence-{SCORE_PROMPT_VERSION}-{embedder.name}.jsonl"  # a new prompt asks again
+        large_cache = out / f"nlt-large-lists-{SCORE_PROMPT_VERSION}-{embedder.name}.jsonl"
+    if args.large_lists:
+        assert engine is not None and large_cache is not None
+        return _fit_large_lists(args, engine, embedder, fingerprint, large_cache)
     progress = Progress(len(items), sys.stderr, label="fit --nlt")
     examples = fit_nlt.collect(engine, embedder, items, lambda _: progress.advance(), cache=cache)
     progress.close()
@@ -440,6 +453,13 @@ def _fit_nlt(args: argparse.Namespace, settings: Settings) -> int:
     by_sentence = (fit_nlt.collect(None, embedder, items, by_sentence=True),
                    fit_nlt.large_list_examples(embedder, by_sentence=True))
     fitted = fit_nlt.fit(examples, large, by_sentence=by_sentence)
+    if "with_model" in fitted:  # the model's rule gets its large-list terms from its own answers on large lists
+        rule, accuracy = fitted["with_model"]
+        progress = Progress(len(fit_nlt.tune_large_requests()), sys.stderr, label="fit --nlt: large lists")
+        lists = fit_nlt.large_list_examples(embedder, lambda _: progress.advance(), engine=engine,
+                                            by_sentence=rule.sentence_cosine, cache=large_cache)
+        progress.close()
+        fitted["with_model"] = (fit_nlt.with_size_terms(rule, examples, lists), accuracy)
     model = engine.info.model_name if engine is not None else "none (--embedder-only)"
     counts = dict(Counter(relative for relative, _ in items))
     note = {"command": "prefcall fit " + " ".join(sys.argv[2:]), "commit": git_commit(),
@@ -459,6 +479,45 @@ def _fit_nlt(args: argparse.Namespace, settings: Settings) -> int:
                       **{k: {**rule.model_dump(), "exact_set_in_sample": round(accuracy, 4)}
                          for k, (rule, accuracy) in fitted.items()},
                       "written": args.nlt_out}, indent=1))
+    return 0
+
+
+def _fit_large_lists(args: argparse.Namespace, engine: Any, embedder: Any, fingerprint: str | None,
+                     cache: Path) -> int:
+    """`prefcall fit --nlt --large-lists`: the model's shipped rule with its large-list terms refitted on its own
+    answers; written into --nlt-out's entry for this model and embedder, its other fields kept."""
+    from importlib import resources
+
+    from prefcall.evaluation import fit_nlt
+    from prefcall.evaluation.runner import Progress, git_commit
+    from prefcall.strategies.nlt import rule_for
+
+    shipped = rule_for(engine, True, embedder)
+    if not shipped.model_weight:
+        raise ConfigError(f"{engine.info.model_name}'s rule does not ask the model (model weight 0): its large-list "
+                          "terms are the rule without the model's, fitted by `prefcall fit --nlt --embedder-only`")
+    progress = Progress(len(fit_nlt.tune_large_requests()), sys.stderr, label="fit --nlt --large-lists")
+    lists = fit_nlt.large_list_examples(embedder, lambda _: progress.advance(), engine=engine,
+                                        by_sentence=shipped.sentence_cosine, cache=cache)
+    progress.close()
+    start = shipped.model_copy(update={"size_slope": 0.0, "margin": None})
+    fitted = fit_nlt.with_size_terms(start, [], lists)
+    note = {"command": "prefcall fit " + " ".join(sys.argv[2:]), "commit": git_commit(),
+            "data": "the tune requests of tests/data/catalogue200 (prefcall/data/splits.json) against 10, 50 and 200 "
+                    "tools, the model asked about the shortlist it gets",
+            "lists": len(lists), "exact_set_in_sample": fit_nlt.large_list_accuracy(fitted, lists),
+            "exact_set_without_the_terms": fit_nlt.large_list_accuracy(start, lists)}
+    key = f"{fingerprint}|{embedder.name}"
+    if args.nlt_out:
+        base = json.loads((resources.files("prefcall") / "data" / "nlt_rules.json").read_text(encoding="utf-8"))
+        entry = dict(base.get(key) or {"model": engine.info.model_name, **shipped.model_dump()})
+        entry.update({"size_slope": fitted.size_slope, "margin": fitted.margin,
+                      "source": shipped.source.split("; large-list terms")[0] + "; large-list terms fitted on the "
+                      f"model's answers for {len(lists)} lists of 10, 50 and 200 tools", "large_list_fit": note})
+        Path(args.nlt_out).write_text(json.dumps({**base, key: entry}, indent=2, ensure_ascii=False) + "\n",
+                                      encoding="utf-8")
+    print(json.dumps({"model": engine.info.model_name, "fingerprint": fingerprint, "embedder": embedder.name,
+                      "rule": fitted.model_dump(), **note, "written": args.nlt_out}, indent=1))
     return 0
 
 

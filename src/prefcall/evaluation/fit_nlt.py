@@ -119,36 +119,89 @@ def with_sentence_cosine(asked: Examples, sentence: Examples) -> list[tuple[Evid
 
 
 LIST_SIZES = (10, 50, 200)
+# One list of a large-list fit: each tool's evidence (of the tools the model was asked about, where a shortlist
+# reached it; of every tool otherwise), the tools it needs, and the list's size.
+SizedList = tuple[Evidence, set[str], int]
 
 
 def large_list_examples(embedder: Any, progress: Callable[[str], None] | None = None, *,
-                        by_sentence: bool = False) -> list[tuple[Evidence, set[str]]]:
-    """BM25 and the cosine (no model) for the tune requests of tests/data/catalogue200 against 10, 50 and 200 of
-    its tools (fit_shortlist.sized)."""
+                        by_sentence: bool = False, engine: Any = None, cache: Path | None = None) -> list[SizedList]:
+    """The evidence of the tune requests of tests/data/catalogue200 against 10, 50 and 200 of its tools
+    (fit_shortlist.sized): BM25 and the cosine of every tool, or with `engine` the model's calibrated log-odds
+    beside them for the tools its shortlist (the size fitted for the embedder) let it be asked about, as
+    select_tools asks it. `cache` (with `engine`): a JSON-lines file of the lists already asked (one row per
+    request and size), read first and appended to, so that an interrupted fit resumes."""
     from prefcall.evaluation import fit_shortlist
 
     catalogue, blocks, requests = fit_shortlist.load()
-    examples: list[tuple[Evidence, set[str]]] = []
+    done = read_sized(cache) if cache is not None and engine is not None else {}
+    examples: list[SizedList] = []
     for request in requests:
         if not fit_shortlist.split_side(request["id"], "tune"):
             continue
         message, history = message_and_history(request, request["id"])
         for n in LIST_SIZES:
-            result = select_tools(None, message,  # type: ignore[arg-type]
-                                  fit_shortlist.sized(catalogue, blocks, request["block"], n),
-                                  context=request["context"], history=history, embedder=embedder,
-                                  rule=NO_MODEL.model_copy(update={"sentence_cosine": by_sentence}))
-            examples.append(({d.name: (None, float(d.lexical or 0.0), d.cosine) for d in result.decisions},
-                             set(request["expected"])))
+            evidence = done.get((request["id"], n))
+            if evidence is None:
+                result = select_tools(engine, message,  # type: ignore[arg-type]
+                                      fit_shortlist.sized(catalogue, blocks, request["block"], n),
+                                      context=request["context"], history=history, embedder=embedder,
+                                      all_evidence=engine is not None,
+                                      rule=NO_MODEL.model_copy(update={"sentence_cosine": by_sentence}))
+                evidence = {d.name: (d.model_logodds, float(d.lexical or 0.0), d.cosine)
+                            for d in result.decisions if d.shortlisted}
+                if cache is not None and engine is not None:
+                    with cache.open("a", encoding="utf-8") as handle:
+                        handle.write(json.dumps({"id": request["id"], "size": n,
+                                                 "evidence": {k: list(v) for k, v in evidence.items()}}) + "\n")
+            examples.append((evidence, set(request["expected"]), n))
         if progress is not None:
             progress(request["id"])
     return examples
 
 
+def tune_large_requests() -> list[str]:
+    """The ids of the tune requests of tests/data/catalogue200 (what the large-list fits read)."""
+    from prefcall.evaluation import fit_shortlist
+
+    return [r["id"] for r in fit_shortlist.load()[2] if fit_shortlist.split_side(r["id"], "tune")]
+
+
+def read_sized(path: Path) -> dict[tuple[str, int], Evidence]:
+    """(request id, list size) -> evidence from a large_list_examples cache; a missing file reads as empty, a torn
+    last line is skipped."""
+    def parse(line: str) -> tuple[tuple[str, int], Evidence]:
+        row = json.loads(line)
+        return (row["id"], int(row["size"])), {k: (v[0], float(v[1]), v[2]) for k, v in row["evidence"].items()}
+
+    return dict(read_resumable(path, parse))
+
+
+def with_size_terms(rule: DecisionRule, examples: Examples, lists: Sequence[SizedList]) -> DecisionRule:
+    """`rule` with its large-list terms fitted (strategies.nlt.fit_size_terms) on `examples` and `lists`, its
+    weights and threshold kept."""
+    rule = rule.model_copy(update={"source": rule.source + f"; size slope and margin on these and {len(lists)} "
+                                                           "lists of 10, 50 and 200 tools"})
+    fitted, _ = fit_size_terms([*examples, *((e, g) for e, g, _ in lists)], rule,
+                               sizes=[None] * len(examples) + [n for _, _, n in lists])
+    return fitted
+
+
+def large_list_accuracy(rule: DecisionRule, lists: Sequence[SizedList]) -> dict[int, float]:
+    """The rule's exact-set accuracy on the lists of each size."""
+    out: dict[int, float] = {}
+    for n in sorted({size for _, _, size in lists}):
+        chosen = [(e, g) for e, g, size in lists if size == n]
+        out[n] = round(sum(rule.selects({k: rule.score(*v) for k, v in e.items()}, n) == g
+                           for e, g in chosen) / len(chosen), 4)
+    return out
+
+
 Examples = Sequence[tuple[Evidence, set[str]]]
 
 
-def fit(examples: Examples, large: Examples = (), *, by_sentence: tuple[Examples, Examples] | None = None
+def fit(examples: Examples, large: Sequence[SizedList] = (), *,
+        by_sentence: tuple[Examples, Sequence[SizedList]] | None = None
         ) -> dict[str, tuple[DecisionRule, float]]:
     """{"with_model": (rule, in-sample exact set), "without_model": ..., "embedder_only": ...}: the best rule on
     every kind of evidence (when the model was asked), the best that gives the model no weight, and the best on
@@ -179,9 +232,7 @@ def fit(examples: Examples, large: Examples = (), *, by_sentence: tuple[Examples
                                                                if sentence else ""), **grid)
             rule = rule.model_copy(update={"sentence_cosine": sentence})
             if lists:
-                rule = rule.model_copy(update={"source": rule.source + f"; size slope and margin on these and "
-                                                                       f"{len(lists)} lists of 10, 50 and 200 tools"})
-                rule, _ = fit_size_terms([*items, *lists], rule)
+                rule = with_size_terms(rule, items, lists)
             accuracy = exact_set(rule, items)
             if best is None or accuracy > best[1]:
                 best = (rule, accuracy)

@@ -478,9 +478,11 @@ def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: st
         decisions.append(ToolDecision(name=spec.name, selected=False, score=score, model_logodds=model,
                                       raw_logodds=raw[spec.name] if raw is not None and not left_out else None,
                                       lexical=lexical[spec.name], cosine=cosine, shortlisted=not left_out))
-    # The list's size sets the threshold (DecisionRule.size_slope); a tool the shortlist left out is never selected.
+    # The list's size sets the threshold (DecisionRule.size_slope), the whole list's, not the shortlist's (as the
+    # large-list terms were fitted); a tool the shortlist left out is never selected.
     cut = chosen.threshold_for(len(specs))
-    picked = chosen.selects({d.name: d.score for d in decisions if d.shortlisted}) if decisions else set()
+    picked = chosen.selects({d.name: d.score for d in decisions if d.shortlisted}, size=len(specs)) \
+        if decisions else set()
     for decision in decisions:
         decision.selected = decision.name in picked
         decision.probability = sigmoid(decision.score - cut + chosen.threshold)
@@ -655,23 +657,42 @@ def fit_rule(examples: Sequence[tuple[Evidence, set[str]]], *, source: str = "fi
     return best[1], best[0][0] / len(examples)
 
 
+# In units of the embedder's cosine weight (4 in the rules fitted so far: a slope of 0.25 moves the threshold by a
+# sixteenth of a cosine per unit of ln(tools / 10)); a rule that weighs the model has larger scores, and its grid
+# is the same one scaled by its weights (size_grid).
 SIZE_SLOPES = (0.0, 0.25, 0.5, 0.75, 1.0)
 MARGINS: tuple[float | None, ...] = (None, 0.5, 1.0, 1.5, 2.0, 3.0)
+GRID_SCALES = (1.0, 2.0, 4.0)
 
 
-def fit_size_terms(examples: Sequence[tuple[Evidence, set[str]]], rule: DecisionRule) -> tuple[DecisionRule, float]:
+def size_grid(rule: DecisionRule) -> tuple[list[float], list[float | None]]:
+    """The size slopes and margins fit_size_terms tries for `rule`: the grids above, and for a rule that weighs
+    the model (whose log-odds spread its scores wider than a cosine) the same grids scaled up to four times."""
+    scales = GRID_SCALES if rule.model_weight else (1.0,)
+    slopes = sorted({s * k for s in SIZE_SLOPES for k in scales})
+    margins = [None, *sorted({m * k for m in MARGINS if m is not None for k in scales})]
+    return slopes, margins
+
+
+def fit_size_terms(examples: Sequence[tuple[Evidence, set[str]]], rule: DecisionRule,
+                   sizes: Sequence[int | None] | None = None) -> tuple[DecisionRule, float]:
     """`rule` with the size slope and margin (DecisionRule) that give the best exact-set accuracy on `examples`
     (lists of every size), its weights and threshold kept; ties go to the smaller slope, then to no margin, then
-    to the wider margin. Returns the rule and its exact-set accuracy on the examples."""
+    to the wider margin. `sizes`: each list's size where its evidence holds only the tools a shortlist let the
+    model be asked about (None: the evidence's count). Returns the rule and its exact-set accuracy on the
+    examples."""
     if not examples:
         raise ValidationError("no examples to fit the size terms on")
-    scored = [({n: rule.score(m, lex, cos) for n, (m, lex, cos) in evidence.items()}, gold)
-              for evidence, gold in examples]
+    if sizes is not None and len(sizes) != len(examples):
+        raise ValidationError(f"{len(sizes)} list sizes for {len(examples)} examples: give one per example")
+    scored = [({n: rule.score(m, lex, cos) for n, (m, lex, cos) in evidence.items()}, gold, size)
+              for (evidence, gold), size in zip(examples, sizes or [None] * len(examples))]
     best: tuple[tuple[float, ...], DecisionRule] | None = None
-    for slope in SIZE_SLOPES:
-        for margin in MARGINS:
+    slopes, margins = size_grid(rule)
+    for slope in slopes:
+        for margin in margins:
             candidate = rule.model_copy(update={"size_slope": slope, "margin": margin})
-            exact = sum(candidate.selects(scores) == gold for scores, gold in scored)
+            exact = sum(candidate.selects(scores, size) == gold for scores, gold, size in scored)
             key = (float(exact), -slope, float(margin is None), margin or 0.0)
             if best is None or key > best[0]:
                 best = (key, candidate)

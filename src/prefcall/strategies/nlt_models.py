@@ -74,12 +74,14 @@ class DecisionRule(BaseModel):
         """The tools this rule selects from each tool's (model log-odds, BM25, cosine) in one list."""
         return self.selects({name: self.score(*parts) for name, parts in evidence.items()})
 
-    def selects(self, scores: dict[str, float]) -> set[str]:
-        """The tools this rule selects, given every tool's score in one list."""
+    def selects(self, scores: dict[str, float], size: int | None = None) -> set[str]:
+        """The tools this rule selects, given the scores of one list's tools; `size`: the list's size where only
+        some of its tools were scored (a shortlist reached the model), else the number of scores."""
         if not scores:
             return set()
-        cut, best = self.threshold_for(len(scores)), max(scores.values())
-        margin = self.margin if len(scores) > FITTED_LIST_SIZE else None
+        size = len(scores) if size is None else max(size, len(scores))
+        cut, best = self.threshold_for(size), max(scores.values())
+        margin = self.margin if size > FITTED_LIST_SIZE else None
         return {name for name, score in scores.items() if score > cut and (margin is None or score >= best - margin)}
 
     def score(self, model_logodds: float | None, lexical: float, cosine: float | None = None) -> float:
