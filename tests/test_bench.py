@@ -349,6 +349,43 @@ def test_the_catalogue_section_measures_10_50_and_200_tools_with_the_shortlist_a
     assert section["figures"]["recall_at_k_200"] and all(0 <= r <= 1 for r in section["figures"]["recall_at_k_200"].values())
     assert {t["name"] for t in section["targets"]} >= {"catalogue: stage1 p50 at 200 tools / at 10",
                                                        "catalogue: nlt accuracy drop from 10 to 200 tools"}
+    # the report part of the frozen split (what no fit read) is given apart
+    reported = section["figures"]["report_requests"]
+    assert 0 < reported < 12 and all(sizes[n]["nlt"]["report_part"]["n"] == reported for n in sizes)
+    assert "nlt_accuracy_drop_10_to_200_report_part" in section["figures"]
+
+
+def test_the_catalogue_section_decides_the_same_answers_without_the_large_list_terms(monkeypatch) -> None:
+    from prefcall.strategies import nlt
+    from prefcall.strategies.nlt_models import DecisionRule
+
+    # a rule whose terms refuse every tool of a large list: without them, the same answers select some
+    strict = DecisionRule(model_weight=1.0, threshold=-5.0, size_slope=100.0, margin=None, source="t")
+    monkeypatch.setattr(nlt, "rule_for", lambda engine, calibrated=True, embedder=None: strict)
+    asked = []
+    select = nlt.select_tools
+    monkeypatch.setattr(nlt, "select_tools", lambda *a, **k: asked.append(1) or select(*a, **k))
+    report = run_bench(fake_context(engine_factory=lambda s: FakeEngine()), ["catalogue"])
+    figures = report["sections"]["catalogue"]["figures"]
+    assert len(asked) == 12 * 3  # no model call of its own
+    bare, shipped = figures["sizes"][200]["nlt_without_size_terms"], figures["sizes"][200]["nlt"]
+    assert bare["n"] == shipped["n"] == 12 and bare["accuracy"] != shipped["accuracy"]
+    assert figures["sizes"][10]["nlt_without_size_terms"]["accuracy"] == figures["sizes"][10]["nlt"]["accuracy"]
+    assert "nlt_without_size_terms_accuracy_drop_10_to_200_report_part" in figures
+
+
+def test_the_catalogue_section_runs_one_part_of_the_split_when_asked() -> None:
+    from prefcall.evaluation import fit_shortlist
+
+    report = run_bench(fake_context(engine_factory=lambda s: FakeEngine(), quick=False, split="report"),
+                       ["catalogue"])
+    section = report["sections"]["catalogue"]
+    assert section["status"] == "ok", section.get("reason")
+    every = fit_shortlist.load()[2]
+    on_report = [r for r in every if fit_shortlist.split_side(r["id"], "report")]
+    figures = section["figures"]
+    assert figures["split"] == "report" and figures["requests"] == figures["report_requests"] == len(on_report)
+    assert 0 < len(on_report) < len(every) and figures["sizes"][10]["nlt"]["n"] == len(on_report)
 
 
 def test_the_dialogue_section_runs_a_conversation_with_the_state_and_with_the_dialogue_resent() -> None:

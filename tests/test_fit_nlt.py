@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -175,3 +176,61 @@ def test_the_model_rule_takes_the_best_sentence_cosine_where_it_fits_better():
     fitted = fit_nlt.fit(whole, by_sentence=(sentence, []))
     assert fitted["with_model"][0].sentence_cosine and fitted["with_model"][1] == 1.0
     assert not fit_nlt.fit(whole)["with_model"][0].sentence_cosine
+
+
+def test_a_shortlisted_list_is_decided_by_the_whole_list_size():
+    rule = DecisionRule(model_weight=1.0, threshold=0.5, size_slope=1.0, margin=None, source="t")
+    scored = {f"t{i}": 1.0 for i in range(16)}  # the 16 tools a shortlist let the model be asked about
+    assert rule.selects(scored) == set(scored)  # 16 tools: 0.5 + ln(1.6) = 0.97 < 1.0
+    assert rule.selects(scored, size=200) == set()  # of 200: 0.5 + ln(20) = 3.5
+
+
+def test_the_model_rule_gets_large_list_terms_from_its_own_answers_and_the_fit_resumes(tmp_path, monkeypatch, capsys):
+    from model_files import FileEngine
+
+    from prefcall import cli
+    from prefcall.storage import fits
+    from prefcall.strategies.shortlist import rule_for as shortlist_rule
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF fake weights")
+    monkeypatch.setattr("prefcall.engine.load_embedder", lambda settings: FakeEmbedder())
+    monkeypatch.setattr("prefcall.engine.load_engine", lambda settings: FileEngine(model))
+    monkeypatch.setenv("PREFCALL_DATA_DIR", str(tmp_path / "data"))
+    run, written = tmp_path / "run", tmp_path / "nlt_rules.json"
+    assert cli.main(["fit", "--nlt", "--large-lists", "--out", str(run), "--nlt-out", str(written)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    tune = fit_nlt.tune_large_requests()
+    assert printed["lists"] == len(tune) * len(fit_nlt.LIST_SIZES)
+    assert set(printed["exact_set_in_sample"]) == {str(n) for n in fit_nlt.LIST_SIZES}
+    # the fit can only gain on the lists over the same rule without the terms (ties keep it without)
+    gained = sum(printed["exact_set_in_sample"].values()) - sum(printed["exact_set_without_the_terms"].values())
+    assert gained >= 0 and (gained > 0 or (printed["rule"]["size_slope"], printed["rule"]["margin"]) == (0.0, None))
+    # the model was asked as select_tools asks it: of a large list only the shortlist, each tool with its log-odds
+    cache = next(run.glob("nlt-large-lists-*.jsonl"))
+    rows = [json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == printed["lists"] and {r["size"] for r in rows} == set(fit_nlt.LIST_SIZES)
+    size = shortlist_rule(FakeEmbedder()).size
+    assert all(len(r["evidence"]) == 10 if r["size"] == 10 else len(r["evidence"]) <= size for r in rows)
+    assert all(v[0] is not None for r in rows for v in r["evidence"].values())
+    rules = json.loads(written.read_text(encoding="utf-8"))
+    entry = rules[f"{fits.file_fingerprint(model, tmp_path / 'data')}|{FakeEmbedder().name}"]
+    assert entry["large_list_fit"]["lists"] == printed["lists"] and entry["size_slope"] == printed["rule"]["size_slope"]
+    assert "*|all-MiniLM-L6-v2" in rules  # the other rules are kept
+
+    class Refusing(FileEngine):
+        def score_candidates(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
+            raise AssertionError("a cached list asked the model again")
+
+        score_batch = score_candidates
+
+    monkeypatch.setattr("prefcall.engine.load_engine", lambda settings: Refusing(model))
+    assert cli.main(["fit", "--nlt", "--large-lists", "--out", str(run)]) == 0
+    assert json.loads(capsys.readouterr().out)["rule"] == printed["rule"]
+
+
+def test_large_lists_need_a_model_that_is_asked(capsys):
+    from prefcall import cli
+
+    assert cli.main(["fit", "--nlt", "--large-lists", "--embedder-only"]) != 0
+    assert "drop --embedder-only" in capsys.readouterr().err

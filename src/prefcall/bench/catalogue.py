@@ -36,8 +36,12 @@ def section_catalogue(ctx: BenchContext) -> dict[str, Any]:
         return {"skipped": f"needs a source checkout: {DATA} not found", "figures": {}, "targets": [], "headline": []}
     catalogue, blocks, requests = fit_shortlist.load()
     sized = fit_shortlist.sized
+    if ctx.split is not None:  # one part of the frozen split (report: what no fit read)
+        requests = [r for r in requests if fit_shortlist.split_side(r["id"], ctx.split)]
+    reported = [fit_shortlist.split_side(r["id"], "report") for r in requests]
     if ctx.quick:  # twelve, spread over the three domains
         requests = requests[:: max(1, len(requests) // 12)][:12]
+        reported = [fit_shortlist.split_side(r["id"], "report") for r in requests]
     engine, embedder = ctx.engine(), ctx.embedder()
     shipped = rule_for(engine, True, embedder)
     forced = shipped.model_copy(update={"model_weight": shipped.model_weight or 1.0,
@@ -46,11 +50,17 @@ def section_catalogue(ctx: BenchContext) -> dict[str, Any]:
     size = listing.size
     config = get_config("full").model_copy(update={"shortlist_size": size, "allow_refuse": False})
     pipeline = Pipeline(engine, embedder, data_dir=ctx.settings.data_dir)
-    figures: dict[str, Any] = {"requests": len(requests), "shortlist": listing.model_dump(),
+    # The shipped rule without its large-list terms, decided on the same answers (no model call of its own): what
+    # the terms changed, request by request.
+    bare = shipped.model_copy(update={"size_slope": 0.0, "margin": None}) \
+        if shipped.size_slope or shipped.margin is not None else None
+    figures: dict[str, Any] = {"requests": len(requests), "split": ctx.split or "all",
+                               "report_requests": sum(reported), "shortlist": listing.model_dump(),
                                "rule": shipped.model_dump(), "sizes": {}}
     for n in SIZES:
-        runs: dict[str, list[dict[str, Any]]] = {"nlt": [], "nlt_model_forced": [], "stage1": []}
-        for request in requests:
+        runs: dict[str, list[dict[str, Any]]] = {"nlt": [], "nlt_model_forced": [], "stage1": [],
+                                                 **({"nlt_without_size_terms": []} if bare else {})}
+        for request, on_report in zip(requests, reported):
             listed = sized(catalogue, blocks, request["block"], n)
             message, history = message_and_history(request, request["id"])
             gold = sorted(request["expected"])
@@ -63,17 +73,25 @@ def section_catalogue(ctx: BenchContext) -> dict[str, Any]:
                 result = select_tools(engine, message, listed, context=request["context"], history=history,
                                       embedder=embedder, rule=rule, shortlist_size=size)
                 runs[name].append({"seconds": time.perf_counter() - started, "exact": sorted(result.selected) == gold,
+                                   "report": on_report,
                                    "no_tool": not gold, "evaluated": result.usage.evaluated,
                                    "shortlisted": len(result.shortlist.kept) if result.shortlist else n})
+                if name == "nlt" and bare is not None:
+                    picked = bare.selects({d.name: bare.score(d.model_logodds, d.lexical or 0.0, d.cosine)
+                                           for d in result.decisions if d.shortlisted}, size=n)
+                    runs["nlt_without_size_terms"].append({**runs["nlt"][-1], "exact": sorted(picked) == gold})
             if len(gold) == 1:
                 dialogue = "\n".join(f"{'User' if r == 'user' else 'Assistant'}: {t}" for r, t in history)
                 dialogue = (dialogue + "\n" if dialogue else "") + f"User: {message}"
                 started = time.perf_counter()
                 stage = pipeline.stage_one(dialogue, listed, config)
-                runs["stage1"].append({"seconds": time.perf_counter() - started,
+                runs["stage1"].append({"seconds": time.perf_counter() - started, "report": on_report,
                                        "exact": (stage.value or [None])[0] == gold[0]})
             ctx.log(f"bench: catalogue: {n} tools, {request['id']}")
         figures["sizes"][n] = {name: _summary(rs) for name, rs in runs.items()}
+        if ctx.split is None:  # the report part apart: the requests no fit read
+            for name, rs in runs.items():
+                figures["sizes"][n][name]["report_part"] = _summary([r for r in rs if r["report"]])
     report = fit_shortlist.tune_requests(catalogue, part="report")
     pooled, per_source = fit_shortlist.recall_curve(catalogue, report, embedder, RECALL_AT, listing.dense_weight)
     figures["recall_at_k_200"] = pooled
@@ -81,6 +99,12 @@ def section_catalogue(ctx: BenchContext) -> dict[str, Any]:
     figures["recall_requests"] = {s: sum(r.source == s for r in report) for s in per_source}
     small, large = figures["sizes"][SIZES[0]], figures["sizes"][SIZES[-1]]
     targets = []
+    if bare is not None:
+        for suffix, pick in (("", lambda d: d), ("_report_part", lambda d: d.get("report_part") or {})):
+            low = pick(small["nlt_without_size_terms"]).get("accuracy")
+            high = pick(large["nlt_without_size_terms"]).get("accuracy")
+            figures[f"nlt_without_size_terms_accuracy_drop_10_to_200{suffix}"] = \
+                None if low is None or high is None else round(low - high, 3)
     for name in ("nlt", "nlt_model_forced", "stage1"):
         slow = ratio(large[name]["seconds"].get("p50"), small[name]["seconds"].get("p50"))
         figures[f"{name}_p50_200_over_10"] = slow
@@ -88,10 +112,15 @@ def section_catalogue(ctx: BenchContext) -> dict[str, Any]:
         drop = None if large[name]["accuracy"] is None else round(small[name]["accuracy"] - large[name]["accuracy"], 3)
         figures[f"{name}_accuracy_drop_10_to_200"] = drop
         targets.append(target(f"catalogue: {name} accuracy drop from 10 to 200 tools", drop, 0.03))
+        if ctx.split is None:
+            low, high = small[name]["report_part"]["accuracy"], large[name]["report_part"]["accuracy"]
+            figures[f"{name}_accuracy_drop_10_to_200_report_part"] = \
+                None if low is None or high is None else round(low - high, 3)
     headline = [(f"{name} p50 s at {n}", figures["sizes"][n][name]["seconds"].get("p50"))
                 for name in ("nlt", "nlt_model_forced", "stage1") for n in SIZES]
     headline += [(f"{name} accuracy at {n}", figures["sizes"][n][name]["accuracy"])
-                 for name in ("nlt", "nlt_model_forced", "stage1") for n in SIZES]
+                 for name in ("nlt", "nlt_model_forced", "stage1") + (("nlt_without_size_terms",) if bare else ())
+                 for n in SIZES]
     headline += [(f"recall@{k} at 200", v) for k, v in figures["recall_at_k_200"].items()]
     return {"figures": figures, "targets": targets, "headline": headline}
 

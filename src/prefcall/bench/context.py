@@ -87,6 +87,7 @@ class BenchContext:
 
     settings: Settings = field(default_factory=Settings)
     quick: bool = False
+    split: str | None = None  # the catalogue section: only this part's requests of the frozen split (None: all)
     reps: int = 2
     log: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
     engine_factory: Callable[[Settings], Engine] | None = None

@@ -23,6 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--only", help="comma-separated sections: limit,prefix,nlt,fnctod,grounded,taps,dialogue,catalogue,"
                                       "retrieval,server,served")
     bench.add_argument("--reps", type=int, help="repetitions per measurement (default 1 with --quick, else 3)")
+    bench.add_argument("--split", choices=("tune", "report"),
+                       help="the catalogue section runs only this part's requests of the frozen split (report: what "
+                       "no fit read); default every request, with the report part's figures also given apart")
     bench.set_defaults(handler=run_bench_command)
 
 
@@ -48,7 +51,7 @@ def run_bench_command(args: argparse.Namespace, *, context_overrides: dict[str, 
     if reps < 1:
         raise ValidationError(f"--reps {reps}: give at least 1")
     ctx = BenchContext(settings=settings_from_args(args), quick=args.quick, reps=reps, model_args=model_args(args),
-                       **(context_overrides or {}))
+                       split=getattr(args, "split", None), **(context_overrides or {}))
     def save_partial(partial: dict[str, Any]) -> None:
         # A long run on a loaded machine may be cut short: keep what each finished section measured.
         if args.out:
