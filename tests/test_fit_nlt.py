@@ -202,10 +202,15 @@ def test_the_model_rule_gets_large_list_terms_from_its_own_answers_and_the_fit_r
     printed = json.loads(capsys.readouterr().out)
     tune = fit_nlt.tune_large_requests()
     assert printed["lists"] == len(tune) * len(fit_nlt.LIST_SIZES)
-    assert set(printed["exact_set_in_sample"]) == {str(n) for n in fit_nlt.LIST_SIZES}
-    # the fit can only gain on the lists over the same rule without the terms (ties keep it without)
-    gained = sum(printed["exact_set_in_sample"].values()) - sum(printed["exact_set_without_the_terms"].values())
-    assert gained >= 0 and (gained > 0 or (printed["rule"]["size_slope"], printed["rule"]["margin"]) == (0.0, None))
+    accuracy = printed["exact_set_in_sample"]
+    assert all(set(accuracy[k]) == {str(n) for n in fit_nlt.LIST_SIZES}
+               for k in ("without_large_list_terms", "size_terms", "own_rule"))
+    # ten tools are decided as before; on the large lists a fit can only gain over the rule without its terms
+    assert accuracy["size_terms"]["10"] == accuracy["own_rule"]["10"] == accuracy["without_large_list_terms"]["10"]
+    kept = accuracy[accuracy["kept"]]
+    assert kept["50"] + kept["200"] >= accuracy["without_large_list_terms"]["50"] + \
+        accuracy["without_large_list_terms"]["200"]
+    assert (printed["rule"]["large"] is not None) == (accuracy["kept"] == "own_rule")
     # the model was asked as select_tools asks it: of a large list only the shortlist, each tool with its log-odds
     cache = next(run.glob("nlt-large-lists-*.jsonl"))
     rows = [json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines()]
@@ -216,6 +221,7 @@ def test_the_model_rule_gets_large_list_terms_from_its_own_answers_and_the_fit_r
     rules = json.loads(written.read_text(encoding="utf-8"))
     entry = rules[f"{fits.file_fingerprint(model, tmp_path / 'data')}|{FakeEmbedder().name}"]
     assert entry["large_list_fit"]["lists"] == printed["lists"] and entry["size_slope"] == printed["rule"]["size_slope"]
+    assert entry["large"] == printed["rule"]["large"]
     assert "*|all-MiniLM-L6-v2" in rules  # the other rules are kept
 
     class Refusing(FileEngine):
@@ -234,3 +240,40 @@ def test_large_lists_need_a_model_that_is_asked(capsys):
 
     assert cli.main(["fit", "--nlt", "--large-lists", "--embedder-only"]) != 0
     assert "drop --embedder-only" in capsys.readouterr().err
+
+
+def test_a_rule_of_its_own_decides_large_lists_and_does_not_ask_the_model_when_it_gives_it_no_weight(monkeypatch):
+    from prefcall.schemas.model import Function
+    from prefcall.strategies import nlt
+
+    own = DecisionRule(model_weight=0.0, lexical_weight=1.0, threshold=0.5, source="large")
+    rule = DecisionRule(model_weight=1.0, threshold=0.0, large=own, source="t")
+    assert rule.for_size(10) is rule and rule.for_size(11) is own and own.for_size(200) is own
+    asked: list[int] = []
+    ask = nlt.tool_yes_logodds
+    monkeypatch.setattr(nlt, "tool_yes_logodds", lambda engine, specs, *a, **k: asked.append(len(specs))
+                        or ask(engine, specs, *a, **k))
+    tools = [Function(name=f"tool_{i}", description=f"does thing number {i}") for i in range(40)]
+    tools.append(Function(name="get_weather", description="the weather forecast for a city"))
+    large = nlt.select_tools(FakeEngine(), "what is the weather forecast in Paris", tools, rule=rule)
+    assert asked == [] and large.rule.source == "large" and large.selected == ["get_weather"]
+    nlt.select_tools(FakeEngine(), "what is the weather forecast in Paris", tools[-10:], rule=rule)
+    assert asked and asked[0] == 10  # ten tools: the rule itself, which weighs the model
+
+
+def test_the_large_list_rule_drops_the_model_where_its_answers_on_large_lists_do_not_carry():
+    rule = DecisionRule(model_weight=1.0, lexical_weight=0.0, embedding_weight=0.0, threshold=0.0, source="t")
+    lists = []
+    for i in range(12):  # the model says yes to a wrong tool of the shortlist; the cosine ranks the right one first
+        right, wrong = f"r{i}", f"w{i}"
+        evidence = {right: (-1.0, 0.0, 0.9), wrong: (3.0, 0.0, 0.2),
+                    **{f"x{j}": (None, 0.0, 0.1) for j in range(48)}}
+        lists.append((evidence, {right}, 50))
+        lists.append(({right: (2.0, 0.0, 0.9), wrong: (-2.0, 0.0, 0.2)}, {right}, 10))
+    fitted, accuracy = fit_nlt.fit_large_rule(rule, lists)
+    assert accuracy == 1.0 and fitted.large is not None and fitted.large.model_weight == 0.0
+    assert fitted.model_weight == 1.0 and fitted.threshold == 0.0  # ten tools: decided as before
+    chosen, report = fit_nlt.for_large_lists(rule, [], lists)
+    assert report["kept"] == "own_rule" and chosen.large == fitted.large
+    assert report["own_rule"][50] == 1.0 and report["without_large_list_terms"][50] == 0.0
+    assert report["own_rule"][10] == report["without_large_list_terms"][10] == 1.0

@@ -459,7 +459,7 @@ def _fit_nlt(args: argparse.Namespace, settings: Settings) -> int:
         lists = fit_nlt.large_list_examples(embedder, lambda _: progress.advance(), engine=engine,
                                             by_sentence=rule.sentence_cosine, cache=large_cache)
         progress.close()
-        fitted["with_model"] = (fit_nlt.with_size_terms(rule, examples, lists), accuracy)
+        fitted["with_model"] = (fit_nlt.for_large_lists(rule, examples, lists)[0], accuracy)
     model = engine.info.model_name if engine is not None else "none (--embedder-only)"
     counts = dict(Counter(relative for relative, _ in items))
     note = {"command": "prefcall fit " + " ".join(sys.argv[2:]), "commit": git_commit(),
@@ -500,19 +500,19 @@ def _fit_large_lists(args: argparse.Namespace, engine: Any, embedder: Any, finge
     lists = fit_nlt.large_list_examples(embedder, lambda _: progress.advance(), engine=engine,
                                         by_sentence=shipped.sentence_cosine, cache=cache)
     progress.close()
-    start = shipped.model_copy(update={"size_slope": 0.0, "margin": None})
-    fitted = fit_nlt.with_size_terms(start, [], lists)
+    fitted, accuracy = fit_nlt.for_large_lists(shipped, [], lists)
     note = {"command": "prefcall fit " + " ".join(sys.argv[2:]), "commit": git_commit(),
             "data": "the tune requests of tests/data/catalogue200 (prefcall/data/splits.json) against 10, 50 and 200 "
                     "tools, the model asked about the shortlist it gets",
-            "lists": len(lists), "exact_set_in_sample": fit_nlt.large_list_accuracy(fitted, lists),
-            "exact_set_without_the_terms": fit_nlt.large_list_accuracy(start, lists)}
+            "lists": len(lists), "exact_set_in_sample": accuracy}
     key = f"{fingerprint}|{embedder.name}"
     if args.nlt_out:
         base = json.loads((resources.files("prefcall") / "data" / "nlt_rules.json").read_text(encoding="utf-8"))
         entry = dict(base.get(key) or {"model": engine.info.model_name, **shipped.model_dump()})
+        what = "its own rule" if fitted.large is not None else "size terms"
         entry.update({"size_slope": fitted.size_slope, "margin": fitted.margin,
-                      "source": shipped.source.split("; large-list terms")[0] + "; large-list terms fitted on the "
+                      "large": fitted.large.model_dump() if fitted.large is not None else None,
+                      "source": shipped.source.split("; large lists:")[0] + f"; large lists: {what}, fitted on the "
                       f"model's answers for {len(lists)} lists of 10, 50 and 200 tools", "large_list_fit": note})
         Path(args.nlt_out).write_text(json.dumps({**base, key: entry}, indent=2, ensure_ascii=False) + "\n",
                                       encoding="utf-8")

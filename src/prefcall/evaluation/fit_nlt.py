@@ -26,8 +26,8 @@ from prefcall.evaluation import splits
 from prefcall.evaluation.data import checkout_file, read_resumable
 from prefcall.evaluation.task import EvalItem
 from prefcall.evaluation.tasks.tools import load_items, message_and_history
-from prefcall.strategies.nlt import Evidence, fit_rule, fit_size_terms, select_tools
-from prefcall.strategies.nlt_models import DecisionRule
+from prefcall.strategies.nlt import MODEL_WEIGHTS, Evidence, eligible, fit_rule, fit_size_terms, select_tools
+from prefcall.strategies.nlt_models import FITTED_LIST_SIZE, DecisionRule
 
 SETS = {"nlt": "tests/data/nlt/dev.jsonl", "nlt2": "tests/data/nlt2/items.jsonl",
         "select": "tests/data/select/items.jsonl"}
@@ -129,7 +129,8 @@ def large_list_examples(embedder: Any, progress: Callable[[str], None] | None = 
     """The evidence of the tune requests of tests/data/catalogue200 against 10, 50 and 200 of its tools
     (fit_shortlist.sized): BM25 and the cosine of every tool, or with `engine` the model's calibrated log-odds
     beside them for the tools its shortlist (the size fitted for the embedder) let it be asked about, as
-    select_tools asks it. `cache` (with `engine`): a JSON-lines file of the lists already asked (one row per
+    select_tools asks it; the tools the shortlist left out keep their BM25 and cosine, with no log-odds (None).
+    `cache` (with `engine`): a JSON-lines file of the model's answers for the lists already asked (one row per
     request and size), read first and appended to, so that an interrupted fit resumes."""
     from prefcall.evaluation import fit_shortlist
 
@@ -141,19 +142,23 @@ def large_list_examples(embedder: Any, progress: Callable[[str], None] | None = 
             continue
         message, history = message_and_history(request, request["id"])
         for n in LIST_SIZES:
-            evidence = done.get((request["id"], n))
-            if evidence is None:
-                result = select_tools(engine, message,  # type: ignore[arg-type]
-                                      fit_shortlist.sized(catalogue, blocks, request["block"], n),
-                                      context=request["context"], history=history, embedder=embedder,
-                                      all_evidence=engine is not None,
-                                      rule=NO_MODEL.model_copy(update={"sentence_cosine": by_sentence}))
-                evidence = {d.name: (d.model_logodds, float(d.lexical or 0.0), d.cosine)
-                            for d in result.decisions if d.shortlisted}
-                if cache is not None and engine is not None:
-                    with cache.open("a", encoding="utf-8") as handle:
-                        handle.write(json.dumps({"id": request["id"], "size": n,
-                                                 "evidence": {k: list(v) for k, v in evidence.items()}}) + "\n")
+            listed = fit_shortlist.sized(catalogue, blocks, request["block"], n)
+            rule = NO_MODEL.model_copy(update={"sentence_cosine": by_sentence})
+            plain = select_tools(None, message, listed, context=request["context"],  # type: ignore[arg-type]
+                                 history=history, embedder=embedder, rule=rule)
+            evidence = {d.name: (None, float(d.lexical or 0.0), d.cosine) for d in plain.decisions}
+            if engine is not None:
+                asked = done.get((request["id"], n))
+                if asked is None:
+                    result = select_tools(engine, message, listed, context=request["context"], history=history,
+                                          embedder=embedder, all_evidence=True, rule=rule)
+                    asked = {d.name: (d.model_logodds, float(d.lexical or 0.0), d.cosine)
+                             for d in result.decisions if d.shortlisted}
+                    if cache is not None:
+                        with cache.open("a", encoding="utf-8") as handle:
+                            handle.write(json.dumps({"id": request["id"], "size": n,
+                                                     "evidence": {k: list(v) for k, v in asked.items()}}) + "\n")
+                evidence.update(asked)
             examples.append((evidence, set(request["expected"]), n))
         if progress is not None:
             progress(request["id"])
@@ -187,14 +192,71 @@ def with_size_terms(rule: DecisionRule, examples: Examples, lists: Sequence[Size
     return fitted
 
 
+def decide(rule: DecisionRule, evidence: Evidence, size: int) -> set[str]:
+    """What `rule` selects from one list's evidence, as select_tools decides it: the rule for the list's size
+    (DecisionRule.large), and only among the tools it can select (a rule that weighs the model: those asked)."""
+    chosen = rule.for_size(size)
+    return chosen.selects({k: chosen.score(*v) for k, v in eligible(evidence, chosen).items()}, size)
+
+
 def large_list_accuracy(rule: DecisionRule, lists: Sequence[SizedList]) -> dict[int, float]:
     """The rule's exact-set accuracy on the lists of each size."""
     out: dict[int, float] = {}
     for n in sorted({size for _, _, size in lists}):
         chosen = [(e, g) for e, g, size in lists if size == n]
-        out[n] = round(sum(rule.selects({k: rule.score(*v) for k, v in e.items()}, n) == g
-                           for e, g in chosen) / len(chosen), 4)
+        out[n] = round(sum(decide(rule, e, n) == g for e, g in chosen) / len(chosen), 4)
     return out
+
+
+# A rule of its own for large lists has three more numbers than the size terms: it is kept only when it beats
+# the rule with size terms on the large tune lists by this much.
+LARGE_RULE_MARGIN = 0.02
+
+
+def for_large_lists(rule: DecisionRule, examples: Examples, lists: Sequence[SizedList]
+                    ) -> tuple[DecisionRule, dict[str, Any]]:
+    """A rule that weighs the model, made ready for large lists from the model's own answers on `lists`: its
+    size terms (with_size_terms) or, where it fits the large tune lists better by LARGE_RULE_MARGIN, a rule of its
+    own for them (fit_large_rule). Returns the rule and each candidate's in-sample exact set per list size."""
+    start = rule.model_copy(update={"size_slope": 0.0, "margin": None, "large": None})
+    terms = with_size_terms(start, examples, lists)
+    own, _ = fit_large_rule(terms, lists)
+    large = [(e, g, n) for e, g, n in lists if n > FITTED_LIST_SIZE]
+
+    def exact(candidate: DecisionRule) -> float:
+        return sum(decide(candidate, e, n) == g for e, g, n in large) / len(large) if large else 0.0
+
+    chosen = own if exact(own) >= exact(terms) + LARGE_RULE_MARGIN else terms
+    report = {"without_large_list_terms": large_list_accuracy(start, lists),
+              "size_terms": large_list_accuracy(terms, lists), "own_rule": large_list_accuracy(own, lists),
+              "kept": "own_rule" if chosen is own else "size_terms"}
+    return chosen, report
+
+
+def fit_large_rule(rule: DecisionRule, lists: Sequence[SizedList]) -> tuple[DecisionRule, float]:
+    """`rule` with a rule of its own for large lists (DecisionRule.large): the weights and threshold with the best
+    exact-set accuracy on the lists of more than FITTED_LIST_SIZE tools (strategies.nlt.fit_rule, each model
+    weight tried on the tools that weight lets it select: with the model, the shortlist it was asked about), then
+    its size terms. Ties go to the rule that does not ask the model. Returns the rule and that accuracy."""
+    large = [(e, g, n) for e, g, n in lists if n > FITTED_LIST_SIZE]
+    if not large:
+        raise ConfigError("no list of more than ten tools to fit a large-list rule on")
+    source = f"prefcall fit --nlt --large-lists: its own weights on {len(large)} lists of more than " \
+             f"{FITTED_LIST_SIZE} tools"
+    best: tuple[tuple[float, float], DecisionRule] | None = None
+    for weight in MODEL_WEIGHTS:
+        probe = DecisionRule(model_weight=weight, source=source)
+        if weight and any(all(v[0] is None for v in e.values()) for e, _, _ in large):
+            continue  # the model was not asked about these lists
+        found, _ = fit_rule([(eligible(e, probe), g) for e, g, _ in large], source=source, model_weights=(weight,))
+        found = found.model_copy(update={"sentence_cosine": rule.sentence_cosine})
+        found, _ = fit_size_terms([(e, g) for e, g, _ in large], found, sizes=[n for _, _, n in large])
+        exact = sum(decide(found, e, n) == g for e, g, n in large) / len(large)
+        key = (exact, -weight)
+        if best is None or key > best[0]:
+            best = (key, found)
+    assert best is not None
+    return rule.model_copy(update={"large": best[1]}), best[0][0]
 
 
 Examples = Sequence[tuple[Evidence, set[str]]]

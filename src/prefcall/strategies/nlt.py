@@ -447,7 +447,8 @@ def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: st
                 cache: ContentFreeCache | None, embedder: Embedder | None, all_evidence: bool,
                 shortlist_size: int | None = None) -> NltResult:
     usage = NltUsage()
-    chosen = (rule or rule_for(engine, calibrate, embedder)).model_copy()
+    # a rule may decide large lists by its own weights (DecisionRule.large)
+    chosen = (rule or rule_for(engine, calibrate, embedder)).for_size(len(specs)).model_copy()
     if chosen.embedding_weight and embedder is None:
         raise ValidationError("this NLT rule weighs the embedder's similarity, but no embedder was given: pass one or "
                               "a rule without embedding_weight")
@@ -674,6 +675,12 @@ def size_grid(rule: DecisionRule) -> tuple[list[float], list[float | None]]:
     return slopes, margins
 
 
+def eligible(evidence: Evidence, rule: DecisionRule) -> Evidence:
+    """The tools `rule` can select in a list: where it weighs the model, those the model was asked about (a
+    shortlist left the others out); otherwise every tool."""
+    return {n: v for n, v in evidence.items() if v[0] is not None} if rule.model_weight else dict(evidence)
+
+
 def fit_size_terms(examples: Sequence[tuple[Evidence, set[str]]], rule: DecisionRule,
                    sizes: Sequence[int | None] | None = None) -> tuple[DecisionRule, float]:
     """`rule` with the size slope and margin (DecisionRule) that give the best exact-set accuracy on `examples`
@@ -685,7 +692,7 @@ def fit_size_terms(examples: Sequence[tuple[Evidence, set[str]]], rule: Decision
         raise ValidationError("no examples to fit the size terms on")
     if sizes is not None and len(sizes) != len(examples):
         raise ValidationError(f"{len(sizes)} list sizes for {len(examples)} examples: give one per example")
-    scored = [({n: rule.score(m, lex, cos) for n, (m, lex, cos) in evidence.items()}, gold, size)
+    scored = [({n: rule.score(*parts) for n, parts in eligible(evidence, rule).items()}, gold, size)
               for (evidence, gold), size in zip(examples, sizes or [None] * len(examples))]
     best: tuple[tuple[float, ...], DecisionRule] | None = None
     slopes, margins = size_grid(rule)

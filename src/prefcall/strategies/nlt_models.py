@@ -65,6 +65,15 @@ class DecisionRule(BaseModel):
     # tools in one sentence; the whole request's vector matches neither well); False: the whole request's
     sentence_cosine: bool = False
     source: str = "default (no rule fitted for this model): calibrated P(YES) > 0.5"
+    # Lists of more than FITTED_LIST_SIZE tools: this rule's own weights, threshold and terms, fitted on the model's
+    # answers for large lists (`prefcall fit --nlt --large-lists`). Where its model weight is 0 the model is not
+    # asked about a large list (its answers about a shortlist that changes per request did not carry). None: this
+    # rule decides lists of every size.
+    large: DecisionRule | None = None
+
+    def for_size(self, tools: int) -> DecisionRule:
+        """The rule that decides a list of `tools` tools: `large` past FITTED_LIST_SIZE where there is one."""
+        return self.large if self.large is not None and tools > FITTED_LIST_SIZE else self
 
     def threshold_for(self, tools: int) -> float:
         """The threshold for a list of `tools` tools."""
@@ -161,3 +170,6 @@ def _as_spec(item: ToolSpec | Function | dict[str, Any]) -> ToolSpec:
             name=str(item["name"]), description=str(item.get("description") or ""), parameters=item.get("parameters")
         )
     raise ValidationError(f"not a tool: {str(item)[:80]!r}: give a dict with at least a 'name'")
+
+
+DecisionRule.model_rebuild()
