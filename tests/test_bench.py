@@ -368,10 +368,30 @@ def test_the_catalogue_section_decides_the_same_answers_without_the_large_list_t
     report = run_bench(fake_context(engine_factory=lambda s: FakeEngine()), ["catalogue"])
     figures = report["sections"]["catalogue"]["figures"]
     assert len(asked) == 12 * 3  # no model call of its own
-    bare, shipped = figures["sizes"][200]["nlt_without_size_terms"], figures["sizes"][200]["nlt"]
+    bare, shipped = figures["sizes"][200]["nlt_without_large_list_terms"], figures["sizes"][200]["nlt"]
     assert bare["n"] == shipped["n"] == 12 and bare["accuracy"] != shipped["accuracy"]
-    assert figures["sizes"][10]["nlt_without_size_terms"]["accuracy"] == figures["sizes"][10]["nlt"]["accuracy"]
-    assert "nlt_without_size_terms_accuracy_drop_10_to_200_report_part" in figures
+    assert figures["sizes"][10]["nlt_without_large_list_terms"]["accuracy"] == figures["sizes"][10]["nlt"]["accuracy"]
+    assert "nlt_without_large_list_terms_accuracy_drop_10_to_200_report_part" in figures
+
+
+def test_a_rule_of_its_own_for_large_lists_is_benched_beside_the_model_asked_at_every_size(monkeypatch) -> None:
+    from prefcall.strategies import nlt
+    from prefcall.strategies.nlt_models import DecisionRule
+
+    own = DecisionRule(model_weight=0.0, lexical_weight=0.25, embedding_weight=4.0, threshold=1.0, source="large")
+    shipped = DecisionRule(model_weight=1.0, threshold=0.0, large=own, source="t")
+    monkeypatch.setattr(nlt, "rule_for", lambda engine, calibrated=True, embedder=None: shipped)
+    rules = []
+    select = nlt.select_tools
+    monkeypatch.setattr(nlt, "select_tools", lambda *a, **k: rules.append(k["rule"]) or select(*a, **k))
+    report = run_bench(fake_context(engine_factory=lambda s: FakeEngine()), ["catalogue"])
+    sizes = report["sections"]["catalogue"]["figures"]["sizes"]
+    # ten tools: the shipped rule asks the model, and the forced rule is that run; past ten both run
+    assert len(rules) == 12 + 12 * 2 * 2 and all(r.large is None for r in rules if r is not shipped)
+    assert sizes[200]["nlt"]["evaluated"]["p50"] == 0 and sizes[200]["nlt_model_forced"]["evaluated"]["p50"] > 0
+    assert sizes[10]["nlt_model_forced"] == sizes[10]["nlt"]
+    # without the large-list rule: the forced run's answers decided by the ten-tool weights (the forced rule here)
+    assert sizes[200]["nlt_without_large_list_terms"]["accuracy"] == sizes[200]["nlt_model_forced"]["accuracy"]
 
 
 def test_the_catalogue_section_runs_one_part_of_the_split_when_asked() -> None:

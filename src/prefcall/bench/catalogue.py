@@ -44,30 +44,36 @@ def section_catalogue(ctx: BenchContext) -> dict[str, Any]:
         reported = [fit_shortlist.split_side(r["id"], "report") for r in requests]
     engine, embedder = ctx.engine(), ctx.embedder()
     shipped = rule_for(engine, True, embedder)
-    forced = shipped.model_copy(update={"model_weight": shipped.model_weight or 1.0,
-                                        "source": shipped.source + "; model weight 1 (forced)"})
+    # The model asked at every size: the shipped rule's own weights for ten tools (not its rule for large lists),
+    # with model weight 1 where it has none.
+    base = shipped.model_copy(update={"large": None})
+    forced = base.model_copy(update={"model_weight": base.model_weight or 1.0,
+                                     "source": base.source + ("; model weight 1 (forced)" if not base.model_weight
+                                                              else "; its ten-tool weights at every size")})
     listing = shortlist_rule(embedder, ctx.settings.shortlist_size)
     size = listing.size
     config = get_config("full").model_copy(update={"shortlist_size": size, "allow_refuse": False})
     pipeline = Pipeline(engine, embedder, data_dir=ctx.settings.data_dir)
-    # The shipped rule without its large-list terms, decided on the same answers (no model call of its own): what
-    # the terms changed, request by request.
-    bare = shipped.model_copy(update={"size_slope": 0.0, "margin": None}) \
-        if shipped.size_slope or shipped.margin is not None else None
+    # The shipped rule without its large-list terms or rule, decided on the answers of the run that has them (the
+    # forced rule's where it weighs the model; no model call of its own): what the large-list fit changed.
+    bare = base.model_copy(update={"size_slope": 0.0, "margin": None}) \
+        if shipped.size_slope or shipped.margin is not None or shipped.large is not None else None
     figures: dict[str, Any] = {"requests": len(requests), "split": ctx.split or "all",
                                "report_requests": sum(reported), "shortlist": listing.model_dump(),
                                "rule": shipped.model_dump(), "sizes": {}}
     for n in SIZES:
         runs: dict[str, list[dict[str, Any]]] = {"nlt": [], "nlt_model_forced": [], "stage1": [],
-                                                 **({"nlt_without_size_terms": []} if bare else {})}
+                                                 **({"nlt_without_large_list_terms": []} if bare else {})}
         for request, on_report in zip(requests, reported):
             listed = sized(catalogue, blocks, request["block"], n)
             message, history = message_and_history(request, request["id"])
             gold = sorted(request["expected"])
+            results = {}
             for name, rule in (("nlt", shipped), ("nlt_model_forced", forced)):
-                if name == "nlt_model_forced" and shipped.model_weight:
-                    # the shipped rule already asks the model: the forced rule is the same, and not run twice
+                if name == "nlt_model_forced" and shipped.model_weight and shipped.for_size(n) is shipped:
+                    # the shipped rule asks the model at this size: the forced rule is the same, and not run twice
                     runs[name].append(runs["nlt"][-1])
+                    results[name] = results["nlt"]
                     continue
                 started = time.perf_counter()
                 result = select_tools(engine, message, listed, context=request["context"], history=history,
@@ -76,10 +82,12 @@ def section_catalogue(ctx: BenchContext) -> dict[str, Any]:
                                    "report": on_report,
                                    "no_tool": not gold, "evaluated": result.usage.evaluated,
                                    "shortlisted": len(result.shortlist.kept) if result.shortlist else n})
-                if name == "nlt" and bare is not None:
-                    picked = bare.selects({d.name: bare.score(d.model_logodds, d.lexical or 0.0, d.cosine)
-                                           for d in result.decisions if d.shortlisted}, size=n)
-                    runs["nlt_without_size_terms"].append({**runs["nlt"][-1], "exact": sorted(picked) == gold})
+                results[name] = result
+            if bare is not None:
+                answered = "nlt_model_forced" if bare.model_weight else "nlt"
+                picked = bare.selects({d.name: bare.score(d.model_logodds, d.lexical or 0.0, d.cosine)
+                                       for d in results[answered].decisions if d.shortlisted}, size=n)
+                runs["nlt_without_large_list_terms"].append({**runs[answered][-1], "exact": sorted(picked) == gold})
             if len(gold) == 1:
                 dialogue = "\n".join(f"{'User' if r == 'user' else 'Assistant'}: {t}" for r, t in history)
                 dialogue = (dialogue + "\n" if dialogue else "") + f"User: {message}"
@@ -101,9 +109,9 @@ def section_catalogue(ctx: BenchContext) -> dict[str, Any]:
     targets = []
     if bare is not None:
         for suffix, pick in (("", lambda d: d), ("_report_part", lambda d: d.get("report_part") or {})):
-            low = pick(small["nlt_without_size_terms"]).get("accuracy")
-            high = pick(large["nlt_without_size_terms"]).get("accuracy")
-            figures[f"nlt_without_size_terms_accuracy_drop_10_to_200{suffix}"] = \
+            low = pick(small["nlt_without_large_list_terms"]).get("accuracy")
+            high = pick(large["nlt_without_large_list_terms"]).get("accuracy")
+            figures[f"nlt_without_large_list_terms_accuracy_drop_10_to_200{suffix}"] = \
                 None if low is None or high is None else round(low - high, 3)
     for name in ("nlt", "nlt_model_forced", "stage1"):
         slow = ratio(large[name]["seconds"].get("p50"), small[name]["seconds"].get("p50"))
@@ -119,7 +127,7 @@ def section_catalogue(ctx: BenchContext) -> dict[str, Any]:
     headline = [(f"{name} p50 s at {n}", figures["sizes"][n][name]["seconds"].get("p50"))
                 for name in ("nlt", "nlt_model_forced", "stage1") for n in SIZES]
     headline += [(f"{name} accuracy at {n}", figures["sizes"][n][name]["accuracy"])
-                 for name in ("nlt", "nlt_model_forced", "stage1") + (("nlt_without_size_terms",) if bare else ())
+                 for name in ("nlt", "nlt_model_forced", "stage1") + (("nlt_without_large_list_terms",) if bare else ())
                  for n in SIZES]
     headline += [(f"recall@{k} at 200", v) for k, v in figures["recall_at_k_200"].items()]
     return {"figures": figures, "targets": targets, "headline": headline}
