@@ -235,11 +235,31 @@ def test_the_model_rule_gets_large_list_terms_from_its_own_answers_and_the_fit_r
     assert json.loads(capsys.readouterr().out)["rule"] == printed["rule"]
 
 
-def test_large_lists_need_a_model_that_is_asked(capsys):
+def test_large_lists_without_the_model_refit_the_rule_every_model_without_its_own_decides_by(tmp_path, monkeypatch,
+                                                                                              capsys):
     from prefcall import cli
 
-    assert cli.main(["fit", "--nlt", "--large-lists", "--embedder-only"]) != 0
-    assert "drop --embedder-only" in capsys.readouterr().err
+    class MiniLM(FakeEmbedder):
+        @property
+        def name(self) -> str:
+            return "all-MiniLM-L6-v2"
+
+    monkeypatch.setattr("prefcall.engine.load_embedder", lambda settings: MiniLM())
+    monkeypatch.setenv("PREFCALL_DATA_DIR", str(tmp_path / "data"))
+    written = tmp_path / "nlt_rules.json"
+    assert cli.main(["fit", "--nlt", "--large-lists", "--embedder-only", "--nlt-out", str(written)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    shipped = json.loads((fit_nlt.checkout_file("src/prefcall/data/nlt_rules.json")).read_text(encoding="utf-8"))
+    rules = json.loads(written.read_text(encoding="utf-8"))
+    # the rule for any model, and the models' entries that decide by it; never a rule that weighs the model
+    assert "*|all-MiniLM-L6-v2" in printed["entries"] and all(not rules[k]["model_weight"] for k in printed["entries"])
+    weighing = [k for k, v in shipped.items() if isinstance(v, dict) and v.get("model_weight")]
+    assert weighing and all(rules[k] == shipped[k] for k in weighing) and "baseline|all-MiniLM-L6-v2" not in \
+        printed["entries"]
+    for key in printed["entries"]:  # the ten-tool weights stay; the large-list part is the fit's
+        kept = {f: rules[key][f] for f in ("model_weight", "lexical_weight", "embedding_weight", "threshold")}
+        assert kept == {f: shipped[key][f] for f in kept} and rules[key]["large"] == printed["rule"]["large"]
+        assert rules[key]["large_list_fit"]["lists"] == printed["lists"]
 
 
 def test_a_rule_of_its_own_decides_large_lists_and_does_not_ask_the_model_when_it_gives_it_no_weight(monkeypatch):

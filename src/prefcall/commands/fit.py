@@ -86,10 +86,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="with --nlt: also write the rules into this nlt_rules.json (maintainers: "
                         "src/prefcall/data/nlt_rules.json)")
     parser.add_argument("--large-lists", action="store_true",
-                        help="with --nlt and a model whose rule asks it: fit only that rule's large-list terms (size "
-                        "slope and margin; its weights and threshold kept) on the model's answers for the tune "
-                        "requests of tests/data/catalogue200 against 10, 50 and 200 tools (kept in --out, so an "
-                        "interrupted fit resumes); a full --nlt fit with a model fits them too")
+                        help="with --nlt: fit only how a shipped rule decides lists of more than ten tools (size "
+                        "terms, or a rule of its own for them where that fits better; its ten-tool weights kept) on "
+                        "the tune requests of tests/data/catalogue200 against 10, 50 and 200 tools: with a model whose "
+                        "rule asks it, that rule on the model's answers (kept in --out, so an interrupted fit "
+                        "resumes); with --embedder-only, the rule without the model. A full --nlt fit does this too")
     parser.add_argument("--flags", action="store_true",
                         help="fit whether the model reads a flag the text does not name (\"for both men and women\" "
                         "of is_unisex) instead: the tune items whose function has a boolean argument run with those "
@@ -430,9 +431,6 @@ def _fit_nlt(args: argparse.Namespace, settings: Settings) -> int:
 
     sets = tuple(x.strip() for x in (args.nlt_sets or ",".join(fit_nlt.DEFAULT_SETS)).split(",") if x.strip())
     items = fit_nlt.nlt_tune_items(sets)
-    if args.large_lists and args.embedder_only:
-        raise ConfigError("--large-lists fits the terms of a rule that asks the model: drop --embedder-only (the "
-                          "rules without the model get theirs from every --nlt fit)")
     engine, embedder = (None if args.embedder_only else load_engine(settings)), load_embedder(settings)
     fingerprint = fits.engine_fingerprint(engine, settings.data_dir) if engine is not None else None
     cache = large_cache = None
@@ -443,7 +441,6 @@ def _fit_nlt(args: argparse.Namespace, settings: Settings) -> int:
         cache = out / f"nlt-evidence-{SCORE_PROMPT_VERSION}-{embedder.name}.jsonl"  # a new prompt asks again
         large_cache = out / f"nlt-large-lists-{SCORE_PROMPT_VERSION}-{embedder.name}.jsonl"
     if args.large_lists:
-        assert engine is not None and large_cache is not None
         return _fit_large_lists(args, engine, embedder, fingerprint, large_cache)
     progress = Progress(len(items), sys.stderr, label="fit --nlt")
     examples = fit_nlt.collect(engine, embedder, items, lambda _: progress.advance(), cache=cache)
@@ -483,19 +480,36 @@ def _fit_nlt(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _fit_large_lists(args: argparse.Namespace, engine: Any, embedder: Any, fingerprint: str | None,
-                     cache: Path) -> int:
-    """`prefcall fit --nlt --large-lists`: the model's shipped rule with its large-list terms refitted on its own
-    answers; written into --nlt-out's entry for this model and embedder, its other fields kept."""
+                     cache: Path | None) -> int:
+    """`prefcall fit --nlt --large-lists`: a shipped rule's large-list part refitted (fit_nlt.for_large_lists: size
+    terms, or a rule of its own for large lists), its ten-tool weights kept. With a model whose rule asks it: that
+    rule, on the model's answers. With --embedder-only: the rule without the model (`*|<embedder>`) and every
+    model's entry that decides by it (model weight 0), on BM25 and the cosine. Written into --nlt-out."""
     from importlib import resources
 
     from prefcall.evaluation import fit_nlt
     from prefcall.evaluation.runner import Progress, git_commit
     from prefcall.strategies.nlt import rule_for
+    from prefcall.strategies.nlt_models import DecisionRule
 
-    shipped = rule_for(engine, True, embedder)
-    if not shipped.model_weight:
-        raise ConfigError(f"{engine.info.model_name}'s rule does not ask the model (model weight 0): its large-list "
-                          "terms are the rule without the model's, fitted by `prefcall fit --nlt --embedder-only`")
+    base = json.loads((resources.files("prefcall") / "data" / "nlt_rules.json").read_text(encoding="utf-8"))
+    if engine is None:
+        key = f"*|{embedder.name}"
+        if key not in base:
+            raise ConfigError(f"no rule without the model for the embedder {embedder.name}: run `prefcall fit --nlt "
+                              "--embedder-only` first")
+        shipped = DecisionRule(**{k: v for k, v in base[key].items() if k in DecisionRule.model_fields})
+        keys = [key] + [k for k, entry in base.items() if k.endswith(f"|{embedder.name}") and k != key
+                        and not k.startswith("baseline|") and isinstance(entry, dict) and not entry.get("model_weight")]
+        model, asked = "none (--embedder-only)", "BM25 and the cosine of every tool"
+    else:
+        shipped = rule_for(engine, True, embedder)
+        if not shipped.model_weight:
+            raise ConfigError(f"{engine.info.model_name}'s rule does not ask the model (model weight 0): it decides "
+                              "by the rule without the model, fitted by `prefcall fit --nlt --large-lists "
+                              "--embedder-only`")
+        keys = [f"{fingerprint}|{embedder.name}"]
+        model, asked = engine.info.model_name, "the model asked about the shortlist it gets"
     progress = Progress(len(fit_nlt.tune_large_requests()), sys.stderr, label="fit --nlt --large-lists")
     lists = fit_nlt.large_list_examples(embedder, lambda _: progress.advance(), engine=engine,
                                         by_sentence=shipped.sentence_cosine, cache=cache)
@@ -503,20 +517,19 @@ def _fit_large_lists(args: argparse.Namespace, engine: Any, embedder: Any, finge
     fitted, accuracy = fit_nlt.for_large_lists(shipped, [], lists)
     note = {"command": "prefcall fit " + " ".join(sys.argv[2:]), "commit": git_commit(),
             "data": "the tune requests of tests/data/catalogue200 (prefcall/data/splits.json) against 10, 50 and 200 "
-                    "tools, the model asked about the shortlist it gets",
-            "lists": len(lists), "exact_set_in_sample": accuracy}
-    key = f"{fingerprint}|{embedder.name}"
+                    f"tools: {asked}", "lists": len(lists), "exact_set_in_sample": accuracy}
     if args.nlt_out:
-        base = json.loads((resources.files("prefcall") / "data" / "nlt_rules.json").read_text(encoding="utf-8"))
-        entry = dict(base.get(key) or {"model": engine.info.model_name, **shipped.model_dump()})
         what = "its own rule" if fitted.large is not None else "size terms"
-        entry.update({"size_slope": fitted.size_slope, "margin": fitted.margin,
-                      "large": fitted.large.model_dump() if fitted.large is not None else None,
-                      "source": shipped.source.split("; large lists:")[0] + f"; large lists: {what}, fitted on the "
-                      f"model's answers for {len(lists)} lists of 10, 50 and 200 tools", "large_list_fit": note})
-        Path(args.nlt_out).write_text(json.dumps({**base, key: entry}, indent=2, ensure_ascii=False) + "\n",
-                                      encoding="utf-8")
-    print(json.dumps({"model": engine.info.model_name, "fingerprint": fingerprint, "embedder": embedder.name,
+        out = dict(base)
+        for key in keys:
+            entry = dict(base.get(key) or {"model": model, **shipped.model_dump()})
+            entry.update({"size_slope": fitted.size_slope, "margin": fitted.margin,
+                          "large": fitted.large.model_dump() if fitted.large is not None else None,
+                          "source": str(entry.get("source", "")).split("; large lists:")[0] + f"; large lists: {what}, "
+                          f"fitted on {len(lists)} lists of 10, 50 and 200 tools", "large_list_fit": note})
+            out[key] = entry
+        Path(args.nlt_out).write_text(json.dumps(out, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(json.dumps({"model": model, "fingerprint": fingerprint, "embedder": embedder.name, "entries": keys,
                       "rule": fitted.model_dump(), **note, "written": args.nlt_out}, indent=1))
     return 0
 

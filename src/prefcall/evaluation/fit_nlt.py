@@ -293,8 +293,9 @@ def fit(examples: Examples, large: Sequence[SizedList] = (), *,
             rule, _ = fit_rule(items, source=source + label + ("; the cosine of the request's best sentence"
                                                                if sentence else ""), **grid)
             rule = rule.model_copy(update={"sentence_cosine": sentence})
-            if lists:
-                rule = with_size_terms(rule, items, lists)
+            if lists:  # the rule without the model may get a rule of its own for large lists; the baseline not
+                rule = for_large_lists(rule, items, lists)[0] if key == "without_model" else \
+                    with_size_terms(rule, items, lists)
             accuracy = exact_set(rule, items)
             if best is None or accuracy > best[1]:
                 best = (rule, accuracy)
