@@ -238,6 +238,7 @@ def test_the_model_rule_gets_large_list_terms_from_its_own_answers_and_the_fit_r
 def test_large_lists_without_the_model_refit_the_rule_every_model_without_its_own_decides_by(tmp_path, monkeypatch,
                                                                                               capsys):
     from prefcall import cli
+    from prefcall.retrieval.vectors import TOOL_VECTORS
 
     class MiniLM(FakeEmbedder):
         @property
@@ -247,7 +248,11 @@ def test_large_lists_without_the_model_refit_the_rule_every_model_without_its_ow
     monkeypatch.setattr("prefcall.engine.load_embedder", lambda settings: MiniLM())
     monkeypatch.setenv("PREFCALL_DATA_DIR", str(tmp_path / "data"))
     written = tmp_path / "nlt_rules.json"
-    assert cli.main(["fit", "--nlt", "--large-lists", "--embedder-only", "--nlt-out", str(written)]) == 0
+    TOOL_VECTORS.clear()  # tool vectors are cached by the embedder's name, which this fake borrows
+    try:
+        assert cli.main(["fit", "--nlt", "--large-lists", "--embedder-only", "--nlt-out", str(written)]) == 0
+    finally:
+        TOOL_VECTORS.clear()
     printed = json.loads(capsys.readouterr().out)
     shipped = json.loads((fit_nlt.checkout_file("src/prefcall/data/nlt_rules.json")).read_text(encoding="utf-8"))
     rules = json.loads(written.read_text(encoding="utf-8"))

@@ -185,8 +185,8 @@ def read_sized(path: Path) -> dict[tuple[str, int], Evidence]:
 def with_size_terms(rule: DecisionRule, examples: Examples, lists: Sequence[SizedList]) -> DecisionRule:
     """`rule` with its large-list terms fitted (strategies.nlt.fit_size_terms) on `examples` and `lists`, its
     weights and threshold kept."""
-    rule = rule.model_copy(update={"source": rule.source + f"; size slope and margin on these and {len(lists)} "
-                                                           "lists of 10, 50 and 200 tools"})
+    said = f"; size slope and margin on these and {len(lists)} lists of 10, 50 and 200 tools"
+    rule = rule.model_copy(update={"source": rule.source.replace(said, "") + said})
     fitted, _ = fit_size_terms([*examples, *((e, g) for e, g, _ in lists)], rule,
                                sizes=[None] * len(examples) + [n for _, _, n in lists])
     return fitted
