@@ -293,12 +293,30 @@ def test_the_large_list_rule_drops_the_model_where_its_answers_on_large_lists_do
         right, wrong = f"r{i}", f"w{i}"
         evidence = {right: (-1.0, 0.0, 0.9), wrong: (3.0, 0.0, 0.2),
                     **{f"x{j}": (None, 0.0, 0.1) for j in range(48)}}
-        lists.append((evidence, {right}, 50))
         lists.append(({right: (2.0, 0.0, 0.9), wrong: (-2.0, 0.0, 0.2)}, {right}, 10))
+        lists.append((evidence, {right}, 50))
     fitted, accuracy = fit_nlt.fit_large_rule(rule, lists)
     assert accuracy == 1.0 and fitted.large is not None and fitted.large.model_weight == 0.0
     assert fitted.model_weight == 1.0 and fitted.threshold == 0.0  # ten tools: decided as before
+    assert fit_nlt.request_groups(lists) == [i // 2 for i in range(24)]
     chosen, report = fit_nlt.for_large_lists(rule, [], lists)
     assert report["kept"] == "own_rule" and chosen.large == fitted.large
+    held = report["held_out_large_lists"]  # chosen on requests each fold's fit did not read
+    assert held["own_rule"] == 1.0 and held["size_terms"] < 1.0
     assert report["own_rule"][50] == 1.0 and report["without_large_list_terms"][50] == 0.0
     assert report["own_rule"][10] == report["without_large_list_terms"][10] == 1.0
+
+
+def test_a_rule_of_its_own_that_wins_only_in_sample_is_not_kept(monkeypatch):
+    rule = DecisionRule(model_weight=1.0, lexical_weight=0.0, embedding_weight=0.0, threshold=0.0, source="t")
+    lists = []
+    for i in range(12):  # the model says yes to a wrong tool of the shortlist; the cosine ranks the right one first
+        lists.append(({"r": (2.0, 0.0, 0.9), "w": (-2.0, 0.0, 0.2)}, {"r"}, 10))
+        lists.append(({"r": (-1.0, 0.0, 0.9), "w": (3.0, 0.0, 0.2), **{f"x{j}": (None, 0.0, 0.1) for j in range(48)}},
+                      {"r"}, 50))
+    chosen, report = fit_nlt.for_large_lists(rule, [], lists)
+    assert report["own_rule"][50] == 1.0 and report["kept"] == "own_rule"
+    # the same in-sample win, but held out the rule of its own does no better than the size terms: not kept
+    monkeypatch.setattr(fit_nlt, "held_out_large", lambda rule, lists, own: 0.5)
+    chosen, report = fit_nlt.for_large_lists(rule, [], lists)
+    assert report["own_rule"][50] == 1.0 and report["kept"] == "size_terms" and chosen.large is None
