@@ -273,7 +273,7 @@ def test_a_rule_of_its_own_decides_large_lists_and_does_not_ask_the_model_when_i
 
     own = DecisionRule(model_weight=0.0, lexical_weight=1.0, threshold=0.5, source="large")
     rule = DecisionRule(model_weight=1.0, threshold=0.0, large=own, source="t")
-    assert rule.for_size(10) is rule and rule.for_size(11) is own and own.for_size(200) is own
+    assert rule.for_size(10) is rule and rule.for_size(33) is own and own.for_size(200) is own
     asked: list[int] = []
     ask = nlt.tool_yes_logodds
     monkeypatch.setattr(nlt, "tool_yes_logodds", lambda engine, specs, *a, **k: asked.append(len(specs))
@@ -302,7 +302,8 @@ def test_the_large_list_rule_drops_the_model_where_its_answers_on_large_lists_do
     chosen, report = fit_nlt.for_large_lists(rule, [], lists)
     assert report["kept"] == "own_rule" and chosen.large == fitted.large
     held = report["held_out_large_lists"]  # chosen on requests each fold's fit did not read
-    assert held["own_rule"] == 1.0 and held["size_terms"] < 1.0
+    assert held["own_rule"] == 1.0 and held["size_terms"] < 1.0 and held["lists"] == 12
+    assert held["own_rule_wins"] - held["own_rule_losses"] >= 2 * math.sqrt(held["own_rule_wins"])
     assert report["own_rule"][50] == 1.0 and report["without_large_list_terms"][50] == 0.0
     assert report["own_rule"][10] == report["without_large_list_terms"][10] == 1.0
 
@@ -316,7 +317,26 @@ def test_a_rule_of_its_own_that_wins_only_in_sample_is_not_kept(monkeypatch):
                       {"r"}, 50))
     chosen, report = fit_nlt.for_large_lists(rule, [], lists)
     assert report["own_rule"][50] == 1.0 and report["kept"] == "own_rule"
-    # the same in-sample win, but held out the rule of its own does no better than the size terms: not kept
-    monkeypatch.setattr(fit_nlt, "held_out_large", lambda rule, lists, own: 0.5)
+    # the same in-sample win, but held out the rule of its own wins no more often than chance: not kept
+    held = {False: [True, False] * 6, True: [False, True] * 6}  # 6 wins, 6 losses
+    monkeypatch.setattr(fit_nlt, "held_out_large", lambda rule, lists, own: held[own])
     chosen, report = fit_nlt.for_large_lists(rule, [], lists)
     assert report["own_rule"][50] == 1.0 and report["kept"] == "size_terms" and chosen.large is None
+    held = {False: [True] * 4 + [False] * 8, True: [True] * 4 + [True] * 3 + [False] * 5}  # 3 wins, none lost
+    chosen, report = fit_nlt.for_large_lists(rule, [], lists)
+    assert report["held_out_large_lists"]["own_rule_wins"] == 3 and report["kept"] == "size_terms"  # 3 < 2 * 1.73
+    held = {False: [False] * 12, True: [True] * 12}
+    assert fit_nlt.for_large_lists(rule, [], lists)[1]["kept"] == "own_rule"
+
+
+def test_a_rule_of_its_own_decides_only_lists_a_shortlist_would_cut():
+    from prefcall.strategies.nlt_models import OWN_RULE_FROM
+    from prefcall.strategies.shortlist import WHOLE_UP_TO
+
+    own = DecisionRule(model_weight=0.0, embedding_weight=1.0, threshold=0.9, source="large")
+    rule = DecisionRule(model_weight=0.0, embedding_weight=1.0, threshold=0.5, size_slope=0.1, large=own, source="t")
+    assert OWN_RULE_FROM == WHOLE_UP_TO + 1
+    assert rule.for_size(11) is rule and rule.for_size(WHOLE_UP_TO) is rule and rule.for_size(OWN_RULE_FROM) is own
+    eleven = {"a": (None, 0.0, 0.7), **{f"x{i}": (None, 0.0, 0.0) for i in range(10)}}
+    assert fit_nlt.decide(rule, eleven, 11) == {"a"}  # the size terms: 0.5 + 0.1 ln 1.1 < 0.7
+    assert fit_nlt.decide(rule, {**eleven, **{f"y{i}": (None, 0.0, 0.0) for i in range(40)}}, 51) == set()

@@ -17,6 +17,7 @@ fitted on the same items plus the tune requests of tests/data/catalogue200 again
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from prefcall.evaluation.data import checkout_file, read_resumable
 from prefcall.evaluation.task import EvalItem
 from prefcall.evaluation.tasks.tools import load_items, message_and_history
 from prefcall.strategies.nlt import MODEL_WEIGHTS, Evidence, eligible, fit_rule, fit_size_terms, select_tools
-from prefcall.strategies.nlt_models import FITTED_LIST_SIZE, DecisionRule
+from prefcall.strategies.nlt_models import OWN_RULE_FROM, DecisionRule
 
 SETS = {"nlt": "tests/data/nlt/dev.jsonl", "nlt2": "tests/data/nlt2/items.jsonl",
         "select": "tests/data/select/items.jsonl"}
@@ -208,9 +209,11 @@ def large_list_accuracy(rule: DecisionRule, lists: Sequence[SizedList]) -> dict[
     return out
 
 
-# A rule of its own for large lists has three more numbers than the size terms: it is kept only when it beats
-# them on held-out requests (FOLDS folds by request, each fitted on the others) by this much. In-sample gains of
-# a few requests did not carry to the report requests (RESULTS.md, thirty-first session).
+# A rule of its own for large lists has three more numbers than the size terms: it is kept only where it beats
+# them on held-out requests (FOLDS folds by request, each fitted on the others) by LARGE_RULE_MARGIN in exact set,
+# and by more than chance: on the held-out lists one of the two gets right and the other wrong, the rule of its
+# own must win at least twice the square root of their number more often than it loses (a sign test at about 5%).
+# In-sample gains of a few requests did not carry to the report requests (RESULTS.md, thirty-first session).
 LARGE_RULE_MARGIN = 0.02
 FOLDS = 5
 
@@ -225,34 +228,39 @@ def request_groups(lists: Sequence[SizedList]) -> list[int]:
     return groups
 
 
-def held_out_large(rule: DecisionRule, lists: Sequence[SizedList], own: bool) -> float:
-    """Exact set on the large lists (more than FITTED_LIST_SIZE tools) of each fold's requests, with `rule`'s size
-    terms (own False) or its rule of its own (True) fitted on the other folds' lists."""
+def held_out_large(rule: DecisionRule, lists: Sequence[SizedList], own: bool) -> list[bool]:
+    """Right or not, for each list of OWN_RULE_FROM tools or more (in the order of `lists`), decided by `rule`'s
+    size terms (own False) or its rule of its own (True) fitted on the other folds' requests."""
     groups = request_groups(lists)
-    hits = total = 0
+    right: dict[int, bool] = {}
     for fold in range(FOLDS):
         train = [x for x, g in zip(lists, groups) if g % FOLDS != fold]
-        test = [x for x, g in zip(lists, groups) if g % FOLDS == fold and x[2] > FITTED_LIST_SIZE]
-        if not test or not any(n > FITTED_LIST_SIZE for _, _, n in train):
+        test = [i for i, g in enumerate(groups) if g % FOLDS == fold and lists[i][2] >= OWN_RULE_FROM]
+        if not test or not any(n >= OWN_RULE_FROM for _, _, n in train):
             continue
         fitted = fit_large_rule(rule, train)[0] if own else with_size_terms(rule, [], train)
-        hits += sum(decide(fitted, e, n) == g for e, g, n in test)
-        total += len(test)
-    return hits / total if total else 0.0
+        right.update({i: decide(fitted, lists[i][0], lists[i][2]) == lists[i][1] for i in test})
+    return [right[i] for i in sorted(right)]
 
 
 def for_large_lists(rule: DecisionRule, examples: Examples, lists: Sequence[SizedList]
                     ) -> tuple[DecisionRule, dict[str, Any]]:
     """A rule made ready for large lists from its evidence on `lists` (the model's answers, where it weighs the
-    model): its size terms (with_size_terms) or, where that beats them on held-out requests by LARGE_RULE_MARGIN,
-    a rule of its own for them (fit_large_rule). Returns the rule and each candidate's exact set per list size, in
-    sample, and both candidates' held out on the large lists."""
+    model): its size terms (with_size_terms) or, where that beats them on held-out requests (LARGE_RULE_MARGIN
+    and the sign test above), a rule of its own for them (fit_large_rule). Returns the rule and each candidate's
+    exact set per list size in sample, and both held out on the large lists."""
     start = rule.model_copy(update={"size_slope": 0.0, "margin": None, "large": None})
     terms = with_size_terms(start, examples, lists)
     own, _ = fit_large_rule(terms, lists)
-    held = {"size_terms": round(held_out_large(start, lists, own=False), 4),
-            "own_rule": round(held_out_large(terms, lists, own=True), 4)}
-    chosen = own if held["own_rule"] >= held["size_terms"] + LARGE_RULE_MARGIN else terms
+    by_terms, by_own = held_out_large(start, lists, own=False), held_out_large(terms, lists, own=True)
+    wins = sum(o and not t for o, t in zip(by_own, by_terms))
+    losses = sum(t and not o for o, t in zip(by_own, by_terms))
+    held = {"lists": len(by_own), "size_terms": round(sum(by_terms) / len(by_terms), 4) if by_terms else None,
+            "own_rule": round(sum(by_own) / len(by_own), 4) if by_own else None,
+            "own_rule_wins": wins, "own_rule_losses": losses}
+    better = bool(by_own) and (wins - losses) / len(by_own) >= LARGE_RULE_MARGIN and \
+        wins - losses >= 2 * math.sqrt(wins + losses)
+    chosen = own if better else terms
     report = {"without_large_list_terms": large_list_accuracy(start, lists),
               "size_terms": large_list_accuracy(terms, lists), "own_rule": large_list_accuracy(own, lists),
               "held_out_large_lists": held, "kept": "own_rule" if chosen is own else "size_terms"}
@@ -261,14 +269,13 @@ def for_large_lists(rule: DecisionRule, examples: Examples, lists: Sequence[Size
 
 def fit_large_rule(rule: DecisionRule, lists: Sequence[SizedList]) -> tuple[DecisionRule, float]:
     """`rule` with a rule of its own for large lists (DecisionRule.large): the weights and threshold with the best
-    exact-set accuracy on the lists of more than FITTED_LIST_SIZE tools (strategies.nlt.fit_rule, each model
+    exact-set accuracy on the lists of OWN_RULE_FROM tools or more (strategies.nlt.fit_rule, each model
     weight tried on the tools that weight lets it select: with the model, the shortlist it was asked about), then
     its size terms. Ties go to the rule that does not ask the model. Returns the rule and that accuracy."""
-    large = [(e, g, n) for e, g, n in lists if n > FITTED_LIST_SIZE]
+    large = [(e, g, n) for e, g, n in lists if n >= OWN_RULE_FROM]
     if not large:
-        raise ConfigError("no list of more than ten tools to fit a large-list rule on")
-    source = f"prefcall fit --nlt --large-lists: its own weights on {len(large)} lists of more than " \
-             f"{FITTED_LIST_SIZE} tools"
+        raise ConfigError(f"no list of {OWN_RULE_FROM} tools or more to fit a large-list rule on")
+    source = f"prefcall fit --nlt --large-lists: its own weights on {len(large)} lists of {OWN_RULE_FROM} tools or more"
     best: tuple[tuple[float, float], DecisionRule] | None = None
     for weight in MODEL_WEIGHTS:
         probe = DecisionRule(model_weight=weight, source=source)

@@ -42,6 +42,11 @@ class ToolDecision(BaseModel):
 
 # Tool lists up to this size are what the rules were fitted on; past it, `DecisionRule.size_slope` applies.
 FITTED_LIST_SIZE = 10
+# A rule of its own for large lists (DecisionRule.large) decides lists from this size: it is fitted on lists of 50
+# and 200 tools, where a shortlist reaches the model (strategies.shortlist lists up to 32 tools whole). Lists of 11
+# to 32 tools are decided by the size terms: decided by a rule fitted on 50 and 200 tools, the selection sets'
+# lists of 11 tools lost a tenth of their exact set (RESULTS.md, thirty-first session).
+OWN_RULE_FROM = 33
 
 
 class DecisionRule(BaseModel):
@@ -65,15 +70,14 @@ class DecisionRule(BaseModel):
     # tools in one sentence; the whole request's vector matches neither well); False: the whole request's
     sentence_cosine: bool = False
     source: str = "default (no rule fitted for this model): calibrated P(YES) > 0.5"
-    # Lists of more than FITTED_LIST_SIZE tools: this rule's own weights, threshold and terms, fitted on the model's
-    # answers for large lists (`prefcall fit --nlt --large-lists`). Where its model weight is 0 the model is not
-    # asked about a large list (its answers about a shortlist that changes per request did not carry). None: this
-    # rule decides lists of every size.
+    # Lists of OWN_RULE_FROM tools or more: this rule's own weights, threshold and terms, fitted on large lists
+    # (`prefcall fit --nlt --large-lists`). Where its model weight is 0 the model is not asked about a large list.
+    # None: this rule (with its size terms) decides lists of every size.
     large: DecisionRule | None = None
 
     def for_size(self, tools: int) -> DecisionRule:
-        """The rule that decides a list of `tools` tools: `large` past FITTED_LIST_SIZE where there is one."""
-        return self.large if self.large is not None and tools > FITTED_LIST_SIZE else self
+        """The rule that decides a list of `tools` tools: `large` from OWN_RULE_FROM tools where there is one."""
+        return self.large if self.large is not None and tools >= OWN_RULE_FROM else self
 
     def threshold_for(self, tools: int) -> float:
         """The threshold for a list of `tools` tools."""
