@@ -203,13 +203,11 @@ def test_the_model_rule_gets_large_list_terms_from_its_own_answers_and_the_fit_r
     tune = fit_nlt.tune_large_requests()
     assert printed["lists"] == len(tune) * len(fit_nlt.LIST_SIZES)
     accuracy = printed["exact_set_in_sample"]
-    assert all(set(accuracy[k]) == {str(n) for n in fit_nlt.LIST_SIZES}
-               for k in ("without_large_list_terms", "size_terms", "own_rule"))
-    # ten tools are decided as before; on the large lists a fit can only gain over the rule without its terms
-    assert accuracy["size_terms"]["10"] == accuracy["own_rule"]["10"] == accuracy["without_large_list_terms"]["10"]
+    assert all(set(accuracy[k]) == {str(n) for n in fit_nlt.LIST_SIZES} for k in fit_nlt.WAYS)
+    # ten tools are decided as before; on the large lists the way kept can only gain over the rule without terms
+    assert accuracy["size_terms"]["10"] == accuracy["own_rule"]["10"] == accuracy["none"]["10"]
     kept = accuracy[accuracy["kept"]]
-    assert kept["50"] + kept["200"] >= accuracy["without_large_list_terms"]["50"] + \
-        accuracy["without_large_list_terms"]["200"]
+    assert kept["50"] + kept["200"] >= accuracy["none"]["50"] + accuracy["none"]["200"]
     assert (printed["rule"]["large"] is not None) == (accuracy["kept"] == "own_rule")
     # the model was asked as select_tools asks it: of a large list only the shortlist, each tool with its log-odds
     cache = next(run.glob("nlt-large-lists-*.jsonl"))
@@ -303,9 +301,10 @@ def test_the_large_list_rule_drops_the_model_where_its_answers_on_large_lists_do
     assert report["kept"] == "own_rule" and chosen.large == fitted.large
     held = report["held_out_large_lists"]  # chosen on requests each fold's fit did not read
     assert held["own_rule"] == 1.0 and held["size_terms"] < 1.0 and held["lists"] == 12
-    assert held["own_rule_wins"] - held["own_rule_losses"] >= 2 * math.sqrt(held["own_rule_wins"])
-    assert report["own_rule"][50] == 1.0 and report["without_large_list_terms"][50] == 0.0
-    assert report["own_rule"][10] == report["without_large_list_terms"][10] == 1.0
+    test = next(v for k, v in held.items() if k.startswith("own_rule_against"))
+    assert test["kept"] and test["wins"] - test["losses"] >= 2 * math.sqrt(test["wins"] + test["losses"])
+    assert report["own_rule"][50] == 1.0 and report["none"][50] == 0.0
+    assert report["own_rule"][10] == report["none"][10] == 1.0
 
 
 def test_a_rule_of_its_own_that_wins_only_in_sample_is_not_kept(monkeypatch):
@@ -318,14 +317,18 @@ def test_a_rule_of_its_own_that_wins_only_in_sample_is_not_kept(monkeypatch):
     chosen, report = fit_nlt.for_large_lists(rule, [], lists)
     assert report["own_rule"][50] == 1.0 and report["kept"] == "own_rule"
     # the same in-sample win, but held out the rule of its own wins no more often than chance: not kept
-    held = {False: [True, False] * 6, True: [False, True] * 6}  # 6 wins, 6 losses
-    monkeypatch.setattr(fit_nlt, "held_out_large", lambda rule, lists, own: held[own])
+    held = {"none": [True, False] * 6, "size_terms": [True, False] * 6, "own_rule": [False, True] * 6}
+    monkeypatch.setattr(fit_nlt, "held_out_large", lambda rule, lists, way: held[way])
     chosen, report = fit_nlt.for_large_lists(rule, [], lists)
-    assert report["own_rule"][50] == 1.0 and report["kept"] == "size_terms" and chosen.large is None
-    held = {False: [True] * 4 + [False] * 8, True: [True] * 4 + [True] * 3 + [False] * 5}  # 3 wins, none lost
+    assert report["own_rule"][50] == 1.0 and report["kept"] == "none" and chosen.large is None
+    assert (chosen.size_slope, chosen.margin) == (0.0, None)  # nor did the size terms: the rule as it was
+    held = {"none": [True] * 4 + [False] * 8, "size_terms": [True] * 4 + [False] * 8,
+            "own_rule": [True] * 7 + [False] * 5}  # 3 wins, none lost: 3 < 2 * sqrt(3)
     chosen, report = fit_nlt.for_large_lists(rule, [], lists)
-    assert report["held_out_large_lists"]["own_rule_wins"] == 3 and report["kept"] == "size_terms"  # 3 < 2 * 1.73
-    held = {False: [False] * 12, True: [True] * 12}
+    assert report["held_out_large_lists"]["own_rule_against_none"]["wins"] == 3 and report["kept"] == "none"
+    held = {"none": [False] * 12, "size_terms": [True] * 12, "own_rule": [True] * 12}  # the terms are enough
+    assert fit_nlt.for_large_lists(rule, [], lists)[1]["kept"] == "size_terms"
+    held = {"none": [False] * 12, "size_terms": [False] * 12, "own_rule": [True] * 12}
     assert fit_nlt.for_large_lists(rule, [], lists)[1]["kept"] == "own_rule"
 
 

@@ -209,13 +209,15 @@ def large_list_accuracy(rule: DecisionRule, lists: Sequence[SizedList]) -> dict[
     return out
 
 
-# A rule of its own for large lists has three more numbers than the size terms: it is kept only where it beats
-# them on held-out requests (FOLDS folds by request, each fitted on the others) by LARGE_RULE_MARGIN in exact set,
-# and by more than chance: on the held-out lists one of the two gets right and the other wrong, the rule of its
-# own must win at least twice the square root of their number more often than it loses (a sign test at about 5%).
-# In-sample gains of a few requests did not carry to the report requests (RESULTS.md, thirty-first session).
+# Each way of deciding large lists is kept only where it beats the simpler one on held-out requests (FOLDS folds
+# by request, each fitted on the others): size terms against none, then a rule of its own against what was kept.
+# It must win by LARGE_RULE_MARGIN in exact set, and by more than chance: of the held-out lists one of the two
+# gets right and the other wrong, it must win at least twice the square root of their number more often than it
+# loses (a sign test at about 5%). In-sample gains of a few requests did not carry to the report requests, either
+# way (RESULTS.md, thirty-first session).
 LARGE_RULE_MARGIN = 0.02
 FOLDS = 5
+WAYS = ("none", "size_terms", "own_rule")
 
 
 def request_groups(lists: Sequence[SizedList]) -> list[int]:
@@ -228,9 +230,10 @@ def request_groups(lists: Sequence[SizedList]) -> list[int]:
     return groups
 
 
-def held_out_large(rule: DecisionRule, lists: Sequence[SizedList], own: bool) -> list[bool]:
-    """Right or not, for each list of OWN_RULE_FROM tools or more (in the order of `lists`), decided by `rule`'s
-    size terms (own False) or its rule of its own (True) fitted on the other folds' requests."""
+def held_out_large(rule: DecisionRule, lists: Sequence[SizedList], way: str) -> list[bool]:
+    """Right or not, for each list of more than ten tools (of OWN_RULE_FROM or more for a rule of its own), in the
+    order of `lists`, decided by `rule` (without large-list terms) as it is (way "none"), with its size terms
+    ("size_terms") or with its size terms and a rule of its own ("own_rule") fitted on the other folds' requests."""
     groups = request_groups(lists)
     right: dict[int, bool] = {}
     for fold in range(FOLDS):
@@ -238,32 +241,43 @@ def held_out_large(rule: DecisionRule, lists: Sequence[SizedList], own: bool) ->
         test = [i for i, g in enumerate(groups) if g % FOLDS == fold and lists[i][2] >= OWN_RULE_FROM]
         if not test or not any(n >= OWN_RULE_FROM for _, _, n in train):
             continue
-        fitted = fit_large_rule(rule, train)[0] if own else with_size_terms(rule, [], train)
+        fitted = rule if way == "none" else with_size_terms(rule, [], train)
+        if way == "own_rule":
+            fitted = fit_large_rule(fitted, train)[0]
         right.update({i: decide(fitted, lists[i][0], lists[i][2]) == lists[i][1] for i in test})
     return [right[i] for i in sorted(right)]
+
+
+def _beats(better: Sequence[bool], simpler: Sequence[bool]) -> tuple[bool, int, int]:
+    """Whether `better` beats `simpler` on the same held-out lists (margin and sign test), with its wins and losses."""
+    wins = sum(b and not s for b, s in zip(better, simpler))
+    losses = sum(s and not b for b, s in zip(better, simpler))
+    return (bool(better) and (wins - losses) / len(better) >= LARGE_RULE_MARGIN
+            and wins - losses >= 2 * math.sqrt(wins + losses)), wins, losses
 
 
 def for_large_lists(rule: DecisionRule, examples: Examples, lists: Sequence[SizedList]
                     ) -> tuple[DecisionRule, dict[str, Any]]:
     """A rule made ready for large lists from its evidence on `lists` (the model's answers, where it weighs the
-    model): its size terms (with_size_terms) or, where that beats them on held-out requests (LARGE_RULE_MARGIN
-    and the sign test above), a rule of its own for them (fit_large_rule). Returns the rule and each candidate's
-    exact set per list size in sample, and both held out on the large lists."""
+    model): as it is, with its size terms (with_size_terms), or with a rule of its own for them (fit_large_rule),
+    each kept only where it beats the simpler one held out (above). Returns the rule and each way's exact set per
+    list size in sample and held out on the lists of OWN_RULE_FROM tools or more."""
     start = rule.model_copy(update={"size_slope": 0.0, "margin": None, "large": None})
     terms = with_size_terms(start, examples, lists)
     own, _ = fit_large_rule(terms, lists)
-    by_terms, by_own = held_out_large(start, lists, own=False), held_out_large(terms, lists, own=True)
-    wins = sum(o and not t for o, t in zip(by_own, by_terms))
-    losses = sum(t and not o for o, t in zip(by_own, by_terms))
-    held = {"lists": len(by_own), "size_terms": round(sum(by_terms) / len(by_terms), 4) if by_terms else None,
-            "own_rule": round(sum(by_own) / len(by_own), 4) if by_own else None,
-            "own_rule_wins": wins, "own_rule_losses": losses}
-    better = bool(by_own) and (wins - losses) / len(by_own) >= LARGE_RULE_MARGIN and \
-        wins - losses >= 2 * math.sqrt(wins + losses)
-    chosen = own if better else terms
-    report = {"without_large_list_terms": large_list_accuracy(start, lists),
+    held = {way: held_out_large(start, lists, way) for way in WAYS}
+    kept, tests = "none", {}
+    for way in WAYS[1:]:
+        won, wins, losses = _beats(held[way], held[kept])
+        tests[f"{way}_against_{kept}"] = {"wins": wins, "losses": losses, "kept": won}
+        kept = way if won else kept
+    chosen = {"none": start, "size_terms": terms, "own_rule": own}[kept]
+    report = {"none": large_list_accuracy(start, lists),
               "size_terms": large_list_accuracy(terms, lists), "own_rule": large_list_accuracy(own, lists),
-              "held_out_large_lists": held, "kept": "own_rule" if chosen is own else "size_terms"}
+              "held_out_large_lists": {"lists": len(held["none"]),
+                                       **{w: round(sum(h) / len(h), 4) if h else None for w, h in held.items()},
+                                       **tests},
+              "kept": kept}
     return chosen, report
 
 
