@@ -231,7 +231,7 @@ def request_groups(lists: Sequence[SizedList]) -> list[int]:
 
 
 def held_out_large(rule: DecisionRule, lists: Sequence[SizedList], way: str) -> list[bool]:
-    """Right or not, for each list of more than ten tools (of OWN_RULE_FROM or more for a rule of its own), in the
+    """Right or not, for each list of OWN_RULE_FROM tools or more (the large lists every way is compared on), in the
     order of `lists`, decided by `rule` (without large-list terms) as it is (way "none"), with its size terms
     ("size_terms") or with its size terms and a rule of its own ("own_rule") fitted on the other folds' requests."""
     groups = request_groups(lists)
@@ -340,7 +340,7 @@ def fit(examples: Examples, large: Sequence[SizedList] = (), *,
             rule, _ = fit_rule(items, source=source + label + ("; the cosine of the request's best sentence"
                                                                if sentence else ""), **grid)
             rule = rule.model_copy(update={"sentence_cosine": sentence})
-            if lists:  # the rule without the model may get a rule of its own for large lists; the baseline not
+            if lists:  # the rule without the model: the large-list way that holds out; the baseline: size terms
                 rule = for_large_lists(rule, items, lists)[0] if key == "without_model" else \
                     with_size_terms(rule, items, lists)
             accuracy = exact_set(rule, items)
