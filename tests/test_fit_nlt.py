@@ -341,5 +341,5 @@ def test_a_rule_of_its_own_decides_only_lists_a_shortlist_would_cut():
     assert OWN_RULE_FROM == WHOLE_UP_TO + 1
     assert rule.for_size(11) is rule and rule.for_size(WHOLE_UP_TO) is rule and rule.for_size(OWN_RULE_FROM) is own
     eleven = {"a": (None, 0.0, 0.7), **{f"x{i}": (None, 0.0, 0.0) for i in range(10)}}
-    assert fit_nlt.decide(rule, eleven, 11) == {"a"}  # the size terms: 0.5 + 0.1 ln 1.1 < 0.7
-    assert fit_nlt.decide(rule, {**eleven, **{f"y{i}": (None, 0.0, 0.0) for i in range(40)}}, 51) == set()
+    assert rule.decide(eleven, 11) == {"a"}  # the size terms: 0.5 + 0.1 ln 1.1 < 0.7
+    assert rule.decide({**eleven, **{f"y{i}": (None, 0.0, 0.0) for i in range(40)}}, 51) == set()

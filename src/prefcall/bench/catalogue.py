@@ -38,10 +38,9 @@ def section_catalogue(ctx: BenchContext) -> dict[str, Any]:
     sized = fit_shortlist.sized
     if ctx.split is not None:  # one part of the frozen split (report: what no fit read)
         requests = [r for r in requests if fit_shortlist.split_side(r["id"], ctx.split)]
-    reported = [fit_shortlist.split_side(r["id"], "report") for r in requests]
     if ctx.quick:  # twelve, spread over the three domains
         requests = requests[:: max(1, len(requests) // 12)][:12]
-        reported = [fit_shortlist.split_side(r["id"], "report") for r in requests]
+    reported = [fit_shortlist.split_side(r["id"], "report") for r in requests]
     engine, embedder = ctx.engine(), ctx.embedder()
     shipped = rule_for(engine, True, embedder)
     # The model asked at every size: the shipped rule's own weights for ten tools (not its rule for large lists),
@@ -85,8 +84,8 @@ def section_catalogue(ctx: BenchContext) -> dict[str, Any]:
                 results[name] = result
             if bare is not None:
                 answered = "nlt_model_forced" if bare.model_weight else "nlt"
-                picked = bare.selects({d.name: bare.score(d.model_logodds, d.lexical or 0.0, d.cosine)
-                                       for d in results[answered].decisions if d.shortlisted}, size=n)
+                picked = bare.decide({d.name: (d.model_logodds, d.lexical or 0.0, d.cosine)
+                                      for d in results[answered].decisions if d.shortlisted}, n)
                 runs["nlt_without_large_list_terms"].append({**runs[answered][-1], "exact": sorted(picked) == gold})
             if len(gold) == 1:
                 dialogue = "\n".join(f"{'User' if r == 'user' else 'Assistant'}: {t}" for r, t in history)

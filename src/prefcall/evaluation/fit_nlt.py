@@ -27,7 +27,7 @@ from prefcall.evaluation import splits
 from prefcall.evaluation.data import checkout_file, read_resumable
 from prefcall.evaluation.task import EvalItem
 from prefcall.evaluation.tasks.tools import load_items, message_and_history
-from prefcall.strategies.nlt import MODEL_WEIGHTS, Evidence, eligible, fit_rule, fit_size_terms, select_tools
+from prefcall.strategies.nlt import MODEL_WEIGHTS, Evidence, fit_rule, fit_size_terms, select_tools
 from prefcall.strategies.nlt_models import OWN_RULE_FROM, DecisionRule
 
 SETS = {"nlt": "tests/data/nlt/dev.jsonl", "nlt2": "tests/data/nlt2/items.jsonl",
@@ -193,19 +193,12 @@ def with_size_terms(rule: DecisionRule, examples: Examples, lists: Sequence[Size
     return fitted
 
 
-def decide(rule: DecisionRule, evidence: Evidence, size: int) -> set[str]:
-    """What `rule` selects from one list's evidence, as select_tools decides it: the rule for the list's size
-    (DecisionRule.large), and only among the tools it can select (a rule that weighs the model: those asked)."""
-    chosen = rule.for_size(size)
-    return chosen.selects({k: chosen.score(*v) for k, v in eligible(evidence, chosen).items()}, size)
-
-
 def large_list_accuracy(rule: DecisionRule, lists: Sequence[SizedList]) -> dict[int, float]:
     """The rule's exact-set accuracy on the lists of each size."""
     out: dict[int, float] = {}
     for n in sorted({size for _, _, size in lists}):
         chosen = [(e, g) for e, g, size in lists if size == n]
-        out[n] = round(sum(decide(rule, e, n) == g for e, g in chosen) / len(chosen), 4)
+        out[n] = round(sum(rule.decide(e, n) == g for e, g in chosen) / len(chosen), 4)
     return out
 
 
@@ -244,7 +237,7 @@ def held_out_large(rule: DecisionRule, lists: Sequence[SizedList], way: str) -> 
         fitted = rule if way == "none" else with_size_terms(rule, [], train)
         if way == "own_rule":
             fitted = fit_large_rule(fitted, train)[0]
-        right.update({i: decide(fitted, lists[i][0], lists[i][2]) == lists[i][1] for i in test})
+        right.update({i: fitted.decide(lists[i][0], lists[i][2]) == lists[i][1] for i in test})
     return [right[i] for i in sorted(right)]
 
 
@@ -295,10 +288,10 @@ def fit_large_rule(rule: DecisionRule, lists: Sequence[SizedList]) -> tuple[Deci
         probe = DecisionRule(model_weight=weight, source=source)
         if weight and any(all(v[0] is None for v in e.values()) for e, _, _ in large):
             continue  # the model was not asked about these lists
-        found, _ = fit_rule([(eligible(e, probe), g) for e, g, _ in large], source=source, model_weights=(weight,))
+        found, _ = fit_rule([(probe.eligible(e), g) for e, g, _ in large], source=source, model_weights=(weight,))
         found = found.model_copy(update={"sentence_cosine": rule.sentence_cosine})
         found, _ = fit_size_terms([(e, g) for e, g, _ in large], found, sizes=[n for _, _, n in large])
-        exact = sum(decide(found, e, n) == g for e, g, n in large) / len(large)
+        exact = sum(found.decide(e, n) == g for e, g, n in large) / len(large)
         key = (exact, -weight)
         if best is None or key > best[0]:
             best = (key, found)

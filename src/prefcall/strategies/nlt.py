@@ -675,12 +675,6 @@ def size_grid(rule: DecisionRule) -> tuple[list[float], list[float | None]]:
     return slopes, margins
 
 
-def eligible(evidence: Evidence, rule: DecisionRule) -> Evidence:
-    """The tools `rule` can select in a list: where it weighs the model, those the model was asked about (a
-    shortlist left the others out); otherwise every tool."""
-    return {n: v for n, v in evidence.items() if v[0] is not None} if rule.model_weight else dict(evidence)
-
-
 def fit_size_terms(examples: Sequence[tuple[Evidence, set[str]]], rule: DecisionRule,
                    sizes: Sequence[int | None] | None = None) -> tuple[DecisionRule, float]:
     """`rule` with the size slope and margin (DecisionRule) that give the best exact-set accuracy on `examples`
@@ -692,7 +686,7 @@ def fit_size_terms(examples: Sequence[tuple[Evidence, set[str]]], rule: Decision
         raise ValidationError("no examples to fit the size terms on")
     if sizes is not None and len(sizes) != len(examples):
         raise ValidationError(f"{len(sizes)} list sizes for {len(examples)} examples: give one per example")
-    scored = [({n: rule.score(*parts) for n, parts in eligible(evidence, rule).items()}, gold, size)
+    scored = [({n: rule.score(*parts) for n, parts in rule.eligible(evidence).items()}, gold, size)
               for (evidence, gold), size in zip(examples, sizes or [None] * len(examples))]
     best: tuple[tuple[float, ...], DecisionRule] | None = None
     slopes, margins = size_grid(rule)

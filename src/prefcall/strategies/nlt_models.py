@@ -83,9 +83,20 @@ class DecisionRule(BaseModel):
         """The threshold for a list of `tools` tools."""
         return self.threshold + self.size_slope * math.log(max(tools, FITTED_LIST_SIZE) / FITTED_LIST_SIZE)
 
-    def decide(self, evidence: dict[str, tuple[float | None, float, float | None]]) -> set[str]:
-        """The tools this rule selects from each tool's (model log-odds, BM25, cosine) in one list."""
-        return self.selects({name: self.score(*parts) for name, parts in evidence.items()})
+    def decide(self, evidence: dict[str, tuple[float | None, float, float | None]],
+               size: int | None = None) -> set[str]:
+        """The tools this rule selects from each tool's (model log-odds, BM25, cosine) in one list of `size` tools
+        (None: the evidence's count), as select_tools decides: by the rule for that size (`large`), among the
+        tools it can select (`eligible`)."""
+        size = len(evidence) if size is None else size
+        chosen = self.for_size(size)
+        return chosen.selects({name: chosen.score(*parts) for name, parts in chosen.eligible(evidence).items()}, size)
+
+    def eligible(self, evidence: dict[str, tuple[float | None, float, float | None]]
+                 ) -> dict[str, tuple[float | None, float, float | None]]:
+        """The tools this rule can select in a list: where it weighs the model, those the model was asked about (a
+        shortlist left the others out, their log-odds None); otherwise every tool."""
+        return {n: v for n, v in evidence.items() if v[0] is not None} if self.model_weight else dict(evidence)
 
     def selects(self, scores: dict[str, float], size: int | None = None) -> set[str]:
         """The tools this rule selects, given the scores of one list's tools; `size`: the list's size where only
