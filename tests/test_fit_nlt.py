@@ -220,6 +220,8 @@ def test_the_model_rule_gets_large_list_terms_from_its_own_answers_and_the_fit_r
     entry = rules[f"{fits.file_fingerprint(model, tmp_path / 'data')}|{FakeEmbedder().name}"]
     assert entry["large_list_fit"]["lists"] == printed["lists"] and entry["size_slope"] == printed["rule"]["size_slope"]
     assert entry["large"] == printed["rule"]["large"]
+    said = {"none": "no terms", "size_terms": "size terms", "own_rule": "its own rule"}[accuracy["kept"]]
+    assert f"large lists: {said}" in entry["source"]  # the source says which way was kept
     assert "*|all-MiniLM-L6-v2" in rules  # the other rules are kept
 
     class Refusing(FileEngine):

@@ -519,7 +519,8 @@ def _fit_large_lists(args: argparse.Namespace, engine: Any, embedder: Any, finge
             "data": "the tune requests of tests/data/catalogue200 (prefcall/data/splits.json) against 10, 50 and 200 "
                     f"tools: {asked}", "lists": len(lists), "exact_set_in_sample": accuracy}
     if args.nlt_out:
-        what = "its own rule" if fitted.large is not None else "size terms"
+        what = {"none": "no terms (none held out)", "size_terms": "size terms",
+                "own_rule": "its own rule"}[accuracy["kept"]]
         out = dict(base)
         for key in keys:
             entry = dict(base.get(key) or {"model": model, **shipped.model_dump()})
