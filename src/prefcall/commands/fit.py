@@ -498,7 +498,7 @@ def _fit_large_lists(args: argparse.Namespace, engine: Any, embedder: Any, finge
         if key not in base:
             raise ConfigError(f"no rule without the model for the embedder {embedder.name}: run `prefcall fit --nlt "
                               "--embedder-only` first")
-        shipped = DecisionRule(**{k: v for k, v in base[key].items() if k in DecisionRule.model_fields})
+        shipped = DecisionRule.from_entry(base[key])
         keys = [key] + [k for k, entry in base.items() if k.endswith(f"|{embedder.name}") and k != key
                         and not k.startswith("baseline|") and isinstance(entry, dict) and not entry.get("model_weight")]
         model, asked = "none (--embedder-only)", "BM25 and the cosine of every tool"

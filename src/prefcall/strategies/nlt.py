@@ -431,15 +431,14 @@ def rule_for(engine: Engine, calibrated: bool = True, embedder: Embedder | None 
     keys = ([f"{fingerprint}|{embedder.name}"] if embedder is not None and fingerprint else []) + \
         ([fingerprint] if fingerprint else []) + ([f"*|{embedder.name}"] if embedder is not None else [])
     found = next((rules[k] for k in keys if k in rules), None)
-    return DecisionRule(**{k: v for k, v in found.items() if k in DecisionRule.model_fields}) if found \
-        else DecisionRule()
+    return DecisionRule.from_entry(found) if found else DecisionRule()
 
 
 def baseline_rule(embedder: Embedder | None) -> DecisionRule | None:
     """The embedder with its fitted threshold, the baseline every selection report prints: the embedder-only rule
     `prefcall fit --nlt` fitted on the tune parts for this embedder (`baseline|<embedder>`); None without one."""
     found = _packaged_rules().get(f"baseline|{embedder.name}") if embedder is not None else None
-    return DecisionRule(**{k: v for k, v in found.items() if k in DecisionRule.model_fields}) if found else None
+    return DecisionRule.from_entry(found) if found else None
 
 
 def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: str | None, history: History,

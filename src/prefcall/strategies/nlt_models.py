@@ -75,6 +75,11 @@ class DecisionRule(BaseModel):
     # None: this rule (with its size terms) decides lists of every size.
     large: DecisionRule | None = None
 
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> DecisionRule:
+        """The rule a stored entry of nlt_rules.json describes (its notes, such as the fit's evidence, left out)."""
+        return cls(**{k: v for k, v in entry.items() if k in cls.model_fields})
+
     def for_size(self, tools: int) -> DecisionRule:
         """The rule that decides a list of `tools` tools: `large` from OWN_RULE_FROM tools where there is one."""
         return self.large if self.large is not None and tools >= OWN_RULE_FROM else self
