@@ -178,12 +178,39 @@ def test_no_relevant_function_means_limitation_even_if_the_model_continues() -> 
     assert not any(c["kind"] == "generate" and "fill in the arguments" in c["prompt"] for c in engine.calls)
 
 
-def test_embedder_relevance_instead_of_nlt_scoring() -> None:
+def _cosine_rule(monkeypatch, threshold: float) -> None:
+    """A fitted relevance rule for the fake embedder: its best cosine against `threshold`."""
+    from prefcall.strategies import relevance
+
+    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: relevance.RelevanceRule(
+        embedder=embedder.name, threshold=threshold) if embedder is not None else None)
+
+
+def test_embedder_relevance_by_its_fitted_rule_instead_of_nlt_scoring(monkeypatch) -> None:
+    _cosine_rule(monkeypatch, 0.3)
     engine = FakeEngine().reply("Continue", when="Before calling a tool")
     engine.reply(json.dumps({}), when="fill in the arguments")
     result = clarify(engine, "Bake a chocolate cake", CATALOGUE, embedder=FakeEmbedder())
-    assert result.decision == "limitation"
+    assert result.decision == "limitation" and result.relevant == []
     assert not any(c["kind"] == "score" for c in engine.calls)
+    assert not any(c["kind"] == "generate" and "fill in the arguments" in c["prompt"] for c in engine.calls)
+    assert any(note.startswith("relevance (closest book_flight: similarity") and "< 0.30, fake-hash-128" in note
+               for note in result.evidence)
+    # the rule judges the request against the whole catalogue: once it clears, every function is a candidate
+    cleared = clarify(engine, "Book a flight to Paris", CATALOGUE, embedder=FakeEmbedder())
+    assert cleared.relevant == ["book_flight"] and cleared.decision == "question"
+
+
+def test_an_embedder_without_a_fitted_rule_refuses_nothing() -> None:
+    # as in parse_request: a swapped-in embedder nobody fitted a rule for never turns an answer into a refusal
+    engine = FakeEngine().reply("Continue", when="Before calling a tool")
+    engine.reply(json.dumps({}), when="fill in the arguments")
+    result = clarify(engine, "Bake a chocolate cake", CATALOGUE, embedder=FakeEmbedder())
+    assert result.decision == "question" and result.relevant == ["book_flight"]
+    assert any("fake-hash-128 has no fitted relevance rule" in note for note in result.evidence)
+    # a caller's threshold is a cosine cut per function, with or without a rule
+    cut = clarify(engine, "Bake a chocolate cake", CATALOGUE, embedder=FakeEmbedder(), relevance_threshold=0.3)
+    assert cut.decision == "limitation" and any("cosine cut 0.30" in note for note in cut.evidence)
 
 
 def test_caller_draft_calls_and_enum_errors() -> None:
@@ -264,7 +291,11 @@ def test_after_the_draft_an_ask_for_a_function_the_request_is_not_about_is_a_lim
         engine.reply(json.dumps(draft), when="fill in the arguments")
         return clarify(engine, text, catalogue, embedder=real_embedder, **kwargs)
 
-    off_topic = ask("What is the freezing point of water?", physics, {})
+    # before the draft, the same rule judges the request against every function: refused there already
+    before = ask("What is the freezing point of water?", physics, {})
+    assert before.decision == "limitation" and before.relevant == [] and before.draft is None
+    # a caller's low cosine cut before the draft lets it through; the rule after the draft still turns it down
+    off_topic = ask("What is the freezing point of water?", physics, {}, relevance_threshold=0.3)
     assert off_topic.relevant == ["calculate_boiling_point"]  # the pre-draft cut alone lets it through
     assert off_topic.decision == "limitation" and off_topic.question is None
     assert any("relevance after the draft" in note and "all-MiniLM-L6-v2" in note for note in off_topic.evidence)
@@ -272,8 +303,25 @@ def test_after_the_draft_an_ask_for_a_function_the_request_is_not_about_is_a_lim
     assert about.decision == "question" and {m.argument for m in about.missing_arguments} == {"substance", "pressure"}
     assert ask("What is the freezing point of water?", physics, {}, check_relevance=False).decision == "question"
     # A required value from the user's words keeps the question (the rule only judges asks that fill nothing).
-    water = ask("What is the freezing point of water?", physics, {"substance": "water"})
+    water = ask("What is the freezing point of water?", physics, {"substance": "water"}, relevance_threshold=0.3)
     assert water.decision == "question" and [m.argument for m in water.missing_arguments] == ["pressure"]
     # Worded far from "Books a flight between two cities" (under the fitted threshold) but names the destination.
-    paris = ask("I want to fly to Paris", CATALOGUE, {"destination": "Paris"})
+    paris = ask("I want to fly to Paris", CATALOGUE, {"destination": "Paris"}, relevance_threshold=0.3)
     assert paris.decision == "question" and "origin" in {m.argument for m in paris.missing_arguments}
+
+
+@pytest.mark.embedder
+def test_clarify_refuses_by_the_rule_parse_request_refuses_by(real_embedder) -> None:
+    # the shipped fitted rule (data/relevance.json), not a cosine cut of its own: a request worded far from the
+    # function's text that still names a value is kept; one about something else is a limitation before any draft
+    def ask(text: str):
+        engine = FakeEngine().reply("Continue", when="Before calling a tool")
+        engine.reply(json.dumps({"destination": "Paris"}), when="fill in the arguments")
+        return clarify(engine, text, CATALOGUE, embedder=real_embedder), engine
+
+    kept, _ = ask("I want to fly to Paris")
+    assert kept.decision == "question" and kept.relevant == ["book_flight"]
+    assert any("relevance score" in note and ">= " in note for note in kept.evidence)
+    refused, engine = ask("Bake a chocolate cake")
+    assert refused.decision == "limitation" and refused.draft is None
+    assert not any(c["kind"] == "generate" and "fill in the arguments" in c["prompt"] for c in engine.calls)

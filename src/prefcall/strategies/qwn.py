@@ -6,18 +6,20 @@ missing, unclear or look wrong, `Continue` when the request is clear and doable,
 asked are listed so it does not repeat them.
 
 Beyond the paper, deterministic evidence from the catalogue:
-- relevance: is any function relevant? (NLT scoring mode, or embedding similarity when an embedder is given)
+- relevance: is any function relevant? (the embedder's fitted relevance rule when an embedder is given, else NLT
+  scoring mode)
 - a draft call (the caller's, or a grammar-constrained draft): which REQUIRED arguments neither the dialogue
   nor the profile instructions supply (absent, empty, or a value that appears nowhere in the text), and
   values outside their enum.
 
 Combination rule (policy="combined", the default), first match wins:
-1. relevance was checked and no function clears the threshold -> "limitation" (whatever the model said);
-   after the draft, also when the user's words fill none of the drafted function's required arguments and its
-   similarity to the request is under the embedder's fitted threshold (`strategies.relevance`, the same rule as
-   parse_request's ask relevance): a question about a function the request is not about is the wrong answer.
-   The check before drafting uses a lower cut (0.3) because it cannot yet see whether the words give a value
-   ("I want to fly to Paris" is far from "Books a flight between two cities" but names the destination);
+1. relevance was checked and no function fits -> "limitation" (whatever the model said). With an embedder, the
+   request is judged against the whole catalogue by the embedder's fitted relevance rule (`strategies.relevance`,
+   data/relevance.json: the rule parse_request refuses by, fitted to keep 98% of relevant tune requests), so
+   clarify and parse_request refuse the same requests; an embedder without a fitted rule refuses nothing, and a
+   caller's `relevance_threshold` is a cosine cut per function instead. After the draft, also when the user's
+   words fill none of the drafted function's required arguments and the same rule, reading that function alone,
+   is under its threshold: a question about a function the request is not about is the wrong answer;
 2. the draft misses required arguments or has invalid enum values not already asked about -> "question"
    naming them in plain words (whatever the model said);
 3. everything missing was already asked -> "continue" (never repeat a question);
@@ -42,7 +44,7 @@ from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, T
 from prefcall.strategies.nlt import select_tools
 from prefcall.strategies.nlt_models import NltUsage
 from prefcall.strategies.qwn_draft import DraftResult, _support_block, draft_call
-from prefcall.strategies.relevance import similarities, unrelated
+from prefcall.strategies.relevance import judged, similarities, unrelated
 from prefcall.strategies.shortlist import Shortlist, fits_context, shortlist_catalogue
 
 Decision = Literal["question", "continue", "limitation"]
@@ -245,12 +247,22 @@ def relevant_functions(
     threshold: float | None = None,
     calibrate: bool = True,
     context: str | None = None,
-) -> tuple[list[str], dict[str, float]]:
-    """Functions whose relevance clears the threshold: cosine similarity with an embedder (the texts of
-    `strategies.relevance`), else NLT P(YES)."""
+) -> tuple[list[str], dict[str, float], str]:
+    """Functions that may serve the request, most similar first, and each function's score. With an embedder:
+    its fitted relevance rule (`strategies.relevance.judged`, the rule parse_request refuses by) judges the request
+    against the whole catalogue; under its threshold no function is relevant, else every function stays a candidate
+    (the rule judges whether any function fits, not which). An embedder without a fitted rule refuses nothing; a
+    caller's `threshold` is a cosine cut per function instead. Without an embedder, NLT P(YES) against the rule
+    fitted for the model. Third: what decided, in words."""
     if embedder is not None:
         scores = similarities(embedder, request, catalogue.functions)
-        cut = 0.3 if threshold is None else threshold
+        ranked = sorted(scores, key=lambda name: -scores[name])
+        if threshold is not None:
+            return [name for name in ranked if scores[name] >= threshold], scores, f"cosine cut {threshold:.2f}"
+        found = judged(embedder, request, catalogue.functions, scores)
+        if found is None:
+            return ranked, scores, f"{embedder.name} has no fitted relevance rule: nothing refused"
+        return ([] if found.refused else ranked), scores, found.describe()
     else:
         # threshold None: the decision rule fitted for the model (nlt.rule_for)
         result = select_tools(engine, request, catalogue, mode="score", calibrate=calibrate, context=context,
@@ -258,7 +270,7 @@ def relevant_functions(
         usage.merge(result.usage)
         scores = {d.name: float(d.probability or 0.0) for d in result.decisions}
         cut = result.threshold or 0.5
-    return [n for n, s in scores.items() if s >= cut], scores
+    return [n for n, s in scores.items() if s >= cut], scores, f"NLT P(YES) cut {cut:.2f}"
 
 
 # -- clarify --------------------------------------------------------------------------------
@@ -304,12 +316,13 @@ def _gather_evidence(
     scores: dict[str, float] | None = None
     own_draft = draft_calls is None  # a caller's draft names the function it chose: its relevance is not ours to judge
     if check_relevance and draft_calls is None:
-        relevant, scores = relevant_functions(
+        relevant, scores, decided = relevant_functions(
             engine, user_text, catalogue, usage, embedder=embedder, threshold=relevance_threshold, context=context
         )
         evidence.relevant = relevant
         best = max(scores.items(), key=lambda kv: kv[1])
-        evidence.notes.append(f"relevance: best {best[0]} {best[1]:.2f}; cleared: {', '.join(relevant) or 'none'}")
+        cleared = ", ".join(relevant[:5]) + (f" and {len(relevant) - 5} more" if len(relevant) > 5 else "")
+        evidence.notes.append(f"relevance ({decided}): best {best[0]} {best[1]:.2f}; cleared: {cleared or 'none'}")
         if not relevant:
             return evidence
         ranked = sorted(relevant, key=lambda n: -scores[n])

@@ -156,7 +156,8 @@ class Unrelated(BaseModel):
 
     def describe(self) -> str:
         what = "relevance score" if self.rule.weights is not None else "similarity"
-        return f"closest {self.closest}: {what} {self.similarity:.2f} < {self.rule.threshold:.2f}, {self.rule.embedder}"
+        sign = "<" if self.refused else ">="
+        return f"closest {self.closest}: {what} {self.similarity:.2f} {sign} {self.rule.threshold:.2f}, {self.rule.embedder}"
 
 
 def judged(embedder: Embedder | None, request: str, functions: Sequence[Function],
