@@ -142,6 +142,58 @@ def test_eval_relevance_reads_one_part_of_every_source_and_reports_per_source(sh
     assert set(summary["metrics"]["by_source"]) == sources
 
 
+def test_a_clarify_question_without_a_draft_is_not_a_refusal_and_its_limitation_is():
+    question = {"status": "ok", "decision": "ask", "clarify": "question", "calls": [], "functions": []}
+    limitation = {"status": "ok", "decision": "refuse", "clarify": "limitation", "calls": [], "functions": []}
+    items = [_scored(question, True, ["f"]), _scored(limitation, True, ["f"]), _scored(limitation, False, [])]
+    assert [i.scores["refused"] for i in items] == [0.0, 1.0, 1.0]
+    assert items[0].scores["selected"] == 0.0  # no drafted function: not a right selection either
+
+
+def test_eval_relevance_runs_clarify_with_the_embedders_rule_or_a_callers_cosine_cut(shared_data: Path,
+                                                                                    tmp_path: Path, monkeypatch):
+    from prefcall.engine.fake import FakeEngine
+    from prefcall.evaluation.runner import run_eval
+    from prefcall.strategies import relevance
+
+    def run(name: str, cut: float | None) -> list[dict]:
+        args = argparse.Namespace(split="report", per_source=1, config="full", out=str(tmp_path / name), limit=None,
+                                  predictions=None, argv=[], tool="clarify", cosine_cut=cut)
+        engine = FakeEngine().reply("Continue", when="Before calling a tool").reply("{}", when="fill in the arguments")
+        run_eval("relevance", args, engine=engine, embedder=FakeEmbedder(),
+                 stdout=open(tmp_path / "stdout", "w"), stderr=open(tmp_path / "stderr", "w"))
+        rows = [json.loads(line) for line in (tmp_path / name / "results.jsonl").read_text().splitlines()]
+        assert rows and all(r["prediction"]["status"] == "ok" for r in rows)
+        return rows
+
+    def rule(threshold: float) -> None:
+        monkeypatch.setattr(relevance, "ask_rule", lambda e: relevance.RelevanceRule(embedder=e.name,
+                                                                                     threshold=threshold))
+
+    rule(2.0)  # a rule every request is under: clarify's limitation, said to be the rule's
+    refusing = run("refusing", None)
+    assert all(r["prediction"]["clarify"] == "limitation" for r in refusing)
+    assert all(any(n.startswith("relevance (closest") for n in r["prediction"]["evidence"]) for r in refusing)
+    rule(-100.0)  # a rule no request is under: no limitation
+    assert not any(r["prediction"]["clarify"] == "limitation" for r in run("keeping", None))
+    # a caller's cosine cut replaces the rule before the draft (the earlier clarify: 0.3)
+    cut = run("cut", 2.0)
+    assert all(r["prediction"]["clarify"] == "limitation" for r in cut)
+    assert all(any("cosine cut 2.00" in n for n in r["prediction"]["evidence"]) for r in cut)
+
+
+def test_the_cosine_cut_is_clarifys_and_parse_request_says_so(monkeypatch):
+    from prefcall.engine.fake import FakeEngine
+    from prefcall.errors import ConfigError
+    from prefcall.evaluation.task import EvalContext, EvalItem
+
+    monkeypatch.setattr(RELEVANCE, "_requests", {"s:1": _request("s", 1, True)}, raising=False)
+    ctx = EvalContext(argparse.Namespace(tool="parse_request", cosine_cut=0.3, config="full"), engine=FakeEngine(),
+                      embedder=FakeEmbedder())
+    with pytest.raises(ConfigError, match="--tool clarify"):
+        RELEVANCE.predict(EvalItem(id="s:1", input={}, gold={}, meta={}), ctx)
+
+
 def _rows(n: int, relevant: bool, source: str, cosine: float, margin: float) -> list[fit_relevance.RelevanceRow]:
     return [fit_relevance.RelevanceRow(source=source, id=f"{source}{i}", relevant=relevant,
                                        features=[cosine, margin], hand_refused=False)

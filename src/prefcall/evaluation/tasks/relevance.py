@@ -1,4 +1,5 @@
-"""Abstention in one run: parse_request (as the MCP server runs it, refusals allowed) on requests no function fits
+"""Abstention in one run: parse_request (as the MCP server runs it, refusals allowed; `--tool clarify`: clarify, as
+the MCP server runs it, whose "limitation" is its refusal) on requests no function fits
 and on requests one does, from several sources and authors (evaluation.fit_relevance.SOURCES): BFCL irrelevance
 and ACEBench special_irrelevant, the NLT sets' messages that need no tool; BFCL simple, multiple and
 live_relevance, ACEBench special_incomplete, NLSI, the first user turn with an intent of SGD dialogues, the bundled
@@ -10,6 +11,7 @@ miss), pooled and per source. Each prediction also carries the request's best co
 relevance rule's evidence), so a threshold can be examined without a rerun.
 
     prefcall eval relevance --config full --split report --per-source 60 --out DIR
+    prefcall eval relevance --tool clarify --split report --per-source 60 --out DIR
 """
 
 from __future__ import annotations
@@ -36,6 +38,13 @@ class RelevanceTask(BaseTask):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--per-source", type=int, default=None, metavar="N",
                             help="the first N requests of each source and kind (relevant, irrelevant)")
+        parser.add_argument("--tool", choices=TOOLS, default=TOOLS[0],
+                            help="the MCP tool that answers: parse_request (refuse) or clarify (limitation), each "
+                                 "with the embedder the server loads")
+        parser.add_argument("--cosine-cut", type=float, default=None, metavar="C",
+                            help="--tool clarify: judge relevance before the draft by a caller's cosine cut per "
+                                 "function instead of the embedder's fitted rule (0.3: clarify's own cut before the "
+                                 "thirty-second session)")
 
     def load(self, args: argparse.Namespace) -> list[EvalItem]:
         part = getattr(args, "split", None) or "report"
@@ -69,6 +78,10 @@ class RelevanceTask(BaseTask):
         from prefcall.strategies.pipeline_models import get_config
 
         request = self._requests[item.id]
+        if getattr(ctx.args, "tool", TOOLS[0]) == "clarify":
+            return clarify_prediction(request, ctx)
+        if getattr(ctx.args, "cosine_cut", None) is not None:
+            raise ConfigError("--cosine-cut is clarify's: pass --tool clarify")
         config = get_config(ctx.config, allow_refuse=True)  # the MCP server's parse_request default
         pipeline = ctx.memo("pipeline", lambda: BfclTask.pipeline(ctx))
         result = pipeline.parse(request.dialogue, [], request.catalogue, config)
@@ -80,7 +93,9 @@ class RelevanceTask(BaseTask):
     def score(self, item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
         if prediction.get("status") != "ok":
             return {"right": 0.0, "refused": 0.0} | ({"selected": 0.0} if item.gold["relevant"] else {})
-        refused = prediction.get("decision") == "refuse" or not (prediction.get("calls") or prediction.get("functions"))
+        # parse_request: an answer without a call or a function is a refusal; clarify: its "limitation" alone
+        refused = prediction.get("decision") == "refuse" or \
+            ("clarify" not in prediction and not (prediction.get("calls") or prediction.get("functions")))
         if not item.gold["relevant"]:
             return {"right": float(refused), "refused": float(refused)}
         out = {"right": float(not refused), "refused": float(refused)}
@@ -94,6 +109,23 @@ class RelevanceTask(BaseTask):
         return {"n": len(items), **figures(items),
                 "by_source": {source: figures([i for i in items if i.meta["source"] == source])
                               for source in dict.fromkeys(i.meta["source"] for i in items)}}
+
+
+TOOLS = ("parse_request", "clarify")
+
+
+def clarify_prediction(request: Request, ctx: EvalContext) -> dict[str, Any]:
+    """clarify's answer as a pipeline prediction: "limitation" is a refusal, a question an ask and "continue" a
+    call, of the drafted function (its first call); a parse failure stays one."""
+    from prefcall.strategies.qwn import clarify
+
+    result = clarify(ctx.engine, request.dialogue, request.catalogue, embedder=ctx.embedder,
+                     relevance_threshold=getattr(ctx.args, "cosine_cut", None))
+    decision = {"limitation": "refuse", "question": "ask", "continue": "call"}[result.decision]
+    drafted = [result.draft.name] if result.draft is not None and decision != "refuse" else []
+    return {"status": result.status, "decision": decision, "functions": drafted, "calls": [],
+            "clarify": result.decision, "evidence": result.evidence[:4],
+            "usage": result.usage.model_dump(), "seconds": round(result.seconds, 3)}
 
 
 def figures(items: list[ScoredItem]) -> dict[str, Any]:
