@@ -369,7 +369,8 @@ class AceBenchTask(BaseTask):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--category", help="the ACEBench category of --data (default: from data_<category>.json)")
         parser.add_argument("--embedder-relevance", action="store_true",
-                            help="judge relevance by embedding similarity instead of NLT scoring")
+                            help="judge relevance by the embedder's fitted relevance rule (as the MCP server "
+                                 "does) instead of NLT scoring")
         parser.add_argument("--no-calls", action="store_true",
                             help="normal categories: score the decision only, do not draft the call")
         parser.add_argument("--with-calls", action="store_true", help=argparse.SUPPRESS)  # now the default
