@@ -17,6 +17,7 @@ from prefcall.evaluation.runner import run_eval
 from prefcall.evaluation.task import EvalItem, ScoredItem
 from prefcall.evaluation.tasks import bfcl
 from prefcall.schemas.model import Call, Function
+from prefcall.strategies.nlt_models import DecisionRule
 
 AREA = Function(
     name="calc_area",
@@ -165,6 +166,11 @@ def run_bfcl(tmp_path: Path, data: str, engine: FakeEngine, **args) -> dict:
                     stderr=io.StringIO())
 
 
+def core(scores: dict) -> dict:
+    """The call scores without the function-set comparison with the retrieval baselines (tested on its own)."""
+    return {k: v for k, v in scores.items() if k != "function_set" and not k.startswith("baseline/")}
+
+
 def results(tmp_path: Path, data: str) -> list[dict]:
     return [json.loads(line) for line in (tmp_path / data / "results.jsonl").read_text().splitlines()]
 
@@ -179,7 +185,7 @@ def test_full_pipeline_refuses_an_irrelevant_request(tmp_path) -> None:
     summary = run_bfcl(tmp_path, "BFCL_v4_irrelevance.json", FakeEngine(scorer=bfcl_scorer))
     row = results(tmp_path, "BFCL_v4_irrelevance.json")[0]
     assert row["prediction"]["decision"] == "refuse" and row["prediction"]["calls"] == []
-    assert row["scores"] == {"ast_match": 1.0, "no_call": 1.0}
+    assert core(row["scores"]) == {"ast_match": 1.0, "no_call": 1.0}
     assert summary["metrics"]["irrelevance_no_call_rate"] == 1.0 and summary["metrics"]["parse_error_rate"] == 0.0
     assert summary["intervals"]["irrelevance_no_call_rate"]["method"] == "wilson"
 
@@ -191,7 +197,7 @@ def test_full_pipeline_calls_the_right_function_with_the_written_values(tmp_path
     name, arguments = next(w for m, w in WANTED.items() if m in row["input"]["question"])
     assert row["prediction"]["decision"] == "call"
     assert row["prediction"]["call"] == {"name": name, "arguments": arguments}
-    assert row["scores"] == {"ast_match": 1.0, "selection": 1.0, "no_call": 0.0}
+    assert core(row["scores"]) == {"ast_match": 1.0, "selection": 1.0, "no_call": 0.0}
     metrics = summary["metrics"]
     assert metrics["selection_accuracy"] == 1.0 and metrics["relevant_ast_accuracy"] == 1.0
     assert metrics["false_refusal_rate"] == 0.0 and "irrelevance_no_call_rate" not in metrics
@@ -202,7 +208,7 @@ def test_a_refusal_of_a_relevant_request_is_a_wrong_selection(tmp_path) -> None:
     summary = run_bfcl(tmp_path, "BFCL_v4_simple_python.json", engine)
     row = results(tmp_path, "BFCL_v4_simple_python.json")[0]
     assert row["prediction"]["decision"] == "refuse"
-    assert row["scores"] == {"ast_match": 0.0, "selection": 0.0, "no_call": 1.0}
+    assert core(row["scores"]) == {"ast_match": 0.0, "selection": 0.0, "no_call": 1.0}
     assert summary["metrics"]["false_refusal_rate"] == 1.0
 
 
@@ -213,7 +219,7 @@ def test_a_parse_error_is_its_own_state_not_a_refusal(tmp_path) -> None:
         summary = run_bfcl(tmp_path, data, engine, config="fnctod-full")
         row = results(tmp_path, data)[0]
         assert row["prediction"]["status"] == "parse_error" and row["prediction"]["error"]
-        assert row["scores"] == {"ast_match": 0.0, "selection": 0.0, "no_call": 0.0}
+        assert core(row["scores"]) == {"ast_match": 0.0, "selection": 0.0, "no_call": 0.0}
         metrics = summary["metrics"]
         assert metrics["parse_error_rate"] == 1.0 and metrics["false_refusal_rate"] == 0.0
         assert metrics["no_call_rate"] == 0.0 and metrics["selection_accuracy"] == 0.0
@@ -279,3 +285,39 @@ def test_live_relevance_items_are_served_by_a_call_or_a_question_and_a_refusal_i
     metrics = bfcl.aggregate(rows)
     assert metrics["false_refusal_rate"] == 0.25 and metrics["served_rate"] == 0.75
     assert "irrelevance_no_call_rate" not in metrics
+
+
+def test_pipeline_runs_carry_the_retrieval_baselines_on_the_same_requests(tmp_path, monkeypatch) -> None:
+    # issue 32: every selection report prints BM25 top-k, the embedder's top-k (oracles: told the gold count) and
+    # the embedder with its fitted threshold beside the answers' own function set, on the same items
+    from prefcall.evaluation.tasks import tools
+
+    monkeypatch.setattr(tools, "baseline_rule", lambda embedder: DecisionRule(
+        model_weight=0.0, embedding_weight=1.0, threshold=0.99, source="a threshold nothing passes"))
+    summary = run_bfcl(tmp_path, "BFCL_v4_multiple.json", FakeEngine(scorer=bfcl_scorer))
+    row = results(tmp_path, "BFCL_v4_multiple.json")[0]
+    assert set(row["prediction"]["baseline_evidence"]["tools"]) == {f["name"] for f in row["input"]["functions"]}
+    scores = row["scores"]
+    assert scores["function_set"] == 1.0  # the call is the gold function
+    assert scores["baseline/embedder_threshold"] == 0.0  # it selects nothing where a function fits
+    assert {"baseline/bm25_topk_oracle", "baseline/embedder_topk_oracle"} <= set(scores)
+    baselines = summary["metrics"]["baselines"]
+    assert baselines["embedder_threshold"]["exact_set_accuracy"] == 0.0
+    assert baselines["embedder_threshold"]["rule_exact_set_accuracy"] == 1.0 and baselines["embedder_threshold"]["n"] == 1
+    # an irrelevant request: the threshold baseline is right where it selects nothing, as the refusal is
+    run_bfcl(tmp_path, "BFCL_v4_irrelevance.json", FakeEngine(scorer=bfcl_scorer))
+    irrelevant = results(tmp_path, "BFCL_v4_irrelevance.json")[0]["scores"]
+    assert irrelevant["function_set"] == 1.0 and irrelevant["baseline/embedder_threshold"] == 1.0
+    assert "baseline/bm25_topk_oracle" not in irrelevant  # an oracle needs a gold count
+
+
+def test_live_relevance_baseline_is_right_where_it_selects_any_function() -> None:
+    item = _item([], "live_relevance")
+    evidence = {"tools": {"calc_area": [0.0, 0.9]}, "threshold_rule": DecisionRule(
+        model_weight=0.0, embedding_weight=1.0, threshold=0.5).model_dump()}
+    asked = {"status": "ok", "decision": "ask", "calls": [{"name": "calc_area", "arguments": {}}],
+             "baseline_evidence": evidence}
+    assert bfcl.score(item, asked, "call") == {"served": 1.0, "no_call": 0.0, "function_set": 1.0,
+                                              "baseline/embedder_threshold": 1.0}
+    far = evidence | {"tools": {"calc_area": [0.0, 0.1]}}
+    assert bfcl.score(item, asked | {"baseline_evidence": far}, "call")["baseline/embedder_threshold"] == 0.0

@@ -259,7 +259,9 @@ def made_no_call(prediction: dict[str, Any]) -> bool:
 
 def call_scores(item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
     """Irrelevance: no_call (and ast_match, the same). Relevant items: selection (the first call's name is the
-    gold name) and ast_match of the first call. A parse error or a refusal scores 0."""
+    gold name) and ast_match of the first call. A parse error or a refusal scores 0. With the retrieval baselines'
+    evidence (pipeline configs), `function_set` (the functions the answer calls or asks about are the gold set;
+    none on an irrelevant request) beside each baseline's (`baseline_scores`)."""
     gold = item.gold or {}
     ground_truth = gold.get("ground_truth", [])
     ok = str(prediction.get("status", "ok")) == "ok"
@@ -267,16 +269,36 @@ def call_scores(item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
     if item.meta.get("category") in RELEVANCE_ONLY:
         # A function serves the request but BFCL gives no answer to match: any call or question is right, a
         # refusal is a false refusal, a parse error is neither.
-        return {"served": float(ok and not no_call), "no_call": float(no_call)}
+        served = float(ok and not no_call)
+        return {"served": served, "no_call": float(no_call)} | _served_baseline(prediction, served)
+    base = _function_set_scores(prediction, gold.get("functions", []), ok and not no_call)
     if not ground_truth:
-        return {"ast_match": float(no_call), "no_call": float(no_call)}
+        return {"ast_match": float(no_call), "no_call": float(no_call)} | base
     if not ok or no_call:
-        return {"ast_match": 0.0, "selection": 0.0, "no_call": float(no_call)}
+        return {"ast_match": 0.0, "selection": 0.0, "no_call": float(no_call)} | base
     call = Call.model_validate(prediction["call"] if prediction.get("call") else prediction["calls"][0])
     function = catalogue_of(item.input["functions"]).function(call.name)
     match, _ = ast_match(call, ground_truth, function)
     gold_name = next(iter(ground_truth[0]))
-    return {"ast_match": float(match), "selection": float(call.name == gold_name), "no_call": 0.0}
+    return {"ast_match": float(match), "selection": float(call.name == gold_name), "no_call": 0.0} | base
+
+
+def _function_set_scores(prediction: dict[str, Any], gold: list[str], answered: bool) -> dict[str, float]:
+    """The answer's function set against the gold one, and each baseline's; nothing without baseline evidence."""
+    evidence = prediction.get("baseline_evidence")
+    if not evidence:
+        return {}
+    named = {c["name"] for c in prediction.get("calls") or []} or set(prediction.get("functions") or [])
+    own = float(set(named if answered else ()) == set(gold) and str(prediction.get("status", "ok")) == "ok")
+    return {"function_set": own} | selection.baseline_scores(evidence, gold)
+
+
+def _served_baseline(prediction: dict[str, Any], served: float) -> dict[str, float]:
+    """A request a function serves with no gold function named (live_relevance): the threshold baseline is right
+    where it selects any function, as the answer is where it calls or asks (the oracles need a gold count)."""
+    evidence = prediction.get("baseline_evidence")
+    chosen = selection.baseline_selections(evidence, 0)["embedder_threshold"] if evidence else None
+    return {} if chosen is None else {"function_set": served, "baseline/embedder_threshold": float(bool(chosen))}
 
 
 def score(item: EvalItem, prediction: dict[str, Any], mode: str | None = None) -> dict[str, float]:
@@ -318,6 +340,9 @@ def aggregate(scored: list[ScoredItem]) -> dict[str, Any]:
     decisions = [str(i.prediction["decision"]) for i in scored if i.prediction.get("decision")]
     if decisions:
         metrics["decisions"] = {d: {"share": proportion(decisions.count(d), n)} for d in sorted(set(decisions))}
+    baselines = selection.baseline_metrics(scored, own="function_set")
+    if baselines:  # each with the answers' own function set on the same items (`rule_exact_set_accuracy`)
+        metrics["baselines"] = baselines
     metrics.update(selection.mean_tokens(scored))
     return metrics
 
@@ -375,7 +400,11 @@ class BfclTask(BaseTask):
             from prefcall.strategies.pipeline_models import get_config
 
             config = get_config(args.config, allow_refuse=True)  # the MCP server's parse_request default
-            return predict_pipeline(item, ctx.memo("pipeline", lambda: self.pipeline(ctx)), config)
+            prediction = predict_pipeline(item, ctx.memo("pipeline", lambda: self.pipeline(ctx)), config)
+            # the retrieval baselines on the same request (selection.BASELINES), decided at scoring
+            prediction["baseline_evidence"] = selection.request_baselines(item.input["question"],
+                                                                          item.input["functions"], ctx.embedder)
+            return prediction
         mode = getattr(args, "mode", None) or "generate"
         if mode not in MODES:
             raise ConfigError(f"--mode {mode!r}: use one of {', '.join(MODES)}")

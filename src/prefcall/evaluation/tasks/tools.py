@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -135,17 +135,33 @@ BASELINES = ("bm25_topk_oracle", "embedder_topk_oracle", "embedder_threshold")
 
 
 def baseline_evidence(item: EvalItem, embedder: Any) -> dict[str, Any]:
-    """What the baselines decide by: each tool's BM25 and cosine with the request (as select_tools computes them)
-    and the embedder-only rule fitted for this embedder (None when none is)."""
-    specs = as_tool_specs(item.input["tools"])
+    """`request_baselines` of an NLT item (its text, tools and history)."""
     history = [(str(r), str(t)) for r, t in item.input.get("history") or []]
-    lexical = lexical_scores(specs, item.input["text"], history)
+    return request_baselines(item.input["text"], item.input["tools"], embedder, history)
+
+
+def request_baselines(text: str, tools: Any, embedder: Any, history: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
+    """What the baselines decide by, for one request against its catalogue (an NLT item's tools, a task's
+    functions as `{name, description}`): each tool's BM25 and cosine with the request (as select_tools computes
+    them) and the embedder-only rule fitted for this embedder (None when none is)."""
+    specs = as_tool_specs(tools)
+    history = list(history)
+    lexical = lexical_scores(specs, text, history)
     rule = baseline_rule(embedder)
     # the cosine the fitted baseline decides by (the request's best sentence when its rule says so)
-    cosine = embedding_scores(embedder, specs, item.input["text"], history,
-                              by_sentence=rule is not None and rule.sentence_cosine)
+    cosine = embedding_scores(embedder, specs, text, history, by_sentence=rule is not None and rule.sentence_cosine)
     return {"tools": {s.name: [lexical[s.name], cosine[s.name]] for s in specs},
             "threshold_rule": rule.model_dump() if rule is not None else None}
+
+
+def baseline_scores(evidence: dict[str, Any] | None, gold: Iterable[str]) -> dict[str, float]:
+    """`baseline/<name>`: 1.0 where a baseline selects exactly the gold set (empty: no tool), for each baseline
+    that applies to the item (`baseline_selections`); nothing without evidence."""
+    if not evidence:
+        return {}
+    gold_set = set(gold)
+    return {f"baseline/{name}": float(set(selected) == gold_set)
+            for name, selected in baseline_selections(evidence, len(gold_set)).items() if selected is not None}
 
 
 def baseline_selections(evidence: dict[str, Any], gold_count: int) -> dict[str, list[str] | None]:
@@ -181,13 +197,7 @@ def selection_scores(predicted: Iterable[str] | None, gold: Iterable[str], statu
 
 def score(item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
     scores = selection_scores(prediction.get("selected"), item.gold or [], str(prediction.get("status", "ok")))
-    evidence = prediction.get("baseline_evidence")
-    if evidence:
-        gold = set(item.gold or [])
-        for name, selected in baseline_selections(evidence, len(gold)).items():
-            if selected is not None:
-                scores[f"baseline/{name}"] = float(set(selected) == gold)
-    return scores
+    return scores | baseline_scores(prediction.get("baseline_evidence"), item.gold or [])
 
 
 def precision_recall(tp: float, fp: float, fn: float) -> dict[str, float]:
@@ -272,8 +282,9 @@ def aggregate(scored: list[ScoredItem], *, per_tool: bool = True) -> dict[str, A
     return metrics
 
 
-def baseline_metrics(scored: list[ScoredItem]) -> dict[str, Any]:
-    """Per baseline: exact-set accuracy on the items it applies to, and the decided rule's on the same items."""
+def baseline_metrics(scored: list[ScoredItem], own: str = "exact_set") -> dict[str, Any]:
+    """Per baseline: exact-set accuracy on the items it applies to, and the decided rule's on the same items (the
+    score `own` of each item: the selector's exact set, or a task's own function set)."""
     out: dict[str, Any] = {}
     for name in BASELINES:
         key = f"baseline/{name}"
@@ -281,7 +292,7 @@ def baseline_metrics(scored: list[ScoredItem]) -> dict[str, Any]:
         if not rows:
             continue
         out[name] = {"n": len(rows), "exact_set_accuracy": mean(i.scores[key] for i in rows),
-                     "rule_exact_set_accuracy": mean(i.scores.get("exact_set", 0.0) for i in rows)}
+                     "rule_exact_set_accuracy": mean(i.scores.get(own, 0.0) for i in rows)}
         no_tool = [i for i in rows if not i.gold]
         if no_tool:
             out[name]["no_tool_accuracy"] = proportion(sum(i.scores[key] for i in no_tool), len(no_tool))
