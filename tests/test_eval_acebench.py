@@ -266,3 +266,36 @@ def test_loads_the_shared_acebench_files(shared_data, name: str) -> None:
     assert {i.gold["decision"] for i in items} == {
         "data_special_incomplete": {"ask"}, "data_special_irrelevant": {"refuse"}, "data_normal_preference": {"call"}}[name]
     assert all(acebench.catalogue_of(i.input["functions"]).functions for i in items)
+
+
+def test_the_retrieval_baselines_run_on_the_same_requests_beside_the_answers_function_set(monkeypatch) -> None:
+    # issue 32: special_irrelevant (no function: right where nothing is selected), special_incomplete and the
+    # normal categories (the gold functions); special_error_param names no function and gets none
+    import argparse
+
+    from prefcall.engine.fake import FakeEmbedder
+    from prefcall.evaluation.task import EvalContext
+    from prefcall.evaluation.tasks import tools
+    from prefcall.strategies.nlt_models import DecisionRule
+
+    monkeypatch.setattr(tools, "baseline_rule", lambda embedder: DecisionRule(
+        model_weight=0.0, embedding_weight=1.0, threshold=0.99, source="a threshold nothing passes"))
+    engine = FakeEngine(scorer=lambda p, c: -0.1 if c == " YES" else -3.0)
+    engine.reply("Continue", when="Before calling a tool")
+    engine.reply(json.dumps({"restaurant": "Nopa"}), when="fill in the arguments")
+    ctx = EvalContext(argparse.Namespace(no_calls=True), engine=engine, embedder=FakeEmbedder())
+
+    def scored(category: str, gold: dict) -> dict:
+        item = _item(category, gold)
+        return acebench.TASK.score(item, acebench.TASK.predict(item, ctx))
+
+    incomplete = scored("special_incomplete", {"decision": "ask", "missing": {"book": ["time"]}})
+    assert incomplete["function_set"] == 1.0  # the question is about book, the gold function
+    assert incomplete["baseline/embedder_threshold"] == 0.0 and "baseline/embedder_topk_oracle" in incomplete
+    irrelevant = scored("special_irrelevant", {"decision": "refuse"})
+    assert irrelevant["baseline/embedder_threshold"] == 1.0  # it selects nothing, as a refusal should
+    assert irrelevant["function_set"] == irrelevant["decision_correct"]
+    assert "function_set" not in scored("special_error_param", {"decision": "ask", "wrong": {"time": ["25pm"]}})
+    rows = [ScoredItem(id=str(n), input={}, gold={}, prediction={}, scores=s)
+            for n, s in enumerate([incomplete, irrelevant])]
+    assert acebench.aggregate(rows)["baselines"]["embedder_threshold"]["n"] == 2

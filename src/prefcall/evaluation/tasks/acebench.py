@@ -232,6 +232,8 @@ def predict(item: EvalItem, engine: Any, mode: str = "combined", *, embedder: An
         "evidence": result.evidence,
         "tokens": tokens,
         "seconds": round(result.seconds, 4),
+        # the function the answer is about (clarify's draft); none for a limitation
+        "functions": [result.draft.name] if result.draft is not None and decision != "refuse" else [],
     }
     if with_calls and str(item.meta.get("category", "")).startswith("normal_"):
         calls: list[dict[str, Any]] = []
@@ -324,7 +326,29 @@ def score(item: EvalItem, prediction: dict[str, Any]) -> dict[str, float]:
     if "answers" in gold and "calls" in prediction:
         calls = _as_calls(prediction.get("calls")) if ok and decided == "call" else []
         scores |= best_alternative([c.model_dump() for c in calls], gold["answers"])
+    wanted = gold_functions(item)
+    if wanted is not None and prediction.get("baseline_evidence"):
+        # the function set the answer is about (its calls, else its draft; none for a refusal) beside the
+        # baselines' on the same request
+        named = {c.name for c in _as_calls(prediction.get("calls"))} if prediction.get("calls") else \
+            set(prediction.get("functions") or [])
+        scores["function_set"] = float(ok and set(named if decided != "refuse" else ()) == set(wanted))
+        scores |= selection.baseline_scores(prediction["baseline_evidence"], wanted)
     return scores
+
+
+def gold_functions(item: EvalItem) -> list[str] | None:
+    """The functions a right answer is about: none where no function fits (special_irrelevant), the ones missing
+    parameters (special_incomplete), the first alternative's calls (normal categories); None where the gold
+    names none (special_error_param, agent categories)."""
+    gold = item.gold or {}
+    if gold.get("decision") == "refuse":
+        return []
+    if "missing" in gold:
+        return sorted(gold["missing"])
+    if gold.get("answers"):
+        return sorted({c["name"] for c in gold["answers"][0]})
+    return None
 
 
 def aggregate(scored: list[ScoredItem]) -> dict[str, Any]:
@@ -355,6 +379,9 @@ def aggregate(scored: list[ScoredItem]) -> dict[str, Any]:
     metrics["by_category"] = by_category
     metrics["confusion"] = dict(sorted(confusion.items()))
     metrics["parse_error_rate"] = proportion(sum(i.status != "ok" for i in scored), n)
+    baselines = selection.baseline_metrics(scored, own="function_set")
+    if baselines:  # each with the answers' own function set on the same items (`rule_exact_set_accuracy`)
+        metrics["baselines"] = baselines
     metrics.update(selection.mean_tokens(scored))
     return metrics
 
@@ -390,7 +417,14 @@ class AceBenchTask(BaseTask):
         if mode not in POLICIES:
             raise ConfigError(f"--mode {mode!r}: use one of {', '.join(POLICIES)}")
         embedder = ctx.embedder if getattr(args, "embedder_relevance", False) else None
-        return predict(item, ctx.engine, mode, embedder=embedder, with_calls=not getattr(args, "no_calls", False))
+        prediction = predict(item, ctx.engine, mode, embedder=embedder,
+                             with_calls=not getattr(args, "no_calls", False))
+        if gold_functions(item) is not None:  # the retrieval baselines on the same request, decided at scoring
+            turns = parse_dialogue(item.input["question"])
+            words = "\n".join(t.content for t in turns if t.role == "user") or str(item.input["question"])
+            prediction["baseline_evidence"] = selection.request_baselines(words, item.input["functions"],
+                                                                          ctx.embedder)
+        return prediction
 
     def predictions_from_file(self, item: EvalItem, record: dict[str, Any]) -> dict[str, Any]:
         try:
