@@ -377,3 +377,28 @@ def test_eval_report_shows_every_tasks_headline_metrics():
     relevant = ScoredItem(id="3", input={}, gold={}, prediction={"status": "ok", "decision": "call"}, status="ok",
                           scores={"ast_match": 1.0, "selection": 1.0, "no_call": 0.0})
     assert all(key in bfcl.aggregate([relevant]) for key in table.HEADLINE["bfcl"])
+
+
+def test_nlsi_scores_its_function_selection_beside_the_retrieval_baselines():
+    # issue 32: the function-selection part of `eval nlsi` (the functions the answer calls against the gold calls')
+    # with BM25 and embedder top-k (oracles) and the embedder with its fitted threshold on the same request
+    from prefcall.evaluation.tasks.nlsi import NlsiTask
+    from prefcall.strategies.nlt_models import DecisionRule
+
+    task = NlsiTask()
+    task._aliases = {}
+    item = NlsiTask._item(NLSI[0], "1")
+    evidence = {"tools": {"GetRestaurants": [2.0, 0.7], "GetEvents": [0.0, 0.6]}, "threshold_rule": DecisionRule(
+        model_weight=0.0, embedding_weight=1.0, threshold=0.5).model_dump()}
+    right = {"status": "ok", "calls": ['GetRestaurants(city="San Fran", cuisine="Thai")'],
+             "baseline_evidence": evidence}
+    scores = task.score(item, right)
+    assert scores["function_set"] == 1.0 and scores["baseline/bm25_topk_oracle"] == 1.0
+    assert scores["baseline/embedder_threshold"] == 0.0  # both functions pass its threshold: not the gold set
+    wrong = task.score(item, right | {"calls": ['GetEvents(city="San Fran")']})
+    assert wrong["function_set"] == 0.0
+    assert task.score(item, {"status": "parse_error", "calls": [], "baseline_evidence": evidence})["function_set"] == 0.0
+    rows = [ScoredItem(id=str(n), input={}, gold=item.gold, meta=item.meta, prediction=p, scores=s)
+            for n, (p, s) in enumerate([(right, scores), (right, wrong)])]
+    baselines = task.aggregate(rows)["baselines"]
+    assert baselines["bm25_topk_oracle"]["n"] == 2 and baselines["bm25_topk_oracle"]["rule_exact_set_accuracy"] == 0.5

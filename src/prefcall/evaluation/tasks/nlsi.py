@@ -32,6 +32,7 @@ from prefcall.evaluation.metrics.intervals import Metric, mean, micro, proportio
 from prefcall.evaluation.plots import bar_chart, confidence_scatter, group_mean, pearson, threshold_curve
 from prefcall.evaluation.splits import unique_ids
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
+from prefcall.evaluation.tasks import tools as selection
 from prefcall.schemas.model import Call
 
 if TYPE_CHECKING:
@@ -108,6 +109,11 @@ class NlsiTask(BaseTask):
         prediction = prediction_from_result(result)
         # Selection is only scored when the config chose the instructions itself.
         prediction["selected_by_model"] = bool(config.select_instructions and applicable is None)
+        # the retrieval baselines' choice of functions for the same request (tools.BASELINES), decided at scoring
+        dialogue = item.input["dialogue"]
+        words = dialogue if isinstance(dialogue, str) else \
+            "\n".join(str(t.get("content", "")) for t in dialogue if t.get("role", "user") == "user")
+        prediction["baseline_evidence"] = selection.request_baselines(words, catalogue.functions, ctx.embedder)
         return prediction
 
     def pipeline(self, ctx: EvalContext, config: Any) -> Any:
@@ -180,6 +186,14 @@ class NlsiTask(BaseTask):
             scores |= score_selection(prediction["instructions_used"], item.gold["applicable"])
         for variant, calls in (prediction.get("variants") or {}).items():
             scores[f"slot_f1_{variant}"] = score_calls(calls_from_any(calls), gold, aliases)["slot_f1"]
+        if prediction.get("baseline_evidence"):
+            # the function-selection part: the functions the answer calls against the gold calls' (a failed
+            # answer chose none), beside each retrieval baseline's on the same request
+            wanted = {c.name for c in gold}
+            called = {c.name for c in calls_from_any(prediction.get("calls"))} \
+                if prediction.get("status", "ok") == "ok" else None
+            scores["function_set"] = float(called == wanted)
+            scores |= selection.baseline_scores(prediction["baseline_evidence"], wanted)
         return scores
 
     def aggregate(self, items: list[ScoredItem]) -> dict[str, Any]:
@@ -209,6 +223,9 @@ class NlsiTask(BaseTask):
         gate = gate_curve(items)
         if gate:
             metrics["gate_f1_by_threshold"] = {str(t): {"slot_f1": f} for t, f in gate}
+        baselines = selection.baseline_metrics(items, own="function_set")
+        if baselines:  # each with the answers' own function set on the same items (`rule_exact_set_accuracy`)
+            metrics["baselines"] = baselines
         metrics["by_type"] = breakdown(items, "example_type")
         metrics["by_domain"] = breakdown(items, "domain")
         if any("classes" in i.meta for i in items):
