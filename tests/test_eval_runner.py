@@ -402,3 +402,25 @@ def test_nlsi_scores_its_function_selection_beside_the_retrieval_baselines():
             for n, (p, s) in enumerate([(right, scores), (right, wrong)])]
     baselines = task.aggregate(rows)["baselines"]
     assert baselines["bm25_topk_oracle"]["n"] == 2 and baselines["bm25_topk_oracle"]["rule_exact_set_accuracy"] == 0.5
+
+
+def test_dst_scores_a_turns_function_selection_beside_the_retrieval_baselines(shared_data: Path):
+    # issue 32: the function-selection part of `eval dst`, this turn's called functions against its gold calls'
+    from prefcall.evaluation.tasks.dst import TASK as DST
+    from prefcall.strategies.nlt_models import DecisionRule
+
+    items = DST.load(namespace(data=str(shared_data / "sgd" / "dev_dialogues_001.json"), dialogues=1,
+                               sgd_schema=None))
+    second = items[1]
+    gold = second.gold["calls"][0]["name"]
+    evidence = {"tools": {gold: [3.0, 0.8], "SearchRoundtripFlights": [0.0, 0.2]}, "threshold_rule": DecisionRule(
+        model_weight=0.0, embedding_weight=1.0, threshold=0.5).model_dump()}
+    right = DST.score(second, {"status": "ok", "calls": second.gold["calls"], "baseline_evidence": evidence})
+    assert right["function_set"] == 1.0 and right["baseline/embedder_threshold"] == 1.0
+    assert right["baseline/bm25_topk_oracle"] == 1.0
+    wrong = DST.score(second, {"status": "ok", "calls": [{"name": "SearchRoundtripFlights", "arguments": {}}],
+                               "baseline_evidence": evidence})
+    assert wrong["function_set"] == 0.0 and wrong["baseline/embedder_threshold"] == 1.0
+    rows = [ScoredItem(id=str(n), input={}, gold=second.gold, meta=second.meta, prediction={}, scores=s)
+            for n, s in enumerate([right, wrong])]
+    assert DST.aggregate(rows)["baselines"]["embedder_threshold"]["rule_exact_set_accuracy"] == 0.5

@@ -34,6 +34,7 @@ from prefcall.evaluation.metrics.dst import ERROR_CLASSES, score_turn, turn_erro
 from prefcall.evaluation.metrics.intervals import clustered_mean, micro, proportion
 from prefcall.evaluation.plots import bar_chart, group_mean
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
+from prefcall.evaluation.tasks import tools as selection
 from prefcall.evaluation.tasks.nlsi import (
     add_function_selection_option,
     config_overrides,
@@ -112,6 +113,11 @@ class DstTask(BaseTask):
             prediction["state"] = result.state.model_dump()  # what parse_request returns: the scored state
         if predicted:
             store[item.id] = prediction.get("calls", [])
+        # the retrieval baselines' choice of functions for this turn (tools.BASELINES), decided at scoring: the
+        # user's turn against the catalogue, the earlier turns as the history the selector reads
+        history = [(str(t.get("role")), str(t.get("content", ""))) for t in turns[:-1]]
+        prediction["baseline_evidence"] = selection.request_baselines(str(turns[-1].get("content", "")),
+                                                                      catalogue.functions, ctx.embedder, history)
         return prediction
 
     def catalogue(self, args: argparse.Namespace) -> Any:
@@ -156,7 +162,14 @@ class DstTask(BaseTask):
         said = " ".join(t.get("content", "") for t in turns if t.get("role") == "user")
         errors = turn_errors(scored, gold, carried=item.meta.get("carried") or {}, offered=offered, said=said,
                              intent_right=bool(scores["intent_accuracy"]))
-        return scores | {f"error: {e}": float(e in errors) for e in ERROR_CLASSES}
+        scores |= {f"error: {e}": float(e in errors) for e in ERROR_CLASSES}
+        if prediction.get("baseline_evidence"):
+            # the function-selection part: this turn's called functions against its gold calls' (none on a turn
+            # without an intent), beside each retrieval baseline's
+            wanted = {c["name"] for c in item.gold.get("calls") or []}
+            scores["function_set"] = float({c.name for c in calls} == wanted)
+            scores |= selection.baseline_scores(prediction["baseline_evidence"], wanted)
+        return scores
 
     def aggregate(self, items: list[ScoredItem]) -> dict[str, Any]:
         n = len(items)
@@ -182,6 +195,9 @@ class DstTask(BaseTask):
         # Share of turns with each error class (a turn may have several; `error: CLASS` per turn in results.jsonl).
         metrics["error_classes"] = {e: clustered_mean([i.scores.get(f"error: {e}", 0.0) for i in items], dialogues)
                                     for e in ERROR_CLASSES} if n else {}
+        baselines = selection.baseline_metrics(items, own="function_set")
+        if baselines:  # each with the answers' own function set on the same turns (`rule_exact_set_accuracy`)
+            metrics["baselines"] = baselines
         return metrics
 
     def plots(self, items: list[ScoredItem], out_dir: Path) -> list[Path]:
