@@ -124,7 +124,7 @@ def clarify_prediction(request: Request, ctx: EvalContext) -> dict[str, Any]:
     decision = {"limitation": "refuse", "question": "ask", "continue": "call"}[result.decision]
     drafted = [result.draft.name] if result.draft is not None and decision != "refuse" else []
     return {"status": result.status, "decision": decision, "functions": drafted, "calls": [],
-            "clarify": result.decision, "evidence": result.evidence[:4],
+            "clarify": result.decision if result.status == "ok" else result.status, "evidence": result.evidence[:4],
             "usage": result.usage.model_dump(), "seconds": round(result.seconds, 3)}
 
 
