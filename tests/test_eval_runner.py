@@ -424,3 +424,15 @@ def test_dst_scores_a_turns_function_selection_beside_the_retrieval_baselines(sh
     rows = [ScoredItem(id=str(n), input={}, gold=second.gold, meta=second.meta, prediction={}, scores=s)
             for n, s in enumerate([right, wrong])]
     assert DST.aggregate(rows)["baselines"]["embedder_threshold"]["rule_exact_set_accuracy"] == 0.5
+
+
+def test_dst_baseline_intervals_resample_whole_dialogues():
+    from prefcall.evaluation.tasks.dst import TASK as DST
+
+    # two dialogues of four turns each, all right in one and all wrong in the other: turn-level resampling would
+    # give a narrow interval around 0.5, resampling whole dialogues cannot tell 0 from 1
+    rows = [ScoredItem(id=f"{d}:{t}", input={}, gold={}, meta={"dialogue_id": d}, prediction={},
+                       scores={"function_set": float(d == "a"), "baseline/embedder_threshold": float(d == "a")})
+            for d in ("a", "b") for t in range(4)]
+    clustered = DST.aggregate(rows)["baselines"]["embedder_threshold"]["exact_set_accuracy"]
+    assert clustered == 0.5 and clustered.method != "none" and tuple(clustered.interval()) == (0.0, 1.0)

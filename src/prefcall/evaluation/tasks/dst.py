@@ -195,8 +195,8 @@ class DstTask(BaseTask):
         # Share of turns with each error class (a turn may have several; `error: CLASS` per turn in results.jsonl).
         metrics["error_classes"] = {e: clustered_mean([i.scores.get(f"error: {e}", 0.0) for i in items], dialogues)
                                     for e in ERROR_CLASSES} if n else {}
-        baselines = selection.baseline_metrics(items, own="function_set")
-        if baselines:  # each with the answers' own function set on the same turns (`rule_exact_set_accuracy`)
+        baselines = selection.baseline_metrics(items, own="function_set", cluster="dialogue_id")
+        if baselines:  # each with the answers' own function set on the same turns; intervals by dialogue, as above
             metrics["baselines"] = baselines
         return metrics
 

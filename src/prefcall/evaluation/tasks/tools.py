@@ -26,7 +26,7 @@ from typing import Any
 
 from prefcall.errors import ConfigError
 from prefcall.evaluation.metrics.f1 import prf
-from prefcall.evaluation.metrics.intervals import Metric, mean, micro, proportion
+from prefcall.evaluation.metrics.intervals import Metric, clustered_mean, mean, micro, proportion
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
 from prefcall.strategies.nlt import baseline_rule, embedding_scores, fit_rule, lexical_scores, select_tools
 from prefcall.strategies.nlt_models import DEFAULT_MODE, MODES, DecisionRule, NltResult, as_tool_specs
@@ -282,17 +282,21 @@ def aggregate(scored: list[ScoredItem], *, per_tool: bool = True) -> dict[str, A
     return metrics
 
 
-def baseline_metrics(scored: list[ScoredItem], own: str = "exact_set") -> dict[str, Any]:
+def baseline_metrics(scored: list[ScoredItem], own: str = "exact_set", cluster: str | None = None) -> dict[str, Any]:
     """Per baseline: exact-set accuracy on the items it applies to, and the decided rule's on the same items (the
-    score `own` of each item: the selector's exact set, or a task's own function set)."""
+    score `own` of each item: the selector's exact set, or a task's own function set). `cluster`: the meta key of
+    items that are not independent (a dialogue's turns), whose intervals then resample whole clusters."""
+    def average(values: list[float], rows: list[ScoredItem]) -> Metric:
+        return mean(values) if cluster is None else clustered_mean(values, [i.meta.get(cluster) for i in rows])
+
     out: dict[str, Any] = {}
     for name in BASELINES:
         key = f"baseline/{name}"
         rows = [i for i in scored if key in i.scores]
         if not rows:
             continue
-        out[name] = {"n": len(rows), "exact_set_accuracy": mean(i.scores[key] for i in rows),
-                     "rule_exact_set_accuracy": mean(i.scores.get(own, 0.0) for i in rows)}
+        out[name] = {"n": len(rows), "exact_set_accuracy": average([i.scores[key] for i in rows], rows),
+                     "rule_exact_set_accuracy": average([i.scores.get(own, 0.0) for i in rows], rows)}
         no_tool = [i for i in rows if not i.gold]
         if no_tool:
             out[name]["no_tool_accuracy"] = proportion(sum(i.scores[key] for i in no_tool), len(no_tool))
