@@ -325,3 +325,22 @@ def test_clarify_refuses_by_the_rule_parse_request_refuses_by(real_embedder) -> 
     refused, engine = ask("Bake a chocolate cake")
     assert refused.decision == "limitation" and refused.draft is None
     assert not any(c["kind"] == "generate" and "fill in the arguments" in c["prompt"] for c in engine.calls)
+
+
+def test_a_draft_cut_by_its_budget_is_drafted_once_more_with_a_larger_one() -> None:
+    # a large schema's nested lists run past the first budget: the cut JSON would leave clarify no draft to read
+    # (a parse failure); the second try has three times the budget, and a short draft never pays for it
+    from prefcall.strategies.qwn_draft import draft_arguments
+
+    long_draft = {"origin": "Boston", "destination": "Paris", "departure_date": "May 3", "cabin": "economy"}
+    text = json.dumps(long_draft, indent=2)  # the fake engine counts whitespace-attached pieces as tokens
+    engine = FakeEngine().reply(text, when="fill in the arguments")
+    result = draft_arguments(engine, "Fly me from Boston to Paris on May 3", FLIGHTS, max_tokens=5)  # 11 tokens
+    drafts = [c for c in engine.calls if c["kind"] == "generate"]
+    assert result.call is not None and result.call.arguments["destination"] == "Paris"
+    assert len(drafts) == 2
+    short = FakeEngine().reply(json.dumps({"destination": "Paris"}), when="fill in the arguments")
+    assert draft_arguments(short, "Fly me to Paris", FLIGHTS, max_tokens=5, keep_required=False).call is not None
+    assert len([c for c in short.calls if c["kind"] == "generate"]) == 1
+    cut = FakeEngine().reply(text, when="fill in the arguments")
+    assert draft_arguments(cut, "Fly me from Boston to Paris on May 3", FLIGHTS, max_tokens=3).status == "parse_error"
