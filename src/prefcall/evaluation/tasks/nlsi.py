@@ -110,10 +110,8 @@ class NlsiTask(BaseTask):
         # Selection is only scored when the config chose the instructions itself.
         prediction["selected_by_model"] = bool(config.select_instructions and applicable is None)
         # the retrieval baselines' choice of functions for the same request (tools.BASELINES), decided at scoring
-        dialogue = item.input["dialogue"]
-        words = dialogue if isinstance(dialogue, str) else \
-            "\n".join(str(t.get("content", "")) for t in dialogue if t.get("role", "user") == "user")
-        prediction["baseline_evidence"] = selection.request_baselines(words, catalogue.functions, ctx.embedder)
+        prediction["baseline_evidence"] = selection.request_baselines(str(item.input["dialogue"]), catalogue.functions,
+                                                                      ctx.embedder)
         return prediction
 
     def pipeline(self, ctx: EvalContext, config: Any) -> Any:

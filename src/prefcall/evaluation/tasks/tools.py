@@ -145,7 +145,6 @@ def request_baselines(text: str, tools: Any, embedder: Any, history: Sequence[tu
     functions as `{name, description}`): each tool's BM25 and cosine with the request (as select_tools computes
     them) and the embedder-only rule fitted for this embedder (None when none is)."""
     specs = as_tool_specs(tools)
-    history = list(history)
     lexical = lexical_scores(specs, text, history)
     rule = baseline_rule(embedder)
     # the cosine the fitted baseline decides by (the request's best sentence when its rule says so)
