@@ -270,7 +270,8 @@ def relevant_functions(
         usage.merge(result.usage)
         scores = {d.name: float(d.probability or 0.0) for d in result.decisions}
         cut = result.threshold or 0.5
-    return [n for n, s in scores.items() if s >= cut], scores, f"NLT P(YES) cut {cut:.2f}"
+    return sorted((n for n, s in scores.items() if s >= cut), key=lambda n: -scores[n]), scores, \
+        f"NLT P(YES) cut {cut:.2f}"
 
 
 # -- clarify --------------------------------------------------------------------------------
@@ -325,7 +326,7 @@ def _gather_evidence(
         evidence.notes.append(f"relevance ({decided}): best {best[0]} {best[1]:.2f}; cleared: {cleared or 'none'}")
         if not relevant:
             return evidence
-        ranked = sorted(relevant, key=lambda n: -scores[n])
+        ranked = relevant  # most relevant first
     else:
         ranked = None
     if draft_calls is None:

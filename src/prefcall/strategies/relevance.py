@@ -157,7 +157,8 @@ class Unrelated(BaseModel):
     def describe(self) -> str:
         what = "relevance score" if self.rule.weights is not None else "similarity"
         sign = "<" if self.refused else ">="
-        return f"closest {self.closest}: {what} {self.similarity:.2f} {sign} {self.rule.threshold:.2f}, {self.rule.embedder}"
+        return (f"closest {self.closest}: {what} {self.similarity:.2f} {sign} {self.rule.threshold:.2f}, "
+                f"{self.rule.embedder}")
 
 
 def judged(embedder: Embedder | None, request: str, functions: Sequence[Function],
