@@ -150,6 +150,23 @@ def test_a_clarify_question_without_a_draft_is_not_a_refusal_and_its_limitation_
     assert items[0].scores["selected"] == 0.0  # no drafted function: not a right selection either
 
 
+def test_the_relevance_report_gives_clarify_s_figures_without_the_check_on_the_same_requests():
+    """Where the model's check decided, the report adds the no-call and false refusal rates that the embedder's
+    rule alone gave on the same requests; without a check there is no such figure."""
+    from prefcall.evaluation.tasks.relevance import figures
+
+    refused = {"status": "ok", "decision": "refuse", "clarify": "limitation", "calls": [], "functions": []}
+    answered = {"status": "ok", "decision": "call", "clarify": "continue", "calls": [], "functions": ["f"]}
+    items = [_scored(refused | {"decision_without_check": "call"}, False, []),  # the check refused it
+             _scored(refused | {"decision_without_check": "refuse"}, False, []),
+             _scored(answered | {"decision_without_check": "refuse"}, True, ["f"])]  # the check kept it
+    found = figures(items)
+    assert (found["no_call_rate"], found["false_refusal_rate"]) == (1.0, 0.0)
+    assert (found["without_check"]["no_call_rate"], found["without_check"]["false_refusal_rate"]) \
+        == (0.5, 1.0)
+    assert "without_check" not in figures([_scored(answered, True, ["f"])])
+
+
 def test_eval_relevance_runs_clarify_with_the_embedders_rule_or_a_callers_cosine_cut(shared_data: Path,
                                                                                     tmp_path: Path, monkeypatch):
     from prefcall.engine.fake import FakeEngine
@@ -874,3 +891,85 @@ def test_a_check_is_credited_on_a_source_only_for_what_the_other_sources_taught_
     assert found.held_out_sources[way]["no_call"] == 0.0
     assert set(found.held_out_sources) <= set(found.held_out) and found.way in found.held_out_sources
     assert found.way == way and found.kept  # the choice reads the folds: this rule refuses both kinds it was shown
+
+
+def _clarifier(tmp_path: Path, monkeypatch, scorer: Any, check: dict, embedder_threshold: float = -10.0):
+    """clarify on the weather catalogue as the MCP server runs it: a fake engine answering the check by `scorer`,
+    the embedder's rule at `embedder_threshold` and `check` stored as the model's fitted check, read from the fit
+    the pipeline loads for the engine."""
+    from prefcall.engine.fake import FakeEngine
+    from prefcall.storage import fits
+    from prefcall.strategies import relevance
+    from prefcall.strategies.pipeline import Pipeline
+    from prefcall.strategies.qwn import clarify
+
+    catalogue, _, data, _ = _weather_model(tmp_path)
+    engine = FileEngine(tmp_path / "m.gguf", scorer=scorer)
+    FakeEngine.reply(engine, "Continue", when="Before calling a tool")
+    FakeEngine.reply(engine, '{"city": "Paris"}', when="fill in the arguments")
+    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: relevance.RelevanceRule(
+        embedder=embedder.name, threshold=embedder_threshold))
+    fits.save(fits.Fit(fingerprint=fits.engine_fingerprint(engine, data), check=check), data / fits.FITS_DIR)
+    rule = Pipeline(engine, FakeEmbedder(), data_dir=data).check_rule()
+    assert rule is not None
+
+    def ask(text: str, **options: Any):
+        return clarify(engine, f"User: {text}", catalogue, embedder=FakeEmbedder(), check=rule, **options)
+
+    return engine, ask
+
+
+def _weather_check(prompt: str, candidate: str) -> float:
+    """The model's reading: only a question about rain is one the weather tool can answer."""
+    if model_check.QUESTIONS[1].question in prompt:
+        return {"Yes": 0.0, "No": -3.0}[candidate] if "rain" in prompt else {"Yes": -3.0, "No": 0.0}[candidate]
+    return -1.0
+
+
+def test_clarify_refuses_by_the_models_check_where_its_fit_has_one_as_parse_request_does(tmp_path: Path,
+                                                                                          monkeypatch):
+    """The embedder's rule alone keeps both requests; the check refuses the one the model says the tool cannot do,
+    names its margin and says what the embedder's rule alone gave."""
+    engine, ask = _clarifier(tmp_path, monkeypatch, _weather_check, {"weights": [0.0, 0.0, 1.0], "threshold": 0.0})
+    off = ask("What is the weather like on Mars, scientifically speaking, in Paris?")
+    assert off.decision == "limitation" and off.decision_without_check == "continue", off.evidence
+    assert any("the model's check (refused)" in n and "yes-margin -3.00" in n for n in off.evidence), off.evidence
+    kept = ask("Will it rain in Paris?")
+    assert kept.decision == "continue" and kept.decision_without_check == "continue", kept.evidence
+    assert any("the model's check (passed)" in n for n in kept.evidence)
+    assert kept.usage.prompt_tokens > ask("Will it rain in Paris?", check_relevance=False).usage.prompt_tokens
+    # a caller's cosine cut replaces the fitted rules: the model is not asked
+    asked = len(engine.calls)
+    cut = ask("What is the weather like on Mars, scientifically speaking, in Paris?", relevance_threshold=-1.0)
+    assert cut.decision == "continue" and cut.decision_without_check is None
+    assert not [c for c in engine.calls[asked:] if model_check.QUESTIONS[1].question in c.get("prompt", "")]
+
+
+def test_the_check_keeps_in_clarify_a_request_the_embedders_rule_alone_would_refuse(tmp_path: Path, monkeypatch):
+    """A check not fitted to go after the embedder's rule decides in its place (the embedder's score is one of its
+    features): the request is drafted and kept; fitted `embedder_first`, that rule refuses without asking."""
+    engine, ask = _clarifier(tmp_path, monkeypatch, _weather_check, {"weights": [0.0, 0.0, 1.0], "threshold": 0.0},
+                             embedder_threshold=10.0)
+    kept = ask("Will it rain in Paris?")
+    assert kept.decision == "continue" and kept.decision_without_check == "limitation", kept.evidence
+    assert kept.draft is not None and kept.draft.name == "get_weather"
+    assert any("the embedder's rule alone would refuse" in n for n in kept.evidence), kept.evidence
+    engine, ask = _clarifier(tmp_path, monkeypatch, _weather_check,
+                             {"weights": [0.0, 0.0, 1.0], "threshold": 0.0, "embedder_first": True},
+                             embedder_threshold=10.0)
+    asked = len(engine.calls)
+    first = ask("Will it rain in Paris?")
+    assert first.decision == "limitation" and first.decision_without_check is None, first.evidence
+    assert not [c for c in engine.calls[asked:] if model_check.QUESTIONS[1].question in c.get("prompt", "")]
+
+
+def test_a_check_that_reads_stage_one_leaves_clarify_to_the_embedders_rule(tmp_path: Path, monkeypatch):
+    """clarify runs no stage 1, so a check fitted on its "None" margin cannot judge there: the embedder's rule
+    refuses as without a check, and the model is not asked."""
+    check = {"weights": [0.0, 0.0, 1.0, 0.0], "threshold": 0.0, "stage_one": True}
+    engine, ask = _clarifier(tmp_path, monkeypatch, _weather_check, check, embedder_threshold=10.0)
+    refused = ask("Will it rain in Paris?")
+    assert refused.decision == "limitation" and refused.decision_without_check is None, refused.evidence
+    assert not [c for c in engine.calls if model_check.QUESTIONS[1].question in c.get("prompt", "")]
+    engine, ask = _clarifier(tmp_path, monkeypatch, _weather_check, check)
+    assert ask("What is the weather like on Mars, scientifically speaking, in Paris?").decision == "continue"

@@ -678,3 +678,47 @@ def test_a_model_without_a_fit_of_its_own_is_noticed_once_and_a_fitted_one_is_no
     with caplog.at_level(logging.WARNING, logger="prefcall.server"):
         with_session(make_server(tmp_path, engine), body)
     assert not [r for r in caplog.records if "has no fit of its own" in r.getMessage()]
+
+
+def test_clarify_refuses_through_mcp_by_the_models_fitted_check_as_parse_request_does(tmp_path: Path,
+                                                                                       monkeypatch) -> None:
+    """A model whose fit has a check: the MCP server's clarify asks it, as its parse_request does. The embedder's
+    rule alone keeps both requests; the model says the flight tools cannot tell a joke."""
+    import dataclasses
+
+    from prefcall.storage import fits
+    from prefcall.strategies import model_check, relevance
+
+    class CheckedEngine(RuleEngine):
+        @property
+        def info(self):
+            return dataclasses.replace(super().info, model_path=str(model))
+
+    def scorer(prompt: str, candidate: str) -> float:
+        if model_check.QUESTIONS[2].question in prompt:  # the model reads the request: a joke is no flight
+            return {"Yes": -3.0, "No": 0.0}[candidate] if "joke" in prompt else {"Yes": 0.0, "No": -3.0}[candidate]
+        return -1.0
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF fake weights")
+    engine = CheckedEngine([("fills in the arguments of the API function GetFlights", '{"destination": "Boston"}')])
+    engine.scorer = scorer
+    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: relevance.RelevanceRule(
+        embedder=embedder.name, threshold=-10.0))
+    fits.save(fits.Fit(fingerprint=fits.engine_fingerprint(engine, tmp_path / "data") or "",
+                       check={"weights": [0.0, 0.0, 1.0], "threshold": 0.0, "question": 2}),
+              tmp_path / "data" / fits.FITS_DIR)
+
+    async def body(session: Session):
+        await seeded(session)
+        joke = await session.ok("clarify", {"user_id": "alice", "dialogue": "Tell me a joke about airline food",
+                                            "catalogue": "travel"})
+        assert joke["decision"] == "limitation", joke
+        flight = await session.ok("clarify", {"user_id": "alice", "dialogue": "Find me a flight to Boston",
+                                              "catalogue": "travel"})
+        assert flight["decision"] != "limitation", flight
+        refused = await session.ok("parse_request", {"user_id": "alice", "dialogue": "Tell me a joke about airline "
+                                                     "food", "catalogue": "travel", "config": "full"})
+        assert refused["decision"] == "refuse", refused
+
+    with_session(make_server(tmp_path, engine), body)

@@ -273,14 +273,19 @@ class SuiteRunner:
         passed, detail = score(case, got)
         return CaseOutcome(case, passed, detail, got, time.perf_counter() - started)
 
-    def _parse_request(self, case: SmokeCase) -> dict[str, Any]:
+    def pipeline(self) -> Any:
+        """The pipeline the MCP server would build for this engine (its fit read once)."""
         from prefcall.strategies.pipeline import Pipeline
-        from prefcall.strategies.pipeline_models import get_config
 
         if self._pipeline is None:
             self._pipeline = Pipeline(self.engine, embedder=self.embedder, data_dir=self.data_dir)
+        return self._pipeline
+
+    def _parse_request(self, case: SmokeCase) -> dict[str, Any]:
+        from prefcall.strategies.pipeline_models import get_config
+
         config = get_config(self.parse_config, allow_refuse=True)  # as the MCP tool's default
-        result = self._pipeline.parse(case.dialogue, list(case.instructions), self.catalogues[case.catalogue], config)
+        result = self.pipeline().parse(case.dialogue, list(case.instructions), self.catalogues[case.catalogue], config)
         return {"decision": result.decision, "status": result.status, "question": result.question,
                 "calls": [c.model_dump() for c in result.calls]}
 
@@ -294,8 +299,10 @@ class SuiteRunner:
     def _clarify(self, case: SmokeCase) -> dict[str, Any]:
         from prefcall.strategies.qwn import clarify
 
+        # As the MCP tool answers: with the model's fitted check where its fit has one (as parse_request)
         result = clarify(self.engine, case.dialogue, self.catalogues[case.catalogue],
-                         instructions=list(case.instructions), embedder=self.embedder)
+                         instructions=list(case.instructions), embedder=self.embedder,
+                         check=self.pipeline().check_rule())
         return {"decision": result.decision, "status": result.status, "question": result.question}
 
 

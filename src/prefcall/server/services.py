@@ -434,9 +434,10 @@ class Services:
             return self._clarify_cache[key].model_copy(deep=True)
         engine, embedder = await self.ready(progress)
         scoped = ScopedEngine(engine, caller.scope(self.is_builtin(catalogue)))
+        check = self._get_pipeline().check_rule()  # the model's fitted check, as parse_request refuses by it
         result = await self.model.call(
             lambda: clarify(scoped, turns, catalogue, instructions=list(instructions), embedder=embedder,
-                            shortlist_size=self.settings.shortlist_size)
+                            shortlist_size=self.settings.shortlist_size, check=check)
         )
         outcome = clarify_out(result)
         if caller.private:

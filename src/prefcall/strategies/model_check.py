@@ -44,9 +44,10 @@ from typing import NamedTuple
 
 from pydantic import Field, field_validator, model_validator
 
-from prefcall.engine.base import Engine, Prompt, PromptUsage, score_batch
+from prefcall.engine.base import Embedder, Engine, Prompt, PromptUsage, score_batch
 from prefcall.schemas.model import Function
 from prefcall.schemas.render import render_function_spec
+from prefcall.strategies import relevance
 from prefcall.strategies.fnctod import LinearRule
 from prefcall.strategies.nlt import TOOL_PREFIX, ContentFreeCache
 
@@ -207,3 +208,39 @@ def features(relevance_score: float, margins: Sequence[float], messages: Sequenc
     message questions' margins a rule reads (`CheckRule.messages`, in its order), then stage 1's "None" margin for
     a rule fitted `stage_one`."""
     return [relevance_score, max(margins), *messages, *stage_one]
+
+
+class Verdict(NamedTuple):
+    refused: bool
+    why: str  # what decided, in words
+    asked: int  # model calls made (functions asked about and message questions); 0: the embedder's rule alone
+
+
+def verdict(engine: Engine, embedder: Embedder | None, rule: CheckRule, request: str, functions: Sequence[Function],
+            chosen: Sequence[str], usage: PromptUsage, stage_none: float | None = None) -> Verdict | None:
+    """The fitted check's answer to whether any of `functions` can do what `request` asks: the embedder's relevance
+    rule (`relevance.judged`) decides alone where `rule` is fitted `embedder_first` and refuses; otherwise the model
+    is asked about the function closest to the request and the ones in `chosen` (the function an answer was made
+    for), and, where the rule reads them, the questions about the message alone; the rule weighs those margins
+    with the embedder's score. None where it cannot judge: no embedder or fitted relevance rule, or a rule fitted
+    `stage_one` without stage 1's "None" margin. parse_request and clarify both judge by this, so the two refuse
+    the same requests at a tier whose fit has a check. The prompt tokens go to `usage`."""
+    judged = relevance.judged(embedder, request, functions)
+    if judged is None:
+        return None
+    if rule.embedder_first and judged.refused:
+        return Verdict(True, judged.describe() + "; the model was not asked", 0)
+    if rule.stage_one and stage_none is None:  # stage 1 did not weigh "None" here: nothing to read it by
+        return None
+    asked = [f for f in functions if f.name in {judged.closest, *chosen}]
+    yes = yes_margins(engine, asked, request, usage, question=rule.question, calibrated=rule.calibrated)
+    messages = message_margins(engine, request, rule.messages, usage)
+    found = features(judged.similarity, yes, messages, [stage_none] if rule.stage_one and stage_none is not None
+                     else [])
+    said = "".join(f", the message question {v}'s yes-margin {m:.2f}" for v, m in zip(rule.messages, messages))
+    said += f", stage 1's None margin {found[-1]:.2f}" if rule.stage_one else ""
+    refused = rule.refuses(found)
+    why = (f"closest {judged.closest}: relevance score {judged.similarity:.2f}, the model's yes-margin "
+           f"{found[1]:.2f}{' (calibrated)' if rule.calibrated else ''}{said}; the check's score "
+           f"{rule.score(found):.2f} {'<' if refused else '>='} {rule.threshold:.2f}")
+    return Verdict(refused, why, len(asked) + len(messages))

@@ -394,34 +394,19 @@ class Pipeline:
                 return
             why = found.describe()
         else:
-            judged = relevance.judged(self.embedder, words, catalogue.functions)
-            if judged is None:
-                return
-            if check.embedder_first and judged.refused:
-                self._refuse(result, judged.describe() + "; the model was not asked")
-                return
             stage = scores.relevance_features() if scores is not None else None
-            if check.stage_one and stage is None:  # stage 1 did not weigh "None" here: nothing to read it by
-                return
-            asked = [f for f in catalogue.functions if f.name in {judged.closest, *result.functions[:1]}]
             usage = PromptUsage()
-            margins = model_check.yes_margins(self.engine, asked, words, usage, question=check.question,
-                                              calibrated=check.calibrated)
-            messages = model_check.message_margins(self.engine, words, check.messages, usage)
-            if meter is not None:
-                meter.trace.model_calls += len(asked) + len(messages)
+            found_check = model_check.verdict(self.engine, self.embedder, check, words, catalogue.functions,
+                                              result.functions[:1], usage,
+                                              stage[fnctod.NONE_MARGIN] if check.stage_one and stage else None)
+            if found_check is not None and meter is not None:
+                meter.trace.model_calls += found_check.asked
                 meter.trace.prompt_tokens += usage.prompt_tokens
                 meter.trace.evaluated += usage.evaluated
                 meter.trace.reused += usage.reused
-            features = model_check.features(judged.similarity, margins, messages,
-                                            [stage[fnctod.NONE_MARGIN]] if check.stage_one and stage else [])
-            if not check.refuses(features):
+            if found_check is None or not found_check.refused:
                 return
-            said = "".join(f", the message question {v}'s yes-margin {m:.2f}" for v, m in zip(check.messages, messages))
-            said += f", stage 1's None margin {features[-1]:.2f}" if check.stage_one else ""
-            why = (f"closest {judged.closest}: relevance score {judged.similarity:.2f}, the model's yes-margin "
-                   f"{features[1]:.2f}{' (calibrated)' if check.calibrated else ''}{said}; the check's score "
-                   f"{check.score(features):.2f} < {check.threshold:.2f}")
+            why = found_check.why
         self._refuse(result, why)
 
     @staticmethod

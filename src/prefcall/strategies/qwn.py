@@ -19,7 +19,12 @@ Combination rule (policy="combined", the default), first match wins:
    clarify and parse_request refuse the same requests; an embedder without a fitted rule refuses nothing, and a
    caller's `relevance_threshold` is a cosine cut per function instead. After the draft, also when the user's
    words fill none of the drafted function's required arguments and the same rule, reading that function alone,
-   is under its threshold: a question about a function the request is not about is the wrong answer;
+   is under its threshold: a question about a function the request is not about is the wrong answer. Where the
+   model's fit has a check (`check`, strategies.model_check: the server passes the one parse_request refuses by),
+   the check decides relevance in place of the embedder's rule, after the draft, from the model's yes/no about the
+   closest and the drafted function weighed with the embedder's score (a check fitted `embedder_first` lets the
+   embedder's rule refuse first; one that reads stage 1 cannot judge here, and the embedder's rule does); the
+   result's `decision_without_check` is what the embedder's rule alone gave;
 2. the draft misses required arguments or has invalid enum values not already asked about -> "question"
    naming them in plain words (whatever the model said);
 3. everything missing was already asked -> "continue" (never repeat a question);
@@ -41,6 +46,8 @@ from pydantic import BaseModel, Field
 from prefcall.engine.base import Embedder, Engine, Prompt
 from prefcall.retrieval.text import humanise
 from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, Turn, as_dialogue, render_dialogue
+from prefcall.engine.base import PromptUsage
+from prefcall.strategies.model_check import CheckRule, verdict
 from prefcall.strategies.nlt import select_tools
 from prefcall.strategies.nlt_models import NltUsage
 from prefcall.strategies.qwn_draft import DraftResult, _support_block, draft_call
@@ -64,6 +71,9 @@ class ClarifyResult(BaseModel):
     draft: Call | None = None
     status: Literal["ok", "parse_error"] = "ok"
     shortlist: Shortlist | None = None  # a large catalogue: the functions the model's prompts listed
+    # The decision the embedder's rule alone would give, where the model's fitted check decided relevance (None:
+    # no check was asked): what the check changed, on the same request.
+    decision_without_check: Decision | None = None
     usage: NltUsage = Field(default_factory=NltUsage)
     seconds: float = 0.0
 
@@ -282,6 +292,9 @@ class _Evidence(BaseModel):
     missing: list[MissingArgument] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     off_topic: str | None = None  # why the drafted function is not what the request is about (rule 1)
+    checked: str | None = None  # the model's fitted check decided relevance: what it said (None: not asked)
+    check_refused: bool = False  # ... and it refused (rule 1)
+    embedder_refused: str | None = None  # where the check decided: why the embedder's rule alone would refuse
 
 
 def _off_topic(embedder: Embedder | None, user_text: str, catalogue: Catalogue, calls: Sequence[Call],
@@ -310,20 +323,30 @@ def _gather_evidence(
     relevance_threshold: float | None,
     usage: NltUsage,
     candidates: list[str] | None = None,
+    check: CheckRule | None = None,
 ) -> _Evidence:
     evidence = _Evidence()
     user_text = "\n".join(t.content for t in turns if t.role == "user")
     support_text = "\n".join([render_dialogue(turns), *instructions, context or ""])
     scores: dict[str, float] | None = None
     own_draft = draft_calls is None  # a caller's draft names the function it chose: its relevance is not ours to judge
+    # The model's fitted check decides relevance in place of the embedder's rule (as in parse_request), unless a
+    # caller set a cosine cut; a check fitted `embedder_first` still lets that rule refuse first.
+    # clarify runs no stage 1, so a check fitted on its "None" margin cannot judge here: the embedder's rule does.
+    checking = check if check is not None and check_relevance and own_draft and embedder is not None \
+        and relevance_threshold is None and not check.stage_one else None
     if check_relevance and draft_calls is None:
         relevant, scores, decided = relevant_functions(
             engine, user_text, catalogue, usage, embedder=embedder, threshold=relevance_threshold, context=context
         )
-        evidence.relevant = relevant
         best = max(scores.items(), key=lambda kv: kv[1])
         cleared = ", ".join(relevant[:5]) + (f" and {len(relevant) - 5} more" if len(relevant) > 5 else "")
         evidence.notes.append(f"relevance ({decided}): best {best[0]} {best[1]:.2f}; cleared: {cleared or 'none'}")
+        if not relevant and checking is not None and not checking.embedder_first and \
+                judged(embedder, user_text, catalogue.functions, scores) is not None:
+            evidence.embedder_refused = decided  # the check decides: every function stays a candidate
+            relevant = sorted(scores, key=lambda name: -scores[name])
+        evidence.relevant = relevant
         if not relevant:
             return evidence
         ranked = relevant  # most relevant first
@@ -333,6 +356,7 @@ def _gather_evidence(
         draft = _draft(engine, turns, catalogue, instructions, context, ranked, usage, candidates)
         if draft.call is None:
             evidence.notes.append(f"draft call failed to parse: {str(draft.raw_text)[:80]!r}")
+            _check(engine, embedder, checking, user_text, catalogue, [], evidence, usage)
             return evidence
         draft_calls = [draft.call]
     evidence.draft = draft_calls[0] if draft_calls else None
@@ -346,10 +370,34 @@ def _gather_evidence(
     for m in evidence.missing:
         evidence.notes.append(f"{m.function}.{m.argument}: {m.reason}")
     if check_relevance and own_draft and evidence.missing and embedder is not None:
-        evidence.off_topic = _off_topic(embedder, user_text, catalogue, draft_calls, scores)
-        if evidence.off_topic:
-            evidence.notes.append(evidence.off_topic)
+        off_topic = _off_topic(embedder, user_text, catalogue, draft_calls, scores)
+        if off_topic and checking is not None:
+            evidence.embedder_refused = evidence.embedder_refused or off_topic  # the check decides in its place
+        elif off_topic:
+            evidence.off_topic = off_topic
+            evidence.notes.append(off_topic)
+    _check(engine, embedder, checking, user_text, catalogue, [c.name for c in draft_calls], evidence, usage)
     return evidence
+
+
+def _check(engine: Engine, embedder: Embedder | None, rule: CheckRule | None, user_text: str, catalogue: Catalogue,
+           chosen: list[str], evidence: _Evidence, usage: NltUsage) -> None:
+    """Ask the model's fitted check (strategies.model_check.verdict, as parse_request does) about the function
+    closest to the request and the drafted one; where it cannot judge, the embedder's rule stands."""
+    if rule is None:
+        return
+    prompt_usage = PromptUsage()
+    found = verdict(engine, embedder, rule, user_text, catalogue.functions, chosen, prompt_usage)
+    usage.add(prompt_usage)
+    if found is None:  # nothing to judge by (a check that reads stage 1, which clarify has not run)
+        if evidence.embedder_refused is not None:
+            evidence.off_topic, evidence.embedder_refused = evidence.embedder_refused, None
+            evidence.notes.append(f"the model's check cannot judge here; the embedder's rule: {evidence.off_topic}")
+        return
+    evidence.checked, evidence.check_refused = found.why, found.refused
+    evidence.notes.append(f"the model's check ({'refused' if found.refused else 'passed'}): {found.why}")
+    if evidence.embedder_refused is not None:
+        evidence.notes.append(f"the embedder's rule alone would refuse ({evidence.embedder_refused})")
 
 
 def _draft(
@@ -403,6 +451,8 @@ def _combine(
             return "limitation", None, [], ["rule 1: no function is relevant -> limitation"]
         if evidence.off_topic:
             return "limitation", None, [], ["rule 1: the drafted function is not what the request is about -> limitation"]
+        if evidence.check_refused:
+            return "limitation", None, [], ["rule 1: the model's check says no function can do it -> limitation"]
         open_missing = [m for m in evidence.missing if not _already_asked(m.argument, asked)]
         if open_missing:
             notes.append("rule 2: required arguments not supplied -> question")
@@ -433,6 +483,7 @@ def clarify(
     check_relevance: bool = True,
     relevance_threshold: float | None = None,
     shortlist_size: int | None = None,
+    check: CheckRule | None = None,
 ) -> ClarifyResult:
     """Ask, continue or admit a limitation; see the module docstring for how model and evidence combine. A
     catalogue of more than 32 functions (or one whose decision prompt outgrows the context) reaches the model's
@@ -456,11 +507,15 @@ def clarify(
     if policy != "model":
         evidence = _gather_evidence(
             engine, turns, catalogue, instructions, draft_calls, embedder, context, check_relevance,
-            relevance_threshold, usage, listed.names if report.applied else None,
+            relevance_threshold, usage, listed.names if report.applied else None, check,
         )
     if report.applied:
         evidence.notes.insert(0, f"shortlist: {report.describe()}")
     decision, question, missing, notes = _combine(model_decision, model_question, evidence, asked, policy)
+    without_check = None
+    if evidence.checked is not None:  # what the embedder's rule alone gives on the same evidence
+        alone = evidence.model_copy(update={"check_refused": False, "off_topic": evidence.embedder_refused})
+        without_check = _combine(model_decision, model_question, alone, asked, policy)[0]
     status: Literal["ok", "parse_error"] = "ok" if decision is not None else "parse_error"
     return ClarifyResult(
         decision=decision or "continue",  # only with status="parse_error"; scorers must count it wrong
@@ -473,6 +528,7 @@ def clarify(
         draft=evidence.draft,
         status=status,
         shortlist=report if report.applied else None,
+        decision_without_check=without_check,
         usage=usage,
         seconds=time.perf_counter() - started,
     )

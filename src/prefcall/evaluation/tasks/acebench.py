@@ -213,13 +213,13 @@ def catalogue_of(functions: list[dict[str, Any]]) -> Catalogue:
 
 # -- predict --------------------------------------------------------------------------------------
 def predict(item: EvalItem, engine: Any, mode: str = "combined", *, embedder: Any = None,
-            with_calls: bool = True) -> dict[str, Any]:
+            with_calls: bool = True, check: Any = None) -> dict[str, Any]:
     catalogue = catalogue_of(item.input["functions"])
     instructions = [f"User profile: {str(item.input['profile']).strip()}"] if item.input.get("profile") else []
     dialogue = parse_dialogue(item.input["question"])
     result = clarify(
         engine, dialogue, catalogue, instructions=instructions,
-        context=item.input.get("time"), policy=mode, embedder=embedder,  # type: ignore[arg-type]
+        context=item.input.get("time"), policy=mode, embedder=embedder, check=check,  # type: ignore[arg-type]
     )
     tokens = selection.tokens_of(result)  # ClarifyResult has the same usage fields as NltResult
     decision = DECISIONS.get(result.decision, result.decision)
@@ -417,8 +417,12 @@ class AceBenchTask(BaseTask):
         if mode not in POLICIES:
             raise ConfigError(f"--mode {mode!r}: use one of {', '.join(POLICIES)}")
         embedder = ctx.embedder if getattr(args, "embedder_relevance", False) else None
+        from prefcall.evaluation.tasks.bfcl import BfclTask
+
+        # as the MCP server's clarify: the model's fitted check beside the embedder, where its fit has one
+        check = ctx.memo("pipeline", lambda: BfclTask.pipeline(ctx)).check_rule() if embedder is not None else None
         prediction = predict(item, ctx.engine, mode, embedder=embedder,
-                             with_calls=not getattr(args, "no_calls", False))
+                             with_calls=not getattr(args, "no_calls", False), check=check)
         if gold_functions(item) is not None:  # the retrieval baselines on the same request, decided at scoring
             turns = parse_dialogue(item.input["question"])
             words = "\n".join(t.content for t in turns if t.role == "user") or str(item.input["question"])

@@ -96,9 +96,12 @@ class RelevanceTask(BaseTask):
         # parse_request: an answer without a call or a function is a refusal; clarify: its "limitation" alone
         refused = prediction.get("decision") == "refuse" or \
             ("clarify" not in prediction and not (prediction.get("calls") or prediction.get("functions")))
+        # clarify with the model's check: whether the embedder's rule alone refused the same request
+        alone = {"refused_without_check": float(prediction.get("decision_without_check", prediction.get("decision"))
+                                                == "refuse")} if "clarify" in prediction else {}
         if not item.gold["relevant"]:
-            return {"right": float(refused), "refused": float(refused)}
-        out = {"right": float(not refused), "refused": float(refused)}
+            return {"right": float(refused), "refused": float(refused), **alone}
+        out = {"right": float(not refused), "refused": float(refused), **alone}
         gold = {normalise_function(n) for n in item.gold["functions"]}
         if gold:
             names = [c["name"] for c in prediction.get("calls") or []] or list(prediction.get("functions") or [])
@@ -117,15 +120,25 @@ TOOLS = ("parse_request", "clarify")
 def clarify_prediction(request: Request, ctx: EvalContext) -> dict[str, Any]:
     """clarify's answer as a pipeline prediction: "limitation" is a refusal, a question an ask and "continue" a
     call, of the drafted function (its first call); a parse failure stays one."""
+    from prefcall.evaluation.tasks.bfcl import BfclTask
     from prefcall.strategies.qwn import clarify
 
+    cut = getattr(ctx.args, "cosine_cut", None)
+    # as the MCP server's clarify: the model's fitted check where its fit has one (not with a caller's cut)
+    check = ctx.memo("pipeline", lambda: BfclTask.pipeline(ctx)).check_rule() if cut is None else None
     result = clarify(ctx.engine, request.dialogue, request.catalogue, embedder=ctx.embedder,
-                     relevance_threshold=getattr(ctx.args, "cosine_cut", None))
-    decision = {"limitation": "refuse", "question": "ask", "continue": "call"}[result.decision]
+                     relevance_threshold=cut, check=check)
+    decision = DECISIONS[result.decision]
     drafted = [result.draft.name] if result.draft is not None and decision != "refuse" else []
-    return {"status": result.status, "decision": decision, "functions": drafted, "calls": [],
-            "clarify": result.decision if result.status == "ok" else result.status, "evidence": result.evidence[:4],
-            "usage": result.usage.model_dump(), "seconds": round(result.seconds, 3)}
+    out = {"status": result.status, "decision": decision, "functions": drafted, "calls": [],
+           "clarify": result.decision if result.status == "ok" else result.status, "evidence": result.evidence[:6],
+           "usage": result.usage.model_dump(), "seconds": round(result.seconds, 3)}
+    if result.decision_without_check is not None:  # the check decided: what the embedder's rule alone gave
+        out["decision_without_check"] = DECISIONS[result.decision_without_check]
+    return out
+
+
+DECISIONS = {"limitation": "refuse", "question": "ask", "continue": "call"}
 
 
 def figures(items: list[ScoredItem]) -> dict[str, Any]:
@@ -141,6 +154,13 @@ def figures(items: list[ScoredItem]) -> dict[str, Any]:
     if selected:
         out["selection_accuracy"] = proportion(sum(i.scores["selected"] == 1.0 for i in selected), len(selected))
     out["parse_error_rate"] = proportion(sum(i.status == "parse_error" for i in items), len(items))
+    if any("decision_without_check" in i.prediction for i in items):  # clarify decided by the model's check
+        alone = {}
+        for name, kind in (("no_call_rate", False), ("false_refusal_rate", True)):
+            group = [i for i in items if i.gold["relevant"] == kind]  # as above: a parse failure refused nothing
+            if group:
+                alone[name] = proportion(sum(i.scores.get("refused_without_check") == 1.0 for i in group), len(group))
+        out["without_check"] = alone
     return out
 
 
