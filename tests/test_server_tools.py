@@ -714,6 +714,7 @@ def test_clarify_refuses_through_mcp_by_the_models_fitted_check_as_parse_request
         joke = await session.ok("clarify", {"user_id": "alice", "dialogue": "Tell me a joke about airline food",
                                             "catalogue": "travel"})
         assert joke["decision"] == "limitation", joke
+        assert any("the model's check (refused)" in e for e in joke["evidence"]), joke["evidence"]
         flight = await session.ok("clarify", {"user_id": "alice", "dialogue": "Find me a flight to Boston",
                                               "catalogue": "travel"})
         assert flight["decision"] != "limitation", flight

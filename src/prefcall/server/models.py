@@ -168,6 +168,9 @@ class ClarifyOutcome(BaseModel):
     calls: list[CallOut] = Field(default_factory=list, description="calls parsed after an elicited answer")
     shortlist: str | None = Field(default=None, description="a large catalogue: how many of its functions the "
                                                             "model's prompts listed")
+    evidence: list[str] = Field(default_factory=list, description="how the decision was reached, in words: the "
+                                "relevance evidence (the embedder's rule, the model's check), the draft's missing "
+                                "arguments and the rule that decided")
     trace: Trace = Field(default_factory=Trace)
 
 

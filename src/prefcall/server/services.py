@@ -160,6 +160,7 @@ def clarify_out(result: ClarifyResult) -> m.ClarifyOutcome:
         model_said=result.model_said,
         status=result.status,
         shortlist=result.shortlist.describe() if result.shortlist is not None else None,
+        evidence=list(result.evidence),
         trace=usage_trace(result.usage, result.seconds),
     )
 
