@@ -259,6 +259,30 @@ def test_predict_preference_uses_the_profile_and_drafts_the_call() -> None:
     assert "calls" not in acebench.predict(item, engine, "combined", with_calls=False)
 
 
+def test_clarify_is_evaluated_with_the_models_check_and_records_what_the_embedders_rule_alone_gave(
+        monkeypatch) -> None:
+    """As the MCP server's clarify: a check passed in decides relevance; the model says no, the rule kept it."""
+    from prefcall.engine.fake import FakeEmbedder
+    from prefcall.strategies import model_check, relevance
+
+    def scorer(prompt: str, candidate: str) -> float:
+        if model_check.QUESTIONS[2].question in prompt:
+            return {"Yes": -3.0, "No": 0.0}[candidate]
+        return -1.0
+
+    engine = FakeEngine(scorer=scorer)
+    engine.reply("Continue", when="Before calling a tool")
+    engine.reply(json.dumps({"restaurant": "Nopa"}), when="fill in the arguments")
+    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: relevance.RelevanceRule(embedder=embedder.name,
+                                                                                        threshold=-10.0))
+    check = model_check.CheckRule(weights=[0.0, 0.0, 1.0], threshold=0.0, question=2)
+    item = _item("special_irrelevant", {"decision": "refuse"})
+    prediction = acebench.predict(item, engine, "combined", embedder=FakeEmbedder(), check=check, with_calls=False)
+    assert (prediction["decision"], prediction["decision_without_check"]) == ("refuse", "ask"), prediction
+    assert "decision_without_check" not in acebench.predict(item, engine, "combined", embedder=FakeEmbedder(),
+                                                            with_calls=False)
+
+
 @pytest.mark.parametrize("name", ["data_special_incomplete", "data_special_irrelevant", "data_normal_preference"])
 def test_loads_the_shared_acebench_files(shared_data, name: str) -> None:
     items = acebench.load_items(shared_data / "acebench" / f"{name}.json")

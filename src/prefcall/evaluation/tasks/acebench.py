@@ -235,6 +235,9 @@ def predict(item: EvalItem, engine: Any, mode: str = "combined", *, embedder: An
         # the function the answer is about (clarify's draft); none for a limitation
         "functions": [result.draft.name] if result.draft is not None and decision != "refuse" else [],
     }
+    if result.decision_without_check is not None:  # the model's check decided: the embedder's rule alone gave this
+        prediction["decision_without_check"] = DECISIONS.get(result.decision_without_check,
+                                                             result.decision_without_check)
     if with_calls and str(item.meta.get("category", "")).startswith("normal_"):
         calls: list[dict[str, Any]] = []
         if result.status == "ok" and decision == "call":
