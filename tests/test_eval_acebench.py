@@ -277,7 +277,13 @@ def test_clarify_is_evaluated_with_the_models_check_and_records_what_the_embedde
                                                                                         threshold=-10.0))
     check = model_check.CheckRule(weights=[0.0, 0.0, 1.0], threshold=0.0, question=2)
     item = _item("special_irrelevant", {"decision": "refuse"})
-    prediction = acebench.predict(item, engine, "combined", embedder=FakeEmbedder(), check=check, with_calls=False)
+
+    class Server:  # the server's pipeline: the model's fitted check, which reads no stage 1
+        def check_for(self, dialogue, catalogue, profile=()):
+            return check, None
+
+    prediction = acebench.predict(item, engine, "combined", embedder=FakeEmbedder(), pipeline=Server(),
+                                  with_calls=False)
     assert (prediction["decision"], prediction["decision_without_check"]) == ("refuse", "ask"), prediction
     assert "decision_without_check" not in acebench.predict(item, engine, "combined", embedder=FakeEmbedder(),
                                                             with_calls=False)

@@ -910,11 +910,13 @@ def _clarifier(tmp_path: Path, monkeypatch, scorer: Any, check: dict, embedder_t
     monkeypatch.setattr(relevance, "ask_rule", lambda embedder: relevance.RelevanceRule(
         embedder=embedder.name, threshold=embedder_threshold))
     fits.save(fits.Fit(fingerprint=fits.engine_fingerprint(engine, data), check=check), data / fits.FITS_DIR)
-    rule = Pipeline(engine, FakeEmbedder(), data_dir=data).check_rule()
-    assert rule is not None
+    pipeline = Pipeline(engine, FakeEmbedder(), data_dir=data)
+    assert pipeline.check_rule() is not None
 
-    def ask(text: str, **options: Any):
-        return clarify(engine, f"User: {text}", catalogue, embedder=FakeEmbedder(), check=rule, **options)
+    def ask(text: str, *, stage: bool = True, **options: Any):
+        rule, stage_none = pipeline.check_for(f"User: {text}", catalogue)
+        return clarify(engine, f"User: {text}", catalogue, embedder=FakeEmbedder(), check=rule,
+                       stage_none=stage_none if stage else None, **options)
 
     return engine, ask
 
@@ -963,13 +965,27 @@ def test_the_check_keeps_in_clarify_a_request_the_embedders_rule_alone_would_ref
     assert not [c for c in engine.calls[asked:] if model_check.QUESTIONS[1].question in c.get("prompt", "")]
 
 
-def test_a_check_that_reads_stage_one_leaves_clarify_to_the_embedders_rule(tmp_path: Path, monkeypatch):
-    """clarify runs no stage 1, so a check fitted on its "None" margin cannot judge there: the embedder's rule
-    refuses as without a check, and the model is not asked."""
-    check = {"weights": [0.0, 0.0, 1.0, 0.0], "threshold": 0.0, "stage_one": True}
-    engine, ask = _clarifier(tmp_path, monkeypatch, _weather_check, check, embedder_threshold=10.0)
-    refused = ask("Will it rain in Paris?")
-    assert refused.decision == "limitation" and refused.decision_without_check is None, refused.evidence
-    assert not [c for c in engine.calls if model_check.QUESTIONS[1].question in c.get("prompt", "")]
-    engine, ask = _clarifier(tmp_path, monkeypatch, _weather_check, check)
-    assert ask("What is the weather like on Mars, scientifically speaking, in Paris?").decision == "continue"
+def test_clarify_runs_stage_one_for_a_check_that_reads_its_none_margin_and_else_leaves_it_to_the_embedder(
+        tmp_path: Path, monkeypatch):
+    """A check fitted on stage 1's "None" margin (the 0.5B model's): clarify runs parse_request's stage 1 when the
+    check asks for it (`Pipeline.check_for`) and refuses the near miss that margin tells apart; a caller that cannot
+    run stage 1 leaves relevance to the embedder's rule, and the model is not asked."""
+    def scorer(prompt: str, candidate: str) -> float:
+        if model_check.QUESTIONS[2].question in prompt:
+            return {"Yes": 0.0, "No": -2.0}[candidate]
+        if candidate.strip().startswith(fnctod.NONE_CANDIDATE):  # content-free prompts (no "Paris") at -3.0
+            return -3.0 if "Paris" not in prompt else -4.0 if "last year" in prompt else -12.0
+        return -1.0
+
+    check = {"weights": [0.0, 0.0, 0.0, -1.0], "threshold": 5.0, "question": 2, "stage_one": True}
+    engine, ask = _clarifier(tmp_path, monkeypatch, scorer, check)
+    past = ask("What was the weather in Paris on this day last year?")
+    assert past.decision == "limitation" and past.decision_without_check == "continue", past.evidence
+    assert any("stage 1's None margin" in n for n in past.evidence), past.evidence
+    assert ask("What is the weather like in Paris today?").decision == "continue"
+    asked = len(engine.calls)
+    alone = ask("What was the weather in Paris on this day last year?", stage=False)
+    assert alone.decision == "continue" and alone.decision_without_check is None, alone.evidence
+    assert not [c for c in engine.calls[asked:] if model_check.QUESTIONS[2].question in c.get("prompt", "")]
+    engine, ask = _clarifier(tmp_path, monkeypatch, scorer, check, embedder_threshold=10.0)
+    assert ask("What is the weather like in Paris today?", stage=False).decision == "limitation"

@@ -300,9 +300,10 @@ class SuiteRunner:
         from prefcall.strategies.qwn import clarify
 
         # As the MCP tool answers: with the model's fitted check where its fit has one (as parse_request)
-        result = clarify(self.engine, case.dialogue, self.catalogues[case.catalogue],
-                         instructions=list(case.instructions), embedder=self.embedder,
-                         check=self.pipeline().check_rule())
+        catalogue = self.catalogues[case.catalogue]
+        check, stage_none = self.pipeline().check_for(case.dialogue, catalogue, list(case.instructions))
+        result = clarify(self.engine, case.dialogue, catalogue, instructions=list(case.instructions),
+                         embedder=self.embedder, check=check, stage_none=stage_none)
         return {"decision": result.decision, "status": result.status, "question": result.question}
 
 

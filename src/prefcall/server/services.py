@@ -434,11 +434,13 @@ class Services:
             self._clarify_cache.move_to_end(key)
             return self._clarify_cache[key].model_copy(deep=True)
         engine, embedder = await self.ready(progress)
-        scoped = ScopedEngine(engine, caller.scope(self.is_builtin(catalogue)))
-        check = self._get_pipeline().check_rule()  # the model's fitted check, as parse_request refuses by it
+        scope = caller.scope(self.is_builtin(catalogue))
+        scoped = ScopedEngine(engine, scope)
+        # the model's fitted check, as parse_request refuses by it (with its stage 1 where the check reads it)
+        check, stage_none = self._get_pipeline().scoped(scope).check_for(turns, catalogue, list(instructions))
         result = await self.model.call(
             lambda: clarify(scoped, turns, catalogue, instructions=list(instructions), embedder=embedder,
-                            shortlist_size=self.settings.shortlist_size, check=check)
+                            shortlist_size=self.settings.shortlist_size, check=check, stage_none=stage_none)
         )
         outcome = clarify_out(result)
         if caller.private:

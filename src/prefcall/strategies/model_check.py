@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from pydantic import Field, field_validator, model_validator
@@ -217,26 +217,28 @@ class Verdict(NamedTuple):
 
 
 def verdict(engine: Engine, embedder: Embedder | None, rule: CheckRule, request: str, functions: Sequence[Function],
-            chosen: Sequence[str], usage: PromptUsage, stage_none: float | None = None) -> Verdict | None:
+            chosen: Sequence[str], usage: PromptUsage,
+            stage_none: Callable[[], float | None] | None = None) -> Verdict | None:
     """The fitted check's answer to whether any of `functions` can do what `request` asks: the embedder's relevance
     rule (`relevance.judged`) decides alone where `rule` is fitted `embedder_first` and refuses; otherwise the model
     is asked about the function closest to the request and the ones in `chosen` (the function an answer was made
     for), and, where the rule reads them, the questions about the message alone; the rule weighs those margins
     with the embedder's score. None where it cannot judge: no embedder or fitted relevance rule, or a rule fitted
-    `stage_one` without stage 1's "None" margin. parse_request and clarify both judge by this, so the two refuse
-    the same requests at a tier whose fit has a check. The prompt tokens go to `usage`."""
+    `stage_one` without stage 1's "None" margin (`stage_none`, asked only where the rule reads it). parse_request
+    and clarify both judge by this, so the two refuse the same requests at a tier whose fit has a check. The prompt
+    tokens go to `usage`."""
     judged = relevance.judged(embedder, request, functions)
     if judged is None:
         return None
     if rule.embedder_first and judged.refused:
         return Verdict(True, judged.describe() + "; the model was not asked", 0)
-    if rule.stage_one and stage_none is None:  # stage 1 did not weigh "None" here: nothing to read it by
+    none = stage_none() if rule.stage_one and stage_none is not None else None
+    if rule.stage_one and none is None:  # stage 1 did not weigh "None" here: nothing to read it by
         return None
     asked = [f for f in functions if f.name in {judged.closest, *chosen}]
     yes = yes_margins(engine, asked, request, usage, question=rule.question, calibrated=rule.calibrated)
     messages = message_margins(engine, request, rule.messages, usage)
-    found = features(judged.similarity, yes, messages, [stage_none] if rule.stage_one and stage_none is not None
-                     else [])
+    found = features(judged.similarity, yes, messages, [none] if none is not None else [])
     said = "".join(f", the message question {v}'s yes-margin {m:.2f}" for v, m in zip(rule.messages, messages))
     said += f", stage 1's None margin {found[-1]:.2f}" if rule.stage_one else ""
     refused = rule.refuses(found)

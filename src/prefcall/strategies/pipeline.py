@@ -21,7 +21,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -266,6 +266,27 @@ class Pipeline:
         ctx = fnctod.CallingContext(dialogue=render_dialogue(turns), instructions=[], profile=list(profile))
         return self._select_functions(catalogue, ctx, config, ParseResult(config=config.name), _Meter(Trace()))
 
+    def none_margin(self, dialogue: list[Turn] | str, catalogue: Catalogue,
+                    profile: Sequence[str] = ()) -> float | None:
+        """Stage 1's margin of "None" over the best function (`stage_one` as parse_request runs it with refusals
+        allowed): what a check fitted `stage_one` reads, for a tool that runs no stage 1 of its own (clarify). None
+        where stage 1 does not weigh "None" (no embedder's cosines, or a generated selection)."""
+        from prefcall.strategies.pipeline_models import DEFAULT_CONFIG, get_config
+
+        stage = self.stage_one(dialogue, catalogue, get_config(DEFAULT_CONFIG, allow_refuse=True), profile)
+        features = stage.usage.relevance_features() if isinstance(stage.usage, fnctod.FunctionScores) else None
+        return features[fnctod.NONE_MARGIN] if features else None
+
+    def check_for(self, dialogue: list[Turn] | str, catalogue: Catalogue, profile: Sequence[str] = ()
+                  ) -> tuple[model_check.CheckRule | None, Callable[[], float | None] | None]:
+        """What another tool (clarify) needs to judge relevance by this model's fitted check as parse_request does:
+        the check (None without one) and, for a check that reads stage 1's "None" margin, a call that runs stage 1
+        for this request when the check asks for it (`none_margin`)."""
+        check = self.check_rule()
+        if check is None or not check.stage_one:
+            return check, None
+        return check, lambda: self.none_margin(dialogue, catalogue, profile)
+
     # -- grounded ----------------------------------------------------------------------
     def _parse_grounded(self, dialogue: list[Turn] | str, instructions: list[TaggedInstruction], catalogue: Catalogue,
                         config: PipelineConfig, applicable: list[str] | None, exclude: frozenset[str],
@@ -398,7 +419,7 @@ class Pipeline:
             usage = PromptUsage()
             found_check = model_check.verdict(self.engine, self.embedder, check, words, catalogue.functions,
                                               result.functions[:1], usage,
-                                              stage[fnctod.NONE_MARGIN] if check.stage_one and stage else None)
+                                              lambda: stage[fnctod.NONE_MARGIN] if stage else None)
             if found_check is not None and meter is not None:
                 meter.trace.model_calls += found_check.asked
                 meter.trace.prompt_tokens += usage.prompt_tokens

@@ -23,8 +23,9 @@ Combination rule (policy="combined", the default), first match wins:
    model's fit has a check (`check`, strategies.model_check: the server passes the one parse_request refuses by),
    the check decides relevance in place of the embedder's rule, after the draft, from the model's yes/no about the
    closest and the drafted function weighed with the embedder's score (a check fitted `embedder_first` lets the
-   embedder's rule refuse first; one that reads stage 1 cannot judge here, and the embedder's rule does); the
-   result's `decision_without_check` is what the embedder's rule alone gave;
+   embedder's rule refuse first; one that reads stage 1's "None" margin judges where the caller passes
+   `stage_none`, which runs parse_request's stage 1, else the embedder's rule does); the result's
+   `decision_without_check` is what the embedder's rule alone gave;
 2. the draft misses required arguments or has invalid enum values not already asked about -> "question"
    naming them in plain words (whatever the model said);
 3. everything missing was already asked -> "continue" (never repeat a question);
@@ -38,7 +39,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -324,6 +325,7 @@ def _gather_evidence(
     usage: NltUsage,
     candidates: list[str] | None = None,
     check: CheckRule | None = None,
+    stage_none: Callable[[], float | None] | None = None,
 ) -> _Evidence:
     evidence = _Evidence()
     user_text = "\n".join(t.content for t in turns if t.role == "user")
@@ -332,9 +334,10 @@ def _gather_evidence(
     own_draft = draft_calls is None  # a caller's draft names the function it chose: its relevance is not ours to judge
     # The model's fitted check decides relevance in place of the embedder's rule (as in parse_request), unless a
     # caller set a cosine cut; a check fitted `embedder_first` still lets that rule refuse first.
-    # clarify runs no stage 1, so a check fitted on its "None" margin cannot judge here: the embedder's rule does.
+    # A check fitted on stage 1's "None" margin judges only where the caller can run stage 1 (`stage_none`);
+    # otherwise the embedder's rule does.
     checking = check if check is not None and check_relevance and own_draft and embedder is not None \
-        and relevance_threshold is None and not check.stage_one else None
+        and relevance_threshold is None and (stage_none is not None or not check.stage_one) else None
     if check_relevance and draft_calls is None:
         relevant, scores, decided = relevant_functions(
             engine, user_text, catalogue, usage, embedder=embedder, threshold=relevance_threshold, context=context
@@ -356,7 +359,7 @@ def _gather_evidence(
         draft = _draft(engine, turns, catalogue, instructions, context, ranked, usage, candidates)
         if draft.call is None:
             evidence.notes.append(f"draft call failed to parse: {str(draft.raw_text)[:80]!r}")
-            _check(engine, embedder, checking, user_text, catalogue, [], evidence, usage)
+            _check(engine, embedder, checking, user_text, catalogue, [], evidence, usage, stage_none)
             return evidence
         draft_calls = [draft.call]
     evidence.draft = draft_calls[0] if draft_calls else None
@@ -376,18 +379,20 @@ def _gather_evidence(
         elif off_topic:
             evidence.off_topic = off_topic
             evidence.notes.append(off_topic)
-    _check(engine, embedder, checking, user_text, catalogue, [c.name for c in draft_calls], evidence, usage)
+    _check(engine, embedder, checking, user_text, catalogue, [c.name for c in draft_calls], evidence, usage,
+           stage_none)
     return evidence
 
 
 def _check(engine: Engine, embedder: Embedder | None, rule: CheckRule | None, user_text: str, catalogue: Catalogue,
-           chosen: list[str], evidence: _Evidence, usage: NltUsage) -> None:
+           chosen: list[str], evidence: _Evidence, usage: NltUsage,
+           stage_none: Callable[[], float | None] | None = None) -> None:
     """Ask the model's fitted check (strategies.model_check.verdict, as parse_request does) about the function
     closest to the request and the drafted one; where it cannot judge, the embedder's rule stands."""
     if rule is None:
         return
     prompt_usage = PromptUsage()
-    found = verdict(engine, embedder, rule, user_text, catalogue.functions, chosen, prompt_usage)
+    found = verdict(engine, embedder, rule, user_text, catalogue.functions, chosen, prompt_usage, stage_none)
     usage.add(prompt_usage)
     if found is None:  # nothing to judge by (a check that reads stage 1, which clarify has not run)
         if evidence.embedder_refused is not None:
@@ -484,6 +489,7 @@ def clarify(
     relevance_threshold: float | None = None,
     shortlist_size: int | None = None,
     check: CheckRule | None = None,
+    stage_none: Callable[[], float | None] | None = None,
 ) -> ClarifyResult:
     """Ask, continue or admit a limitation; see the module docstring for how model and evidence combine. A
     catalogue of more than 32 functions (or one whose decision prompt outgrows the context) reaches the model's
@@ -507,7 +513,7 @@ def clarify(
     if policy != "model":
         evidence = _gather_evidence(
             engine, turns, catalogue, instructions, draft_calls, embedder, context, check_relevance,
-            relevance_threshold, usage, listed.names if report.applied else None, check,
+            relevance_threshold, usage, listed.names if report.applied else None, check, stage_none,
         )
     if report.applied:
         evidence.notes.insert(0, f"shortlist: {report.describe()}")

@@ -213,13 +213,16 @@ def catalogue_of(functions: list[dict[str, Any]]) -> Catalogue:
 
 # -- predict --------------------------------------------------------------------------------------
 def predict(item: EvalItem, engine: Any, mode: str = "combined", *, embedder: Any = None,
-            with_calls: bool = True, check: Any = None) -> dict[str, Any]:
+            with_calls: bool = True, pipeline: Any = None) -> dict[str, Any]:
     catalogue = catalogue_of(item.input["functions"])
     instructions = [f"User profile: {str(item.input['profile']).strip()}"] if item.input.get("profile") else []
     dialogue = parse_dialogue(item.input["question"])
+    # as the MCP server's clarify: the model's fitted check (from `pipeline`, the server's) beside the embedder
+    check, stage_none = pipeline.check_for(dialogue, catalogue, instructions) if pipeline is not None and \
+        embedder is not None else (None, None)
     result = clarify(
-        engine, dialogue, catalogue, instructions=instructions,
-        context=item.input.get("time"), policy=mode, embedder=embedder, check=check,  # type: ignore[arg-type]
+        engine, dialogue, catalogue, instructions=instructions, context=item.input.get("time"), policy=mode,
+        embedder=embedder, check=check, stage_none=stage_none,  # type: ignore[arg-type]
     )
     tokens = selection.tokens_of(result)  # ClarifyResult has the same usage fields as NltResult
     decision = DECISIONS.get(result.decision, result.decision)
@@ -422,10 +425,9 @@ class AceBenchTask(BaseTask):
         embedder = ctx.embedder if getattr(args, "embedder_relevance", False) else None
         from prefcall.evaluation.tasks.bfcl import BfclTask
 
-        # as the MCP server's clarify: the model's fitted check beside the embedder, where its fit has one
-        check = ctx.memo("pipeline", lambda: BfclTask.pipeline(ctx)).check_rule() if embedder is not None else None
         prediction = predict(item, ctx.engine, mode, embedder=embedder,
-                             with_calls=not getattr(args, "no_calls", False), check=check)
+                             with_calls=not getattr(args, "no_calls", False),
+                             pipeline=ctx.memo("pipeline", lambda: BfclTask.pipeline(ctx)))
         if gold_functions(item) is not None:  # the retrieval baselines on the same request, decided at scoring
             turns = parse_dialogue(item.input["question"])
             words = "\n".join(t.content for t in turns if t.role == "user") or str(item.input["question"])
