@@ -44,10 +44,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from prefcall.engine.base import Embedder, Engine, Prompt
+from prefcall.engine.base import Embedder, Engine, Prompt, PromptUsage
 from prefcall.retrieval.text import humanise
 from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, Turn, as_dialogue, render_dialogue
-from prefcall.engine.base import PromptUsage
 from prefcall.strategies.model_check import CheckRule, verdict
 from prefcall.strategies.nlt import select_tools
 from prefcall.strategies.nlt_models import NltUsage
@@ -394,7 +393,7 @@ def _check(engine: Engine, embedder: Embedder | None, rule: CheckRule | None, us
     prompt_usage = PromptUsage()
     found = verdict(engine, embedder, rule, user_text, catalogue.functions, chosen, prompt_usage, stage_none)
     usage.add(prompt_usage)
-    if found is None:  # nothing to judge by (a check that reads stage 1, which clarify has not run)
+    if found is None:  # nothing to judge by (no relevance rule for the embedder, or no stage-1 margin)
         if evidence.embedder_refused is not None:
             evidence.off_topic, evidence.embedder_refused = evidence.embedder_refused, None
             evidence.notes.append(f"the model's check cannot judge here; the embedder's rule: {evidence.off_topic}")
