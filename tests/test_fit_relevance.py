@@ -913,10 +913,10 @@ def _clarifier(tmp_path: Path, monkeypatch, scorer: Any, check: dict, embedder_t
     pipeline = Pipeline(engine, FakeEmbedder(), data_dir=data)
     assert pipeline.check_rule() is not None
 
-    def ask(text: str, *, stage: bool = True, **options: Any):
-        rule, stage_none = pipeline.check_for(f"User: {text}", catalogue)
+    def ask(text: str, *, with_stage: bool = True, **options: Any):
+        rule, stage = pipeline.check_for(f"User: {text}", catalogue)
         return clarify(engine, f"User: {text}", catalogue, embedder=FakeEmbedder(), check=rule,
-                       stage_none=stage_none if stage else None, **options)
+                       stage=stage if with_stage else None, **options)
 
     return engine, ask
 
@@ -984,8 +984,51 @@ def test_clarify_runs_stage_one_for_a_check_that_reads_its_none_margin_and_else_
     assert any("stage 1's None margin" in n for n in past.evidence), past.evidence
     assert ask("What is the weather like in Paris today?").decision == "continue"
     asked = len(engine.calls)
-    alone = ask("What was the weather in Paris on this day last year?", stage=False)
+    alone = ask("What was the weather in Paris on this day last year?", with_stage=False)
     assert alone.decision == "continue" and alone.decision_without_check is None, alone.evidence
     assert not [c for c in engine.calls[asked:] if model_check.QUESTIONS[2].question in c.get("prompt", "")]
     engine, ask = _clarifier(tmp_path, monkeypatch, scorer, check, embedder_threshold=10.0)
-    assert ask("What is the weather like in Paris today?", stage=False).decision == "limitation"
+    assert ask("What is the weather like in Paris today?", with_stage=False).decision == "limitation"
+
+
+def test_the_check_also_asks_about_the_function_stage_one_chose_where_the_closest_is_another(monkeypatch):
+    """clarify drafts the function closest by the embedder; the check was fitted on the functions parse_request
+    asks about, the closest and stage 1's choice. Given stage 1's view, the model is asked about its function
+    too (and the request kept, where only that one fits); stage 1 runs only when the model is asked."""
+    from prefcall.engine.fake import FakeEngine
+    from prefcall.engine.base import PromptUsage
+    from prefcall.strategies import relevance
+
+    catalogue = _catalogue(("get_weather", "current weather of a city"), ("find_events", "concerts in a city"))
+
+    def scorer(prompt: str, candidate: str) -> float:
+        if model_check.QUESTIONS[2].question in prompt:
+            return {"Yes": 0.0, "No": -3.0}[candidate] if "find_events" in prompt else \
+                {"Yes": -3.0, "No": 0.0}[candidate]
+        return -1.0
+
+    engine = FakeEngine(scorer=scorer)
+    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: relevance.RelevanceRule(embedder=embedder.name,
+                                                                                        threshold=-10.0))
+    rule = model_check.CheckRule(weights=[0.0, 0.0, 1.0], threshold=0.0, question=2)
+    request = "what is the weather for the concert tonight"
+    closest = relevance.judged(FakeEmbedder(), request, catalogue.functions).closest
+    assert closest == "get_weather"  # the embedder's closest is the wrong one here
+    other = "find_events"
+    runs: list[int] = []
+
+    def stage() -> model_check.StageView:
+        runs.append(1)
+        return model_check.StageView(None, [other])
+
+    alone = model_check.verdict(engine, FakeEmbedder(), rule, request, catalogue.functions, [closest], PromptUsage())
+    both = model_check.verdict(engine, FakeEmbedder(), rule, request, catalogue.functions, [closest], PromptUsage(),
+                               stage)
+    assert alone is not None and both is not None and runs == [1]
+    assert (alone.refused, both.refused) == (True, False) and both.asked == 2
+    first = model_check.CheckRule(weights=[0.0, 0.0, 1.0], threshold=0.0, question=2, embedder_first=True)
+    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: relevance.RelevanceRule(embedder=embedder.name,
+                                                                                        threshold=10.0))
+    refused = model_check.verdict(engine, FakeEmbedder(), first, request, catalogue.functions, [closest],
+                                  PromptUsage(), stage)
+    assert refused is not None and refused.refused and runs == [1]  # the embedder's rule refused first

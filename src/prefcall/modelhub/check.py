@@ -301,9 +301,9 @@ class SuiteRunner:
 
         # As the MCP tool answers: with the model's fitted check where its fit has one (as parse_request)
         catalogue = self.catalogues[case.catalogue]
-        check, stage_none = self.pipeline().check_for(case.dialogue, catalogue, list(case.instructions))
+        check, stage = self.pipeline().check_for(case.dialogue, catalogue, list(case.instructions))
         result = clarify(self.engine, case.dialogue, catalogue, instructions=list(case.instructions),
-                         embedder=self.embedder, check=check, stage_none=stage_none)
+                         embedder=self.embedder, check=check, stage=stage)
         return {"decision": result.decision, "status": result.status, "question": result.question}
 
 

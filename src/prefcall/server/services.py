@@ -437,10 +437,10 @@ class Services:
         scope = caller.scope(self.is_builtin(catalogue))
         scoped = ScopedEngine(engine, scope)
         # the model's fitted check, as parse_request refuses by it (with its stage 1 where the check reads it)
-        check, stage_none = self._get_pipeline().scoped(scope).check_for(turns, catalogue, list(instructions))
+        check, stage = self._get_pipeline().scoped(scope).check_for(turns, catalogue, list(instructions))
         result = await self.model.call(
             lambda: clarify(scoped, turns, catalogue, instructions=list(instructions), embedder=embedder,
-                            shortlist_size=self.settings.shortlist_size, check=check, stage_none=stage_none)
+                            shortlist_size=self.settings.shortlist_size, check=check, stage=stage)
         )
         outcome = clarify_out(result)
         if caller.private:

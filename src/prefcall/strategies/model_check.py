@@ -210,6 +210,13 @@ def features(relevance_score: float, margins: Sequence[float], messages: Sequenc
     return [relevance_score, max(margins), *messages, *stage_one]
 
 
+class StageView(NamedTuple):
+    """What parse_request's stage 1 made of a request, for a check asked by a tool that runs no stage 1 itself."""
+
+    none_margin: float | None  # the model's score of "None" less the best function's (None: not weighed)
+    chosen: list[str]  # the function stage 1 chose (none where it chose "None")
+
+
 class Verdict(NamedTuple):
     refused: bool
     why: str  # what decided, in words
@@ -218,24 +225,26 @@ class Verdict(NamedTuple):
 
 def verdict(engine: Engine, embedder: Embedder | None, rule: CheckRule, request: str, functions: Sequence[Function],
             chosen: Sequence[str], usage: PromptUsage,
-            stage_none: Callable[[], float | None] | None = None) -> Verdict | None:
+            stage: Callable[[], StageView] | None = None) -> Verdict | None:
     """The fitted check's answer to whether any of `functions` can do what `request` asks: the embedder's relevance
     rule (`relevance.judged`) decides alone where `rule` is fitted `embedder_first` and refuses; otherwise the model
-    is asked about the function closest to the request and the ones in `chosen` (the function an answer was made
-    for), and, where the rule reads them, the questions about the message alone; the rule weighs those margins
-    with the embedder's score. None where it cannot judge: no embedder or fitted relevance rule, or a rule fitted
-    `stage_one` without stage 1's "None" margin (`stage_none`, asked only where the rule reads it). parse_request
-    and clarify both judge by this, so the two refuse the same requests at a tier whose fit has a check. The prompt
-    tokens go to `usage`."""
+    is asked about the function closest to the request, the ones in `chosen` (the function an answer was made
+    for) and the one stage 1 chose (`stage`, run only when the model is asked: the check was fitted on the
+    functions parse_request asks about, the closest and stage 1's), and, where the rule reads them, the questions
+    about the message alone; the rule weighs those margins with the embedder's score. None where it cannot judge:
+    no embedder or fitted relevance rule, or a rule fitted `stage_one` without stage 1's "None" margin.
+    parse_request and clarify both judge by this, so the two refuse the same requests at a tier whose fit has a
+    check. The prompt tokens go to `usage`."""
     judged = relevance.judged(embedder, request, functions)
     if judged is None:
         return None
     if rule.embedder_first and judged.refused:
         return Verdict(True, judged.describe() + "; the model was not asked", 0)
-    none = stage_none() if rule.stage_one and stage_none is not None else None
+    view = stage() if stage is not None else StageView(None, [])
+    none = view.none_margin if rule.stage_one else None
     if rule.stage_one and none is None:  # stage 1 did not weigh "None" here: nothing to read it by
         return None
-    asked = [f for f in functions if f.name in {judged.closest, *chosen}]
+    asked = [f for f in functions if f.name in {judged.closest, *chosen, *view.chosen}]
     yes = yes_margins(engine, asked, request, usage, question=rule.question, calibrated=rule.calibrated)
     messages = message_margins(engine, request, rule.messages, usage)
     found = features(judged.similarity, yes, messages, [none] if none is not None else [])

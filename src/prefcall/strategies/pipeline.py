@@ -266,26 +266,27 @@ class Pipeline:
         ctx = fnctod.CallingContext(dialogue=render_dialogue(turns), instructions=[], profile=list(profile))
         return self._select_functions(catalogue, ctx, config, ParseResult(config=config.name), _Meter(Trace()))
 
-    def none_margin(self, dialogue: list[Turn] | str, catalogue: Catalogue,
-                    profile: Sequence[str] = ()) -> float | None:
-        """Stage 1's margin of "None" over the best function (`stage_one` as parse_request runs it with refusals
-        allowed): what a check fitted `stage_one` reads, for a tool that runs no stage 1 of its own (clarify). None
-        where stage 1 does not weigh "None" (no embedder's cosines, or a generated selection)."""
+    def stage_view(self, dialogue: list[Turn] | str, catalogue: Catalogue,
+                   profile: Sequence[str] = ()) -> model_check.StageView:
+        """What a fitted check reads of stage 1 (`stage_one` as parse_request runs it with refusals allowed), for a
+        tool that runs no stage 1 of its own (clarify): the margin of "None" over the best function (None where
+        stage 1 does not weigh "None": no embedder's cosines, or a generated selection) and the function chosen."""
         from prefcall.strategies.pipeline_models import DEFAULT_CONFIG, get_config
 
         stage = self.stage_one(dialogue, catalogue, get_config(DEFAULT_CONFIG, allow_refuse=True), profile)
         features = stage.usage.relevance_features() if isinstance(stage.usage, fnctod.FunctionScores) else None
-        return features[fnctod.NONE_MARGIN] if features else None
+        chosen = [name for name in (stage.value or [])[:1] if catalogue.function(name) is not None]
+        return model_check.StageView(features[fnctod.NONE_MARGIN] if features else None, chosen)
 
     def check_for(self, dialogue: list[Turn] | str, catalogue: Catalogue, profile: Sequence[str] = ()
-                  ) -> tuple[model_check.CheckRule | None, Callable[[], float | None] | None]:
+                  ) -> tuple[model_check.CheckRule | None, Callable[[], model_check.StageView] | None]:
         """What another tool (clarify) needs to judge relevance by this model's fitted check as parse_request does:
-        the check (None without one) and, for a check that reads stage 1's "None" margin, a call that runs stage 1
-        for this request when the check asks for it (`none_margin`)."""
+        the check (None without one) and a call that runs stage 1 for this request when the check asks the model
+        (`stage_view`: the function stage 1 chose, which the check asks about, and its "None" margin)."""
         check = self.check_rule()
-        if check is None or not check.stage_one:
-            return check, None
-        return check, lambda: self.none_margin(dialogue, catalogue, profile)
+        if check is None:
+            return None, None
+        return check, lambda: self.stage_view(dialogue, catalogue, profile)
 
     # -- grounded ----------------------------------------------------------------------
     def _parse_grounded(self, dialogue: list[Turn] | str, instructions: list[TaggedInstruction], catalogue: Catalogue,
@@ -419,7 +420,8 @@ class Pipeline:
             usage = PromptUsage()
             found_check = model_check.verdict(self.engine, self.embedder, check, words, catalogue.functions,
                                               result.functions[:1], usage,
-                                              lambda: stage[fnctod.NONE_MARGIN] if stage else None)
+                                              lambda: model_check.StageView(
+                                                  stage[fnctod.NONE_MARGIN] if stage else None, []))
             if found_check is not None and meter is not None:
                 meter.trace.model_calls += found_check.asked
                 meter.trace.prompt_tokens += usage.prompt_tokens

@@ -23,9 +23,10 @@ Combination rule (policy="combined", the default), first match wins:
    model's fit has a check (`check`, strategies.model_check: the server passes the one parse_request refuses by),
    the check decides relevance in place of the embedder's rule, after the draft, from the model's yes/no about the
    closest and the drafted function weighed with the embedder's score (a check fitted `embedder_first` lets the
-   embedder's rule refuse first; one that reads stage 1's "None" margin judges where the caller passes
-   `stage_none`, which runs parse_request's stage 1, else the embedder's rule does); the result's
-   `decision_without_check` is what the embedder's rule alone gave;
+   embedder's rule refuse first). The caller's `stage` runs parse_request's stage 1 when the model is asked: the
+   check also asks about the function stage 1 chose, as in parse_request, and reads its "None" margin where
+   fitted so; without `stage`, a check that reads that margin leaves relevance to the embedder's rule. The
+   result's `decision_without_check` is what the embedder's rule alone gave;
 2. the draft misses required arguments or has invalid enum values not already asked about -> "question"
    naming them in plain words (whatever the model said);
 3. everything missing was already asked -> "continue" (never repeat a question);
@@ -47,7 +48,7 @@ from pydantic import BaseModel, Field
 from prefcall.engine.base import Embedder, Engine, Prompt, PromptUsage
 from prefcall.retrieval.text import humanise
 from prefcall.schemas.model import Call, Catalogue, Function, MissingArgument, Turn, as_dialogue, render_dialogue
-from prefcall.strategies.model_check import CheckRule, verdict
+from prefcall.strategies.model_check import CheckRule, StageView, verdict
 from prefcall.strategies.nlt import select_tools
 from prefcall.strategies.nlt_models import NltUsage
 from prefcall.strategies.qwn_draft import DraftResult, _support_block, draft_call
@@ -324,7 +325,7 @@ def _gather_evidence(
     usage: NltUsage,
     candidates: list[str] | None = None,
     check: CheckRule | None = None,
-    stage_none: Callable[[], float | None] | None = None,
+    stage: Callable[[], StageView] | None = None,
 ) -> _Evidence:
     evidence = _Evidence()
     user_text = "\n".join(t.content for t in turns if t.role == "user")
@@ -333,10 +334,10 @@ def _gather_evidence(
     own_draft = draft_calls is None  # a caller's draft names the function it chose: its relevance is not ours to judge
     # The model's fitted check decides relevance in place of the embedder's rule (as in parse_request), unless a
     # caller set a cosine cut; a check fitted `embedder_first` still lets that rule refuse first.
-    # A check fitted on stage 1's "None" margin judges only where the caller can run stage 1 (`stage_none`);
+    # A check fitted on stage 1's "None" margin judges only where the caller can run stage 1 (`stage`);
     # otherwise the embedder's rule does.
     checking = check if check is not None and check_relevance and own_draft and embedder is not None \
-        and relevance_threshold is None and (stage_none is not None or not check.stage_one) else None
+        and relevance_threshold is None and (stage is not None or not check.stage_one) else None
     if check_relevance and draft_calls is None:
         relevant, scores, decided = relevant_functions(
             engine, user_text, catalogue, usage, embedder=embedder, threshold=relevance_threshold, context=context
@@ -358,7 +359,7 @@ def _gather_evidence(
         draft = _draft(engine, turns, catalogue, instructions, context, ranked, usage, candidates)
         if draft.call is None:
             evidence.notes.append(f"draft call failed to parse: {str(draft.raw_text)[:80]!r}")
-            _check(engine, embedder, checking, user_text, catalogue, [], evidence, usage, stage_none)
+            _check(engine, embedder, checking, user_text, catalogue, [], evidence, usage, stage)
             return evidence
         draft_calls = [draft.call]
     evidence.draft = draft_calls[0] if draft_calls else None
@@ -379,19 +380,19 @@ def _gather_evidence(
             evidence.off_topic = off_topic
             evidence.notes.append(off_topic)
     _check(engine, embedder, checking, user_text, catalogue, [c.name for c in draft_calls], evidence, usage,
-           stage_none)
+           stage)
     return evidence
 
 
 def _check(engine: Engine, embedder: Embedder | None, rule: CheckRule | None, user_text: str, catalogue: Catalogue,
            chosen: list[str], evidence: _Evidence, usage: NltUsage,
-           stage_none: Callable[[], float | None] | None = None) -> None:
+           stage: Callable[[], StageView] | None = None) -> None:
     """Ask the model's fitted check (strategies.model_check.verdict, as parse_request does) about the function
     closest to the request and the drafted one; where it cannot judge, the embedder's rule stands."""
     if rule is None:
         return
     prompt_usage = PromptUsage()
-    found = verdict(engine, embedder, rule, user_text, catalogue.functions, chosen, prompt_usage, stage_none)
+    found = verdict(engine, embedder, rule, user_text, catalogue.functions, chosen, prompt_usage, stage)
     usage.add(prompt_usage)
     if found is None:  # nothing to judge by (no relevance rule for the embedder, or no stage-1 margin)
         if evidence.embedder_refused is not None:
@@ -488,7 +489,7 @@ def clarify(
     relevance_threshold: float | None = None,
     shortlist_size: int | None = None,
     check: CheckRule | None = None,
-    stage_none: Callable[[], float | None] | None = None,
+    stage: Callable[[], StageView] | None = None,
 ) -> ClarifyResult:
     """Ask, continue or admit a limitation; see the module docstring for how model and evidence combine. A
     catalogue of more than 32 functions (or one whose decision prompt outgrows the context) reaches the model's
@@ -512,7 +513,7 @@ def clarify(
     if policy != "model":
         evidence = _gather_evidence(
             engine, turns, catalogue, instructions, draft_calls, embedder, context, check_relevance,
-            relevance_threshold, usage, listed.names if report.applied else None, check, stage_none,
+            relevance_threshold, usage, listed.names if report.applied else None, check, stage,
         )
     if report.applied:
         evidence.notes.insert(0, f"shortlist: {report.describe()}")

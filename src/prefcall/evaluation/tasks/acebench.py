@@ -218,11 +218,11 @@ def predict(item: EvalItem, engine: Any, mode: str = "combined", *, embedder: An
     instructions = [f"User profile: {str(item.input['profile']).strip()}"] if item.input.get("profile") else []
     dialogue = parse_dialogue(item.input["question"])
     # as the MCP server's clarify: the model's fitted check (from `pipeline`, the server's) beside the embedder
-    check, stage_none = pipeline.check_for(dialogue, catalogue, instructions) if pipeline is not None and \
+    check, stage = pipeline.check_for(dialogue, catalogue, instructions) if pipeline is not None and \
         embedder is not None else (None, None)
     result = clarify(
         engine, dialogue, catalogue, instructions=instructions, context=item.input.get("time"), policy=mode,
-        embedder=embedder, check=check, stage_none=stage_none,  # type: ignore[arg-type]
+        embedder=embedder, check=check, stage=stage,  # type: ignore[arg-type]
     )
     tokens = selection.tokens_of(result)  # ClarifyResult has the same usage fields as NltResult
     decision = DECISIONS.get(result.decision, result.decision)

@@ -125,10 +125,10 @@ def clarify_prediction(request: Request, ctx: EvalContext) -> dict[str, Any]:
 
     cut = getattr(ctx.args, "cosine_cut", None)
     # as the MCP server's clarify: the model's fitted check where its fit has one (not with a caller's cut)
-    check, stage_none = ctx.memo("pipeline", lambda: BfclTask.pipeline(ctx)).check_for(
+    check, stage = ctx.memo("pipeline", lambda: BfclTask.pipeline(ctx)).check_for(
         request.dialogue, request.catalogue) if cut is None else (None, None)
     result = clarify(ctx.engine, request.dialogue, request.catalogue, embedder=ctx.embedder,
-                     relevance_threshold=cut, check=check, stage_none=stage_none)
+                     relevance_threshold=cut, check=check, stage=stage)
     decision = DECISIONS[result.decision]
     drafted = [result.draft.name] if result.draft is not None and decision != "refuse" else []
     out = {"status": result.status, "decision": decision, "functions": drafted, "calls": [],
