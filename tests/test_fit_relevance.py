@@ -140,6 +140,16 @@ def test_eval_relevance_reads_one_part_of_every_source_and_reports_per_source(sh
     assert summary["split"]["part"] == "report" and all(r["meta"]["part"] == "report" for r in rows)
     assert all(r["prediction"]["best_cosine"] is not None for r in rows if r["prediction"].get("status") == "ok")
     assert set(summary["metrics"]["by_source"]) == sources
+    from prefcall.errors import ConfigError
+
+    args.sources, args.out = "nlsi, acebench/special_irrelevant", str(tmp_path / "some")
+    run_eval("relevance", args, engine=FakeEngine(), embedder=FakeEmbedder(),
+             stdout=open(tmp_path / "stdout", "w"), stderr=open(tmp_path / "stderr", "w"))
+    some = [json.loads(line) for line in (tmp_path / "some" / "results.jsonl").read_text().splitlines()]
+    assert {r["meta"]["source"] for r in some} == {"nlsi", "acebench/special_irrelevant"}
+    args.sources = "nlsi,bfcl"
+    with pytest.raises(ConfigError, match="--sources bfcl: not a source here"):
+        RELEVANCE.load(args)
 
 
 def test_a_clarify_question_without_a_draft_is_not_a_refusal_and_its_limitation_is():

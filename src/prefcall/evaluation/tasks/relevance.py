@@ -38,6 +38,8 @@ class RelevanceTask(BaseTask):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--per-source", type=int, default=None, metavar="N",
                             help="the first N requests of each source and kind (relevant, irrelevant)")
+        parser.add_argument("--sources", default=None, metavar="A,B",
+                            help="only these sources (e.g. nlsi,nlt/nlt,acebench/special_irrelevant)")
         parser.add_argument("--tool", choices=TOOLS, default=TOOLS[0],
                             help="the MCP tool that answers: parse_request (refuse) or clarify (limitation), each "
                                  "with the embedder the server loads")
@@ -53,6 +55,13 @@ class RelevanceTask(BaseTask):
             raise ConfigError("eval relevance reads one part of the frozen split: --split tune or --split report")
         self._requests: dict[str, Request] = {}
         found = requests(part)
+        wanted = [name.strip() for name in (getattr(args, "sources", None) or "").split(",") if name.strip()]
+        if wanted:
+            known = sorted({r.source for r in found})
+            unknown = [name for name in wanted if name not in known]
+            if unknown:
+                raise ConfigError(f"--sources {','.join(unknown)}: not a source here; use some of {', '.join(known)}")
+            found = [r for r in found if r.source in wanted]
         items = []
         for request in (found[i] for i in first_per_source(found, getattr(args, "per_source", None))):
             item_id = f"{request.source}:{request.id}"
