@@ -345,8 +345,8 @@ def _gather_evidence(
         best = max(scores.items(), key=lambda kv: kv[1])
         cleared = ", ".join(relevant[:5]) + (f" and {len(relevant) - 5} more" if len(relevant) > 5 else "")
         evidence.notes.append(f"relevance ({decided}): best {best[0]} {best[1]:.2f}; cleared: {cleared or 'none'}")
-        if not relevant and checking is not None and not checking.embedder_first and \
-                judged(embedder, user_text, catalogue.functions, scores) is not None:
+        if not relevant and scores and checking is not None and not checking.embedder_first:
+            # the embedder's fitted rule refused (the only way a catalogue's functions all fail without a cut)
             evidence.embedder_refused = decided  # the check decides: every function stays a candidate
             relevant = sorted(scores, key=lambda name: -scores[name])
         evidence.relevant = relevant
