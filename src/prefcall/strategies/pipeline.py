@@ -38,7 +38,7 @@ from prefcall.storage.demos import DemoStore
 from prefcall.strategies import fnctod, grounded, model_check, relevance, shortlist
 from prefcall.strategies.fcicl import DemoQuery, DemoRetriever, HeuristicReranker, Reranker, ScoredDemo
 from prefcall.strategies.grounding.values import accepted_offers
-from prefcall.strategies.pipeline_models import ParseResult, PipelineConfig, Trace
+from prefcall.strategies.pipeline_models import DEFAULT_CONFIG, ParseResult, PipelineConfig, Trace, get_config
 from prefcall.strategies.postcheck import post_check
 from prefcall.strategies.preferences import apply_preferences
 from prefcall.strategies.selection import DomainModel, select_instructions
@@ -271,8 +271,6 @@ class Pipeline:
         """What a fitted check reads of stage 1 (`stage_one` as parse_request runs it with refusals allowed), for a
         tool that runs no stage 1 of its own (clarify): the margin of "None" over the best function (None where
         stage 1 does not weigh "None": no embedder's cosines, or a generated selection) and the function chosen."""
-        from prefcall.strategies.pipeline_models import DEFAULT_CONFIG, get_config
-
         stage = self.stage_one(dialogue, catalogue, get_config(DEFAULT_CONFIG, allow_refuse=True), profile)
         features = stage.usage.relevance_features() if isinstance(stage.usage, fnctod.FunctionScores) else None
         chosen = [name for name in (stage.value or [])[:1] if catalogue.function(name) is not None]
