@@ -1042,3 +1042,43 @@ def test_the_check_also_asks_about_the_function_stage_one_chose_where_the_closes
     refused = model_check.verdict(engine, FakeEmbedder(), first, request, catalogue.functions, [closest],
                                   PromptUsage(), stage)
     assert refused is not None and refused.refused and runs == [1]  # the embedder's rule refused first
+
+
+def test_clarify_drafts_the_function_stage_one_chose_and_runs_stage_one_once(monkeypatch):
+    """Where the check runs parse_request's stage 1, clarify drafts the function stage 1 chose (the one
+    parse_request calls), not the embedder's closest, and stage 1 runs once for the draft and the check; stage 1
+    choosing no function, or no stage given, leaves the embedder's closest drafted."""
+    from prefcall.engine.fake import FakeEngine
+    from prefcall.strategies import relevance
+    from prefcall.strategies.qwn import clarify
+
+    catalogue = _catalogue(("get_weather", "current weather of a city"), ("find_events", "concerts in a city"))
+
+    def scorer(prompt: str, candidate: str) -> float:
+        if model_check.QUESTIONS[2].question in prompt:
+            return {"Yes": 0.0, "No": -3.0}[candidate]
+        return -1.0
+
+    engine = FakeEngine(scorer=scorer)
+    FakeEngine.reply(engine, "Continue", when="Before calling a tool")
+    FakeEngine.reply(engine, "{}", when="fill in the arguments")
+    monkeypatch.setattr(relevance, "ask_rule", lambda embedder: relevance.RelevanceRule(embedder=embedder.name,
+                                                                                        threshold=-10.0))
+    rule = model_check.CheckRule(weights=[0.0, 0.0, 1.0], threshold=-1.0, question=2)
+    request = "User: what is the weather for the concert tonight"
+    runs: list[str] = []
+
+    def stage_choosing(*chosen: str):
+        def stage() -> model_check.StageView:
+            runs.append("stage")
+            return model_check.StageView(None, list(chosen))
+        return stage
+
+    staged = clarify(engine, request, catalogue, embedder=FakeEmbedder(), check=rule,
+                     stage=stage_choosing("find_events"))
+    assert staged.draft is not None and staged.draft.name == "find_events", staged.evidence
+    assert runs == ["stage"], runs
+    assert any("the function stage 1 chose" in n and "get_weather" in n for n in staged.evidence), staged.evidence
+    for stage in (stage_choosing(), None):
+        closest = clarify(engine, request, catalogue, embedder=FakeEmbedder(), check=rule, stage=stage)
+        assert closest.draft is not None and closest.draft.name == "get_weather", closest.evidence

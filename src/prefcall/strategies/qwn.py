@@ -23,9 +23,10 @@ Combination rule (policy="combined", the default), first match wins:
    model's fit has a check (`check`, strategies.model_check: the server passes the one parse_request refuses by),
    the check decides relevance in place of the embedder's rule, after the draft, from the model's yes/no about the
    closest and the drafted function weighed with the embedder's score (a check fitted `embedder_first` lets the
-   embedder's rule refuse first). The caller's `stage` runs parse_request's stage 1 when the model is asked: the
-   check also asks about the function stage 1 chose, as in parse_request, and reads its "None" margin where
-   fitted so; without `stage`, a check that reads that margin leaves relevance to the embedder's rule. The
+   embedder's rule refuse first). The caller's `stage` runs parse_request's stage 1 (once) when the check is
+   asked: the draft is of the function stage 1 chose (parse_request's choice; the embedder's closest where stage
+   1 chose none), the check also asks about it, as in parse_request, and reads its "None" margin where fitted
+   so; without `stage`, a check that reads that margin leaves relevance to the embedder's rule. The
    result's `decision_without_check` is what the embedder's rule alone gave;
 2. the draft misses required arguments or has invalid enum values not already asked about -> "question"
    naming them in plain words (whatever the model said);
@@ -338,6 +339,7 @@ def _gather_evidence(
     # otherwise the embedder's rule does.
     checking = check if check is not None and check_relevance and own_draft and embedder is not None \
         and relevance_threshold is None and (stage is not None or not check.stage_one) else None
+    stage = _once(stage) if checking is not None and stage is not None else None
     if check_relevance and draft_calls is None:
         relevant, scores, decided = relevant_functions(
             engine, user_text, catalogue, usage, embedder=embedder, threshold=relevance_threshold, context=context
@@ -353,6 +355,8 @@ def _gather_evidence(
         if not relevant:
             return evidence
         ranked = relevant  # most relevant first
+        if stage is not None:  # the check will run stage 1 anyway: its choice is parse_request's, drafted first
+            ranked = _stage_first(ranked, stage(), evidence.notes)
     else:
         ranked = None
     if draft_calls is None:
@@ -382,6 +386,28 @@ def _gather_evidence(
     _check(engine, embedder, checking, user_text, catalogue, [c.name for c in draft_calls], evidence, usage,
            stage)
     return evidence
+
+
+def _once(stage: Callable[[], StageView]) -> Callable[[], StageView]:
+    """`stage`, run at most once (the draft and the check read the same stage 1)."""
+    found: list[StageView] = []
+
+    def run() -> StageView:
+        if not found:
+            found.append(stage())
+        return found[0]
+    return run
+
+
+def _stage_first(ranked: list[str], view: StageView, notes: list[str]) -> list[str]:
+    """`ranked` with the function stage 1 chose first (the function parse_request would call; the embedder's
+    closest otherwise stays first): stage 1 reads the whole dialogue and the functions' parameters, the embedder
+    only the request's words against each function's name and description."""
+    chosen = next((name for name in view.chosen if name in ranked), None)
+    if chosen is None or chosen == ranked[0]:
+        return ranked
+    notes.append(f"draft: {chosen}, the function stage 1 chose (the embedder's closest: {ranked[0]})")
+    return [chosen, *(name for name in ranked if name != chosen)]
 
 
 def _check(engine: Engine, embedder: Embedder | None, rule: CheckRule | None, user_text: str, catalogue: Catalogue,
