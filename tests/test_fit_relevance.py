@@ -183,9 +183,9 @@ def test_eval_relevance_runs_clarify_with_the_embedders_rule_or_a_callers_cosine
     from prefcall.evaluation.runner import run_eval
     from prefcall.strategies import relevance
 
-    def run(name: str, cut: float | None) -> list[dict]:
+    def run(name: str, cut: float | None, stage_draft: bool = False) -> list[dict]:
         args = argparse.Namespace(split="report", per_source=1, config="full", out=str(tmp_path / name), limit=None,
-                                  predictions=None, argv=[], tool="clarify", cosine_cut=cut)
+                                  predictions=None, argv=[], tool="clarify", cosine_cut=cut, stage_draft=stage_draft)
         engine = FakeEngine().reply("Continue", when="Before calling a tool").reply("{}", when="fill in the arguments")
         run_eval("relevance", args, engine=engine, embedder=FakeEmbedder(),
                  stdout=open(tmp_path / "stdout", "w"), stderr=open(tmp_path / "stderr", "w"))
@@ -207,6 +207,17 @@ def test_eval_relevance_runs_clarify_with_the_embedders_rule_or_a_callers_cosine
     cut = run("cut", 2.0)
     assert all(r["prediction"]["clarify"] == "limitation" for r in cut)
     assert all(any("cosine cut 2.00" in n for n in r["prediction"]["evidence"]) for r in cut)
+    # --stage-draft: clarify drafts stage 1's choice at a tier without a check (the embedded model's)
+    from prefcall.strategies import model_check
+    from prefcall.strategies.pipeline import Pipeline
+
+    monkeypatch.setattr(Pipeline, "stage_for", lambda self, dialogue, catalogue, profile=(): lambda: (
+        model_check.StageView(None, [catalogue.functions[-1].name])))
+    staged = run("staged", None, stage_draft=True)
+    notes = [(r, n) for r in staged for n in r["prediction"]["evidence"] if n.startswith("draft: ")]
+    assert notes  # some request's stage 1 chose another function than the embedder's closest
+    assert all(r["prediction"]["functions"] == [n.removeprefix("draft: ").split(",")[0]] for r, n in notes)
+    assert not any(n.startswith("draft: ") for r in run("closest", None) for n in r["prediction"]["evidence"])
 
 
 def test_the_cosine_cut_is_clarifys_and_parse_request_says_so(monkeypatch):
@@ -218,6 +229,10 @@ def test_the_cosine_cut_is_clarifys_and_parse_request_says_so(monkeypatch):
     ctx = EvalContext(argparse.Namespace(tool="parse_request", cosine_cut=0.3, config="full"), engine=FakeEngine(),
                       embedder=FakeEmbedder())
     with pytest.raises(ConfigError, match="--tool clarify"):
+        RELEVANCE.predict(EvalItem(id="s:1", input={}, gold={}, meta={}), ctx)
+    ctx = EvalContext(argparse.Namespace(tool="parse_request", stage_draft=True, config="full"), engine=FakeEngine(),
+                      embedder=FakeEmbedder())
+    with pytest.raises(ConfigError, match="--stage-draft is clarify's"):
         RELEVANCE.predict(EvalItem(id="s:1", input={}, gold={}, meta={}), ctx)
 
 
@@ -1045,9 +1060,9 @@ def test_the_check_also_asks_about_the_function_stage_one_chose_where_the_closes
 
 
 def test_clarify_drafts_the_function_stage_one_chose_and_runs_stage_one_once(monkeypatch):
-    """Where the check runs parse_request's stage 1, clarify drafts the function stage 1 chose (the one
-    parse_request calls), not the embedder's closest, and stage 1 runs once for the draft and the check; stage 1
-    choosing no function, or no stage given, leaves the embedder's closest drafted."""
+    """Given parse_request's stage 1 (the server hands it where the check runs it), clarify drafts the function
+    stage 1 chose (the one parse_request calls), not the embedder's closest, and stage 1 runs once for the draft
+    and the check; stage 1 choosing no function, or no stage given, leaves the embedder's closest drafted."""
     from prefcall.engine.fake import FakeEngine
     from prefcall.strategies import relevance
     from prefcall.strategies.qwn import clarify
@@ -1074,11 +1089,13 @@ def test_clarify_drafts_the_function_stage_one_chose_and_runs_stage_one_once(mon
             return model_check.StageView(None, list(chosen))
         return stage
 
-    staged = clarify(engine, request, catalogue, embedder=FakeEmbedder(), check=rule,
-                     stage=stage_choosing("find_events"))
-    assert staged.draft is not None and staged.draft.name == "find_events", staged.evidence
-    assert runs == ["stage"], runs
-    assert any("the function stage 1 chose" in n and "get_weather" in n for n in staged.evidence), staged.evidence
+    for checked in (rule, None):  # a caller may hand stage 1 without a check (`eval relevance --stage-draft`)
+        runs.clear()
+        staged = clarify(engine, request, catalogue, embedder=FakeEmbedder(), check=checked,
+                         stage=stage_choosing("find_events"))
+        assert staged.draft is not None and staged.draft.name == "find_events", staged.evidence
+        assert runs == ["stage"], runs
+        assert any("the function stage 1 chose" in n and "get_weather" in n for n in staged.evidence)
     for stage in (stage_choosing(), None):
         closest = clarify(engine, request, catalogue, embedder=FakeEmbedder(), check=rule, stage=stage)
         assert closest.draft is not None and closest.draft.name == "get_weather", closest.evidence

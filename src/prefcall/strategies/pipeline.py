@@ -284,7 +284,12 @@ class Pipeline:
         check = self.check_rule()
         if check is None:
             return None, None
-        return check, lambda: self.stage_view(dialogue, catalogue, profile)
+        return check, self.stage_for(dialogue, catalogue, profile)
+
+    def stage_for(self, dialogue: list[Turn] | str, catalogue: Catalogue, profile: Sequence[str] = ()
+                  ) -> Callable[[], model_check.StageView]:
+        """A call that runs stage 1 for this request (`stage_view`): what clarify drafts by, given it."""
+        return lambda: self.stage_view(dialogue, catalogue, profile)
 
     # -- grounded ----------------------------------------------------------------------
     def _parse_grounded(self, dialogue: list[Turn] | str, instructions: list[TaggedInstruction], catalogue: Catalogue,

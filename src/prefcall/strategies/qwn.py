@@ -23,10 +23,13 @@ Combination rule (policy="combined", the default), first match wins:
    model's fit has a check (`check`, strategies.model_check: the server passes the one parse_request refuses by),
    the check decides relevance in place of the embedder's rule, after the draft, from the model's yes/no about the
    closest and the drafted function weighed with the embedder's score (a check fitted `embedder_first` lets the
-   embedder's rule refuse first). The caller's `stage` runs parse_request's stage 1 (once) when the check is
-   asked: the draft is of the function stage 1 chose (parse_request's choice; the embedder's closest where stage
-   1 chose none), the check also asks about it, as in parse_request, and reads its "None" margin where fitted
-   so; without `stage`, a check that reads that margin leaves relevance to the embedder's rule. The
+   embedder's rule refuse first). The caller's `stage` runs parse_request's stage 1 (once) before the draft:
+   the draft is of the function stage 1 chose (parse_request's choice; the embedder's closest where stage 1
+   chose none), the check also asks about it, as in parse_request, and reads its "None" margin where fitted
+   so; without `stage`, the embedder's closest is drafted and a check that reads that margin leaves relevance
+   to the embedder's rule. The MCP server hands clarify stage 1 where the model's fit has a check (which runs
+   stage 1 anyway), not at a tier without one (stage 1 for the draft alone costs more than it gained there:
+   RESULTS.md, the thirty-fourth session). The
    result's `decision_without_check` is what the embedder's rule alone gave;
 2. the draft misses required arguments or has invalid enum values not already asked about -> "question"
    naming them in plain words (whatever the model said);
@@ -339,7 +342,7 @@ def _gather_evidence(
     # otherwise the embedder's rule does.
     checking = check if check is not None and check_relevance and own_draft and embedder is not None \
         and relevance_threshold is None and (stage is not None or not check.stage_one) else None
-    stage = _once(stage) if checking is not None and stage is not None else None
+    stage = _once(stage) if stage is not None and own_draft else None
     if check_relevance and draft_calls is None:
         relevant, scores, decided = relevant_functions(
             engine, user_text, catalogue, usage, embedder=embedder, threshold=relevance_threshold, context=context
@@ -355,7 +358,7 @@ def _gather_evidence(
         if not relevant:
             return evidence
         ranked = relevant  # most relevant first
-        if stage is not None:  # the check will run stage 1 anyway: its choice is parse_request's, drafted first
+        if stage is not None:  # stage 1's choice is parse_request's: drafted first
             ranked = _stage_first(ranked, stage(), evidence.notes)
     else:
         ranked = None

@@ -47,6 +47,9 @@ class RelevanceTask(BaseTask):
                             help="--tool clarify: judge relevance before the draft by a caller's cosine cut per "
                                  "function instead of the embedder's fitted rule (0.3: clarify's own cut before the "
                                  "thirty-second session)")
+        parser.add_argument("--stage-draft", action="store_true",
+                            help="--tool clarify: hand clarify parse_request's stage 1 to draft by at every tier "
+                                 "(the server does only where the model's fit has a check)")
 
     def load(self, args: argparse.Namespace) -> list[EvalItem]:
         part = getattr(args, "split", None) or "report"
@@ -89,8 +92,9 @@ class RelevanceTask(BaseTask):
         request = self._requests[item.id]
         if getattr(ctx.args, "tool", TOOLS[0]) == "clarify":
             return clarify_prediction(request, ctx)
-        if getattr(ctx.args, "cosine_cut", None) is not None:
-            raise ConfigError("--cosine-cut is clarify's: pass --tool clarify")
+        for option in ("cosine_cut", "stage_draft"):
+            if getattr(ctx.args, option, None) not in (None, False):
+                raise ConfigError(f"--{option.replace('_', '-')} is clarify's: pass --tool clarify")
         config = get_config(ctx.config, allow_refuse=True)  # the MCP server's parse_request default
         pipeline = ctx.memo("pipeline", lambda: BfclTask.pipeline(ctx))
         result = pipeline.parse(request.dialogue, [], request.catalogue, config)
@@ -134,8 +138,10 @@ def clarify_prediction(request: Request, ctx: EvalContext) -> dict[str, Any]:
 
     cut = getattr(ctx.args, "cosine_cut", None)
     # as the MCP server's clarify: the model's fitted check where its fit has one (not with a caller's cut)
-    check, stage = ctx.memo("pipeline", lambda: BfclTask.pipeline(ctx)).check_for(
-        request.dialogue, request.catalogue) if cut is None else (None, None)
+    pipeline = ctx.memo("pipeline", lambda: BfclTask.pipeline(ctx))
+    check, stage = pipeline.check_for(request.dialogue, request.catalogue) if cut is None else (None, None)
+    if getattr(ctx.args, "stage_draft", False) and cut is None and stage is None:
+        stage = pipeline.stage_for(request.dialogue, request.catalogue)
     result = clarify(ctx.engine, request.dialogue, request.catalogue, embedder=ctx.embedder,
                      relevance_threshold=cut, check=check, stage=stage)
     decision = DECISIONS[result.decision]
