@@ -41,6 +41,7 @@ policy="model" is the paper alone (no evidence); policy="evidence" ignores the m
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -342,7 +343,7 @@ def _gather_evidence(
     # otherwise the embedder's rule does.
     checking = check if check is not None and check_relevance and own_draft and embedder is not None \
         and relevance_threshold is None and (stage is not None or not check.stage_one) else None
-    stage = _once(stage) if stage is not None and own_draft else None
+    stage = functools.cache(stage) if stage is not None and own_draft else None  # the draft and the check: one run
     if check_relevance and draft_calls is None:
         relevant, scores, decided = relevant_functions(
             engine, user_text, catalogue, usage, embedder=embedder, threshold=relevance_threshold, context=context
@@ -389,17 +390,6 @@ def _gather_evidence(
     _check(engine, embedder, checking, user_text, catalogue, [c.name for c in draft_calls], evidence, usage,
            stage)
     return evidence
-
-
-def _once(stage: Callable[[], StageView]) -> Callable[[], StageView]:
-    """`stage`, run at most once (the draft and the check read the same stage 1)."""
-    found: list[StageView] = []
-
-    def run() -> StageView:
-        if not found:
-            found.append(stage())
-        return found[0]
-    return run
 
 
 def _stage_first(ranked: list[str], view: StageView, notes: list[str]) -> list[str]:

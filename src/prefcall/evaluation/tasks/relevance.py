@@ -138,9 +138,9 @@ def clarify_prediction(request: Request, ctx: EvalContext) -> dict[str, Any]:
 
     cut = getattr(ctx.args, "cosine_cut", None)
     # as the MCP server's clarify: the model's fitted check where its fit has one (not with a caller's cut)
-    pipeline = ctx.memo("pipeline", lambda: BfclTask.pipeline(ctx))
-    check, stage = pipeline.check_for(request.dialogue, request.catalogue) if cut is None else (None, None)
-    if getattr(ctx.args, "stage_draft", False) and cut is None and stage is None:
+    pipeline = ctx.memo("pipeline", lambda: BfclTask.pipeline(ctx)) if cut is None else None
+    check, stage = pipeline.check_for(request.dialogue, request.catalogue) if pipeline is not None else (None, None)
+    if pipeline is not None and stage is None and getattr(ctx.args, "stage_draft", False):
         stage = pipeline.stage_for(request.dialogue, request.catalogue)
     result = clarify(ctx.engine, request.dialogue, request.catalogue, embedder=ctx.embedder,
                      relevance_threshold=cut, check=check, stage=stage)
