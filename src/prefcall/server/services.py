@@ -436,7 +436,7 @@ class Services:
         engine, embedder = await self.ready(progress)
         scope = caller.scope(self.is_builtin(catalogue))
         scoped = ScopedEngine(engine, scope)
-        # the model's fitted check, as parse_request refuses by it (with its stage 1 where the check reads it)
+        # the model's fitted check, as parse_request refuses by it, and its stage 1 (clarify drafts stage 1's choice)
         check, stage = self._get_pipeline().scoped(scope).check_for(turns, catalogue, list(instructions))
         result = await self.model.call(
             lambda: clarify(scoped, turns, catalogue, instructions=list(instructions), embedder=embedder,

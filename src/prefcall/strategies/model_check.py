@@ -211,7 +211,8 @@ def features(relevance_score: float, margins: Sequence[float], messages: Sequenc
 
 
 class StageView(NamedTuple):
-    """What parse_request's stage 1 made of a request, for a check asked by a tool that runs no stage 1 itself."""
+    """What parse_request's stage 1 made of a request, for a tool that runs no stage 1 itself (clarify: its draft
+    and its check)."""
 
     none_margin: float | None  # the model's score of "None" less the best function's (None: not weighed)
     chosen: list[str]  # the function stage 1 chose (none where it chose "None")

@@ -268,9 +268,10 @@ class Pipeline:
 
     def stage_view(self, dialogue: list[Turn] | str, catalogue: Catalogue,
                    profile: Sequence[str] = ()) -> model_check.StageView:
-        """What a fitted check reads of stage 1 (`stage_one` as parse_request runs it with refusals allowed), for a
-        tool that runs no stage 1 of its own (clarify): the margin of "None" over the best function (None where
-        stage 1 does not weigh "None": no embedder's cosines, or a generated selection) and the function chosen."""
+        """What a fitted check and clarify's draft read of stage 1 (`stage_one` as parse_request runs it with
+        refusals allowed), for a tool that runs no stage 1 of its own (clarify): the margin of "None" over the best
+        function (None where stage 1 does not weigh "None": no embedder's cosines, or a generated selection) and
+        the function chosen."""
         stage = self.stage_one(dialogue, catalogue, get_config(DEFAULT_CONFIG, allow_refuse=True), profile)
         features = stage.usage.relevance_features() if isinstance(stage.usage, fnctod.FunctionScores) else None
         chosen = [name for name in (stage.value or [])[:1] if catalogue.function(name) is not None]
@@ -279,8 +280,8 @@ class Pipeline:
     def check_for(self, dialogue: list[Turn] | str, catalogue: Catalogue, profile: Sequence[str] = ()
                   ) -> tuple[model_check.CheckRule | None, Callable[[], model_check.StageView] | None]:
         """What another tool (clarify) needs to judge relevance by this model's fitted check as parse_request does:
-        the check (None without one) and a call that runs stage 1 for this request when the check asks the model
-        (`stage_view`: the function stage 1 chose, which the check asks about, and its "None" margin)."""
+        the check (None without one) and a call that runs stage 1 for this request (`stage_for`: the function
+        stage 1 chose, which clarify drafts and the check asks about, and its "None" margin)."""
         check = self.check_rule()
         if check is None:
             return None, None
