@@ -329,3 +329,55 @@ def test_the_retrieval_baselines_run_on_the_same_requests_beside_the_answers_fun
     rows = [ScoredItem(id=str(n), input={}, gold={}, prediction={}, scores=s)
             for n, s in enumerate([incomplete, irrelevant])]
     assert acebench.aggregate(rows)["baselines"]["embedder_threshold"]["n"] == 2
+
+
+# -- parse_request with the profile as standing instructions ------------------------------------------------
+def test_a_profile_becomes_one_standing_instruction_per_fact() -> None:
+    text = ("{'basic_features': {'UserEmail': 'jo@example.com', 'HomeLocation': 'Austin, TX'}, "
+            "'user_history': {'shopping': ['Chose Express Delivery', 'Set theme to Dark.']}}. ")
+    assert acebench.profile_instructions(text) == [
+        "My user email is jo@example.com.", "My home location is Austin, TX.",
+        "From my shopping history: Chose Express Delivery.", "From my shopping history: Set theme to Dark."]
+    assert acebench.profile_instructions({"DinnerTime": "7 PM"}) == ["My dinner time is 7 PM."]
+    assert acebench.profile_instructions("likes jazz") == ["User profile: likes jazz"]  # unreadable: kept whole
+    assert acebench.profile_instructions("") == []
+
+
+def test_parse_request_answers_with_the_profile_as_the_users_instructions(monkeypatch) -> None:
+    import argparse
+
+    from prefcall.engine.fake import FakeEmbedder
+    from prefcall.evaluation.task import EvalContext
+    from prefcall.evaluation.tasks.bfcl import BfclTask
+    from prefcall.schemas.model import Call, MissingArgument
+    from prefcall.strategies.pipeline_models import ParseResult
+
+    seen: list[tuple[list[str], str, bool]] = []
+
+    class Pipeline:  # what the eval hands parse_request, and what it makes of each kind of answer
+        def parse(self, dialogue, instructions, catalogue, config):
+            seen.append((list(instructions), config.name, config.allow_refuse))
+            if "Nopa" in dialogue[-1].content:
+                return ParseResult(decision="call", calls=[Call(name="book", arguments={
+                    "restaurant": "Nopa", "time": "7 PM"})], functions=["book"], instructions_used=instructions[:1])
+            return ParseResult(decision="ask", question="What time?", functions=["book"],
+                               missing=[MissingArgument(function="book", argument="time")])
+
+    monkeypatch.setattr(BfclTask, "pipeline", staticmethod(lambda ctx: Pipeline()))
+    ctx = EvalContext(argparse.Namespace(tool="parse_request", config=None), engine=FakeEngine(),
+                      embedder=FakeEmbedder())
+    item = _item("normal_preference", {"decision": "call", "answers": [[call("book", restaurant="Nopa", time="7 PM")]]},
+                 profile="{'basic_features': {'DinnerTime': '7 PM'}}")
+    prediction = acebench.TASK.predict(item, ctx)
+    assert seen == [(["My dinner time is 7 PM."], "full", True)]  # the shipped config, refusals allowed
+    assert prediction["decision"] == "call" and prediction["calls"] == [call("book", restaurant="Nopa", time="7 PM")]
+    assert prediction["instructions_used"] == ["My dinner time is 7 PM."] and prediction["instructions"] == 1
+    scores = acebench.TASK.score(item, prediction)
+    assert (scores["decision_correct"], scores["call_exact"], scores["argument_accuracy"]) == (1.0, 1.0, 1.0)
+    incomplete = EvalItem(id="special_incomplete_0", input={**item.input, "question": "user: Book me a table"},
+                          gold={"decision": "ask", "missing": {"book": ["time"]}},
+                          meta={"category": "special_incomplete"})
+    asked = acebench.TASK.predict(incomplete, ctx)
+    assert (asked["decision"], asked["missing"], asked["calls"]) == ("ask", ["time"], [])
+    assert acebench.TASK.score(incomplete, asked)["missing_recall"] == 1.0
+    assert acebench.TASK.score(item, asked)["decision_correct"] == 0.0  # an ask where a call was due is wrong

@@ -31,6 +31,8 @@ or ACEBench's own output `{id, result: "[f(a=1)]" | "Missing necessary parameter
 from __future__ import annotations
 
 import argparse
+import ast
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,7 @@ from prefcall.evaluation.metrics.acebench import best_alternative, gold_alternat
 from prefcall.evaluation.metrics.intervals import mean, proportion
 from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
 from prefcall.evaluation.tasks import tools as selection
+from prefcall.retrieval.text import split_identifier
 from prefcall.schemas.calls import parse_calls
 from prefcall.schemas.importers import import_catalogue
 from prefcall.schemas.model import Call, Catalogue, Function, Turn
@@ -47,6 +50,9 @@ from prefcall.strategies.qwn import clarify
 from prefcall.strategies.qwn_draft import draft_call
 
 POLICIES = ("combined", "model", "evidence")
+# What answers an item: clarify (QwN's decision, then a drafted call) or parse_request (the shipped pipeline, with
+# the item's user profile as the user's standing instructions: `profile_instructions`).
+TOOLS = ("clarify", "parse_request")
 SPECIAL = {"special_incomplete": "ask", "special_error_param": "ask", "special_irrelevant": "refuse"}
 NORMAL = ("normal_single_turn_single_function", "normal_single_turn_parallel_function",
           "normal_multi_turn_user_adjust", "normal_multi_turn_user_switch", "normal_similar_api",
@@ -209,6 +215,57 @@ def catalogue_of(functions: list[dict[str, Any]]) -> Catalogue:
         return import_catalogue(functions, name="acebench", format="functions")
     except PrefcallError:
         return Catalogue(name="acebench", functions=[Function.model_validate(f) for f in functions])
+
+
+def profile_instructions(profile: Any) -> list[str]:
+    """An ACEBench user profile as standing instructions, one per fact, as a user of prefcall would store them:
+    each basic feature as "My <feature's words> is <value>." ("UserHomeLocation" -> "My user home location is
+    Chicago, IL.") and each entry of a history as "From my <kind> history: <entry>.". The profile is a dict or its
+    Python-literal (or JSON) text; one that cannot be read is one instruction holding its text."""
+    data = profile
+    if isinstance(profile, str):
+        text = profile.strip().rstrip(".").strip()
+        for reader in (ast.literal_eval, json.loads):
+            try:
+                data = reader(text)
+                break
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                continue
+    if not isinstance(data, dict):
+        return [f"User profile: {str(profile).strip()}"] if str(profile).strip() else []
+    out: list[str] = []
+    for section, facts in data.items():
+        if isinstance(facts, dict) and "history" in str(section).lower():
+            for kind, entries in facts.items():
+                for entry in entries if isinstance(entries, list) else [entries]:
+                    out.append(f"From my {split_identifier(str(kind)).lower()} history: "
+                               f"{str(entry).strip().rstrip('.')}.")
+        elif isinstance(facts, dict):
+            out.extend(f"My {split_identifier(str(k)).lower()} is {str(v).strip()}." for k, v in facts.items())
+        else:
+            out.append(f"My {split_identifier(str(section)).lower()} is {str(facts).strip()}.")
+    return out
+
+
+def parse_request_prediction(item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
+    """parse_request's answer (the shipped pipeline; `--config`, default full, refusals allowed as the MCP server
+    allows them), with the item's profile as the user's standing instructions (`profile_instructions`)."""
+    from prefcall.evaluation.tasks.bfcl import BfclTask, pipeline_prediction
+    from prefcall.strategies.pipeline_models import get_config
+
+    catalogue = catalogue_of(item.input["functions"])
+    instructions = profile_instructions(item.input["profile"]) if item.input.get("profile") else []
+    config = get_config(getattr(ctx.args, "config", None) or "full", allow_refuse=True)
+    pipeline = ctx.memo("pipeline", lambda: BfclTask.pipeline(ctx))
+    result = pipeline.parse(parse_dialogue(item.input["question"]), instructions, catalogue, config)
+    answer = pipeline_prediction(result)
+    decision = DECISIONS.get(str(answer["decision"]), answer["decision"])
+    return {"status": answer["status"], "decision": decision, "question": answer["question"],
+            "missing": [m.argument for m in result.missing] if decision == "ask" else [],
+            "calls": answer["calls"] if decision == "call" else [],
+            "functions": answer["functions"] if decision != "refuse" else [],
+            "instructions": len(instructions), "instructions_used": result.instructions_used,
+            "error": answer["error"], "tokens": answer["tokens"], "seconds": answer["seconds"]}
 
 
 # -- predict --------------------------------------------------------------------------------------
@@ -407,6 +464,10 @@ class AceBenchTask(BaseTask):
         parser.add_argument("--no-calls", action="store_true",
                             help="normal categories: score the decision only, do not draft the call")
         parser.add_argument("--with-calls", action="store_true", help=argparse.SUPPRESS)  # now the default
+        parser.add_argument("--tool", choices=TOOLS, default=TOOLS[0],
+                            help="what answers: clarify (its decision, then a drafted call; the default) or "
+                                 "parse_request (the pipeline of --config, default full, with the item's user "
+                                 "profile as standing instructions, one per fact)")
 
     def data_files(self, args: argparse.Namespace) -> list[Path]:
         return data_files(Path(args.data)) if getattr(args, "data", None) else []
@@ -425,9 +486,12 @@ class AceBenchTask(BaseTask):
         embedder = ctx.embedder if getattr(args, "embedder_relevance", False) else None
         from prefcall.evaluation.tasks.bfcl import BfclTask
 
-        prediction = predict(item, ctx.engine, mode, embedder=embedder,
-                             with_calls=not getattr(args, "no_calls", False),
-                             pipeline=ctx.memo("pipeline", lambda: BfclTask.pipeline(ctx)))
+        if getattr(args, "tool", TOOLS[0]) == "parse_request":
+            prediction = parse_request_prediction(item, ctx)
+        else:
+            prediction = predict(item, ctx.engine, mode, embedder=embedder,
+                                 with_calls=not getattr(args, "no_calls", False),
+                                 pipeline=ctx.memo("pipeline", lambda: BfclTask.pipeline(ctx)))
         if gold_functions(item) is not None:  # the retrieval baselines on the same request, decided at scoring
             turns = parse_dialogue(item.input["question"])
             words = "\n".join(t.content for t in turns if t.role == "user") or str(item.input["question"])
