@@ -381,3 +381,7 @@ def test_parse_request_answers_with_the_profile_as_the_users_instructions(monkey
     assert (asked["decision"], asked["missing"], asked["calls"]) == ("ask", ["time"], [])
     assert acebench.TASK.score(incomplete, asked)["missing_recall"] == 1.0
     assert acebench.TASK.score(item, asked)["decision_correct"] == 0.0  # an ask where a call was due is wrong
+    for option in ("no_calls", "embedder_relevance"):  # clarify's options are refused, not ignored
+        with pytest.raises(ConfigError, match="is clarify's"):
+            acebench.TASK.predict(item, EvalContext(argparse.Namespace(tool="parse_request", **{option: True}),
+                                                    engine=FakeEngine(), embedder=FakeEmbedder()))

@@ -487,6 +487,10 @@ class AceBenchTask(BaseTask):
         from prefcall.evaluation.tasks.bfcl import BfclTask
 
         if getattr(args, "tool", TOOLS[0]) == "parse_request":
+            for option in ("mode", "embedder_relevance", "no_calls"):
+                if getattr(args, option, None) not in (None, False):
+                    raise ConfigError(f"--{option.replace('_', '-')} is clarify's: pass --tool clarify, or leave "
+                                      "it out (parse_request runs the pipeline of --config)")
             prediction = parse_request_prediction(item, ctx)
         else:
             prediction = predict(item, ctx.engine, mode, embedder=embedder,
