@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from prefcall.cli import main
-from prefcall.evaluation import corpus, splits
+from prefcall.evaluation import corpus, corpus_profile, splits
 from prefcall.evaluation.metrics.calls import calls_from_any
 from prefcall.schemas.importers import import_catalogue
 from prefcall.schemas.validation import validate_call
@@ -98,3 +98,38 @@ def test_an_overridden_or_unmet_instruction_is_listed_but_not_applicable(items: 
             assert extra, item["example_id"]
         if item["example_type"] == "multi_value":
             assert len(item["api_calls"]) == 2 and len(item["applicable_standing_instructions"]) == 2
+
+
+# ---------------------------------------------------------------------------- the profile corpus
+PROFILE_ITEMS = corpus.CORPUS_DIR / "profile_items.json"
+PROFILE_CATALOGUE = corpus.CORPUS_DIR / "profile_catalogue.json"
+
+
+def test_profile_items_have_valid_gold_whose_personal_values_only_the_profile_or_request_writes():
+    items = json.loads(PROFILE_ITEMS.read_text(encoding="utf-8"))
+    catalogue = import_catalogue(PROFILE_CATALOGUE)
+    assert len(catalogue.functions) == 10 and len(items) == 240
+    for item in items:
+        [call] = calls_from_any(item["api_calls"])
+        assert validate_call(call, catalogue) == [], item["example_id"]
+        function = catalogue.function(call.name)
+        assert set(function.required) <= set(call.arguments), item["example_id"]
+        said = item["user_utterance"] + " ".join(item["applicable_standing_instructions"])
+        for value in call.arguments.values():  # every value is written where the item says it comes from
+            assert isinstance(value, (bool, int)) or str(value) in said, (item["example_id"], value)
+        records = [s for s in item["all_standing_instructions"] if s not in item["applicable_standing_instructions"]
+                   and "history" in s]
+        if item["example_type"] != "back_reference":
+            assert not set(item["applicable_standing_instructions"]) & set(records)
+
+
+def test_profile_items_split_with_held_out_functions_and_style_only_in_report():
+    items = {i["example_id"]: i for i in json.loads(PROFILE_ITEMS.read_text(encoding="utf-8"))}
+    entry = splits.packaged().sources["src/prefcall/data/corpus/profile_items.json"]
+    tune, report = [items[k] for k in entry.tune], [items[k] for k in entry.report]
+    assert len(tune) + len(report) == len(items) and len(tune) >= 60
+    assert not any(i["function"] in corpus_profile.REPORT_FUNCTIONS or i["style"] in corpus_profile.REPORT_STYLES
+                   for i in tune)
+    assert {i["example_type"] for i in tune} == {i["example_type"] for i in report} == set(corpus_profile.KINDS)
+    assert set(corpus_profile.REPORT_FUNCTIONS) == set(splits.PROFILE_HELD_OUT_FUNCTIONS)
+    assert set(corpus_profile.REPORT_STYLES) == set(splits.PROFILE_HELD_OUT_STYLES)

@@ -216,6 +216,9 @@ class Rule:
 # The generated corpus's held-out functions and instruction styles (prefcall.evaluation.corpus says why).
 CORPUS_HELD_OUT_FUNCTIONS = ("BookPetCare", "ReserveBook", "SetThermostat", "BuyConcertTickets")
 CORPUS_HELD_OUT_STYLES = ("colon", "default", "usual")
+# The generated profile corpus's (prefcall.evaluation.corpus_profile says why).
+PROFILE_HELD_OUT_FUNCTIONS = ("SendParcel", "SubscribeNewsletter", "FindGym")
+PROFILE_HELD_OUT_STYLES = ("plain",)
 NLSI_HELD_OUT = ["GetTravel", "GetHotels", "GetBuses", "GetRentalCars", "GetMovies"]
 SGD_HELD_OUT = ["RideSharing_1"]
 
@@ -246,6 +249,10 @@ RULES: dict[str, Rule] = {r.path: r for r in [
     Rule("repo:src/prefcall/data/corpus/items.json", "example_id", [], "half",
          [*CORPUS_HELD_OUT_FUNCTIONS, *(f"style:{s}" for s in CORPUS_HELD_OUT_STYLES)],
          "prefcall's generated corpus (prefcall corpus build): four functions and three instruction styles held "
+         "out; the rest half and half by hash"),
+    Rule("repo:src/prefcall/data/corpus/profile_items.json", "example_id", [], "half",
+         [*PROFILE_HELD_OUT_FUNCTIONS, *(f"style:{s}" for s in PROFILE_HELD_OUT_STYLES)],
+         "prefcall's generated profile corpus (prefcall corpus build): three functions and the plain style held "
          "out; the rest half and half by hash"),
     Rule("repo:tests/data/nlt/dev.jsonl", "id", [], "tune", [], "prefcall's NLT dev set: the NLT rule's fit"),
     Rule("repo:tests/data/nlt/report.jsonl", "id", [], "report", [], "prefcall's NLT report set"),

@@ -35,7 +35,7 @@ from prefcall.schemas.model import Call, Catalogue, Turn, as_dialogue, render_di
 from prefcall.schemas.state import DialogueState, user_turn_index
 from prefcall.storage import fits
 from prefcall.storage.demos import DemoStore
-from prefcall.strategies import fnctod, grounded, model_check, relevance, shortlist
+from prefcall.strategies import fnctod, grounded, model_check, relevance, shortlist, statements
 from prefcall.strategies.fcicl import DemoQuery, DemoRetriever, HeuristicReranker, Reranker, ScoredDemo
 from prefcall.strategies.grounding.values import accepted_offers
 from prefcall.strategies.pipeline_models import DEFAULT_CONFIG, ParseResult, PipelineConfig, Trace, get_config
@@ -263,7 +263,8 @@ class Pipeline:
         (none selected, so no chained functions): which function the request is for, with the per-function score
         table (`usage`: FunctionScores when scored)."""
         turns = grounded.split_turns(dialogue)
-        ctx = fnctod.CallingContext(dialogue=render_dialogue(turns), instructions=[], profile=list(profile))
+        wishes = statements.wishes_of(profile, catalogue) if config.profile_statements else list(profile)
+        ctx = fnctod.CallingContext(dialogue=render_dialogue(turns), instructions=[], profile=wishes)
         return self._select_functions(catalogue, ctx, config, ParseResult(config=config.name), _Meter(Trace()))
 
     def stage_view(self, dialogue: list[Turn] | str, catalogue: Catalogue,
@@ -299,12 +300,16 @@ class Pipeline:
         turns = grounded.split_turns(dialogue)
         users = "\n".join(f"User: {t.content}" for t in turns if t.role == "user" and t.content)
         chosen, domains = self._select(users, instructions, catalogue, config, applicable, meter)
+        chosen = _without_records(chosen, users, config, result)
         result.instructions_used = [i.instruction for i in chosen]
         grounder = self._grounder(catalogue, exclude)
 
         started = time.perf_counter()
+        profile = [i.instruction for i in instructions]
+        if config.profile_statements:
+            profile = statements.wishes_of(profile, catalogue)
         ctx = fnctod.CallingContext(dialogue=render_dialogue(turns), instructions=result.instructions_used,
-                                    profile=[i.instruction for i in instructions])
+                                    profile=profile)
         selection = self._select_functions(catalogue, ctx, config, result, meter)
         meter.time("select_functions", started)
         if isinstance(selection.usage, fnctod.FunctionScores):
@@ -320,6 +325,7 @@ class Pipeline:
             # on?": travel, where stage 1 chose events): the instructions that apply are the chosen function's.
             chosen, _ = self._select(users, instructions, catalogue, config, applicable, meter,
                                      domains=result.functions[:1])
+            chosen = _without_records(chosen, users, config, result)
             used = [i.instruction for i in chosen]
             if used != result.instructions_used:
                 result.notes.append(f"instructions selected again for {result.functions[0]}, the function stage 1 "
@@ -370,6 +376,12 @@ class Pipeline:
             meter.time("tagging", started)
             result.tagged = bool(preferences)
         applied = apply_preferences(drafts, preferences, catalogue)
+        if config.profile_statements:
+            facts = statements.facts_of([i.instruction for i in instructions], catalogue)
+            for used in statements.fill_from_facts(applied.drafts, facts, catalogue):
+                if used not in result.instructions_used:
+                    result.instructions_used.append(used)
+                result.notes.append(f"a required argument from the profile's fact {used!r}")
         result.skipped = applied.skipped
         result.provenance = grounded.provenance_of(applied.drafts)
         result.confidence = min(confidences) if confidences else 0.0
@@ -798,6 +810,23 @@ class Pipeline:
         if result.status == "parse_error" and not result.calls:
             result.decision = "error"  # a parse failure is not a refusal
         meter.time("post_check", started)
+
+
+def _without_records(chosen: list[TaggedInstruction], request: str, config: PipelineConfig,
+                     result: ParseResult) -> list[TaggedInstruction]:
+    """The chosen instructions less the profile's records of past use, unless the request refers back to past use
+    (strategies.statements): a record is not a wish, so it neither sets a value nor gives one call per value."""
+    if not config.profile_statements or statements.refers_back(request):
+        return chosen
+    kept = []
+    for item in chosen:
+        if statements.kind_of(item.instruction) == "record":
+            note = f"left out {item.instruction!r}: a record of past use, and the request does not refer back to it"
+            if note not in result.notes:
+                result.notes.append(note)
+        else:
+            kept.append(item)
+    return kept
 
 
 def _scored_selection(calling) -> fnctod.StageOutput | None:

@@ -50,6 +50,9 @@ class PipelineConfig(BaseModel):
     # its required arguments. Off: that is an empty fill, not evidence that no function fits (a small model fills
     # nothing in "Remind me to call my mother"); refusals come from relevance evidence only.
     refuse_unfilled: bool = False
+    # grounded: a profile's records of past use set nothing unless the request refers back to past use, and its
+    # facts about the user ("My home address is ...") fill required arguments left open (strategies.statements)
+    profile_statements: bool = True
     # stage 1 lists a catalogue of more than 32 functions shortlisted by retrieval to this many (strategies.shortlist;
     # None: the size fitted for the embedder)
     shortlist_size: int | None = Field(default=None, ge=1)

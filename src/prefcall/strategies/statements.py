@@ -1,0 +1,212 @@
+"""What a standing instruction states: a wish, a fact about the user, or a record of something the user did.
+
+A user's stored profile holds more than wishes. Three kinds, told apart by the statement's form, never by one data
+set's wording:
+- **wish** ("If I fly, I want Delta", "My preferred stylist is Ana"): applied through its tags
+  (`preferences.apply_preferences`);
+- **fact** ("My home address is 12 Elm Street.", "Phone: 555-0101"): a property of the user about no function.
+  After the wishes, it fills a *required* argument the request left open when its key names that argument (the
+  key's words are among the argument's name and description words), one fact clearly best, its value valid for the
+  argument's schema: the profile holds the value, so asking for it would be the wrong question. An optional
+  argument is never filled from a fact (a phone number the function may take is not a wish to send it);
+- **record** ("From my order history: ordered pad thai from Thai Garden.", "Last week I booked Ken."): something
+  the user did once. It is evidence of past use, not a wish: it sets no value and adds no call, unless the request
+  refers back to past use ("the same stylist as last time", "order it again"). Several records that give one
+  argument different values are so never read as several wishes (one call per value).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import jsonschema
+
+from prefcall.retrieval.text import tokenize
+from prefcall.schemas.model import Catalogue, Function
+from prefcall.strategies.grounding.values import coerce_text
+from prefcall.strategies.preferences import Draft, Provenance
+from prefcall.tagging.tags import slot_value
+
+Kind = Literal["wish", "fact", "record"]
+
+# A record's cues: a statement placed in the past ("history", "last week", "two days ago", "previously").
+_PAST_CUES = re.compile(
+    r"\b(?:(?:my|our|order|purchase|booking|travel|search|viewing|listening|shopping) (?:\w+ )?history|"
+    r"history:|last (?:time|week|month|year|night|weekend|summer|winter|spring|autumn|fall|trip|visit|order|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
+    r"yesterday|ago|previously|in the past|used to|earlier this (?:week|month|year))\b", re.I)
+# Irregular past tenses that open a statement ("Bought an iPhone", "I flew to Rome"); regular ones end in -ed.
+_IRREGULAR_PAST = frozenset(
+    """bought paid went saw took ate flew drove got had made sent sold rode chose gave met left spent wrote ran
+    heard found brought kept came lost won sat slept spoke told wore built caught held did""".split())
+# What follows a past verb and not a participle used as an adjective ("ordered *a* burger", "checked *out*").
+_VERB_OBJECT_OPENERS = frozenset(
+    """a an the my our some two three four five six seven eight nine ten at in on from to with for out up by into
+    through via""".split())
+# -ed words that open wishes, not records ("Preferred airline: Delta", "Needed for work").
+_NOT_PAST = frozenset({"preferred", "needed", "red", "bed", "shed", "seed", "feed", "speed", "need", "based"})
+# Words that make a statement a wish even in the past ("I always booked Ken"; "prefer", "want", "like").
+_WISH_WORDS = frozenset(
+    """prefer prefers want wants like likes love loves always usually normally favourite favorite default
+    unless whenever please should""".split())
+# A request that refers back to past use: records apply ("the same as last time", "again", "my usual").
+_BACK_REFERENCE = re.compile(
+    r"\b(?:again|last time|as before|same (?:\w+ )?as|the same|previous(?:ly)?|usual|repeat|re-?order|re-?book|"
+    r"history|one more time|like before)\b", re.I)
+# A fact's two forms: "My <key> is <value>" and "<Key>: <value>".
+_MY_FACT = re.compile(r"^\s*(?:my|our)\s+(?P<key>[^,;:!?]{1,40}?)\s+(?:is|are)\s+(?P<value>[^;!?]+?)\s*[.!]?\s*$",
+                      re.I)
+_CARD_FACT = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z '-]{0,30}?)\s*:\s*(?P<value>[^;!?]+?)\s*[.!]?\s*$")
+_MAX_KEY_WORDS = 4
+_CONDITION = re.compile(r"\b(?:if|when|whenever|unless)\b", re.I)
+# A key scoped to something ("my usual city for lodging", "my go-to spot in town") states a wish about it.
+_SCOPED_KEY = re.compile(r"\b(?:for|when|if|in|on|at|with|about)\b", re.I)
+# Key words that name no property on their own ("my home address": the address; "user name": the name).
+_GENERIC = frozenset({"user", "home", "preferred", "favourite", "favorite", "usual", "default", "current", "main",
+                      "primary", "personal", "number", "info", "information", "detail", "details", "own"})
+
+
+def _opening_words(text: str) -> list[str]:
+    after = text.split(":", 1)[1] if ":" in text[:60] else text  # "From my order history: ordered ..."
+    words = re.findall(r"[a-z]+", after.lower())
+    while words and words[0] in {"i", "we", "once", "recently", "also", "then"}:
+        words = words[1:]
+    return words
+
+
+def _past_opening(text: str) -> bool:
+    """The statement opens with a verb in the past tense: an irregular one ("Bought an iPhone"), or an -ed word
+    followed by what a verb takes (an article, a number, a preposition, a name: "ordered a burger", "stayed at",
+    "booked Ken"), not a participle before its noun ("covered spots", "furnished places")."""
+    words = _opening_words(text)
+    if not words:
+        return False
+    first = words[0]
+    if first in _IRREGULAR_PAST:
+        return True
+    if not first.endswith("ed") or len(first) <= 4 or first in _NOT_PAST:
+        return False
+    after = re.search(rf"\b{first}\s+(\S+)", text, re.I)
+    following = after.group(1) if after else ""
+    return bool(following) and (following.lower() in _VERB_OBJECT_OPENERS or following[0].isupper()
+                                or following[0].isdigit())
+
+
+def kind_of(instruction: str) -> Kind:
+    """Whether an instruction states a wish, a fact about the user or a record of past use (module docstring)."""
+    if _PAST_CUES.search(instruction):
+        return "record"
+    words = set(re.findall(r"[a-z]+", instruction.lower()))
+    if words & _WISH_WORDS or _CONDITION.search(instruction) or re.match(r"\s*for\b", instruction, re.I):
+        return "wish"
+    if _past_opening(instruction):
+        return "record"
+    if fact_of(instruction) is not None:
+        return "fact"
+    return "wish"
+
+
+def refers_back(request: str) -> bool:
+    """The request refers back to past use ("book the same stylist as last time", "order it again")."""
+    return bool(_BACK_REFERENCE.search(request))
+
+
+@dataclass(frozen=True)
+class Fact:
+    instruction: str
+    key: str  # "home address"
+    value: str  # "12 Elm Street"
+
+    @property
+    def key_words(self) -> set[str]:
+        return set(tokenize(self.key)) - _GENERIC
+
+
+def fact_of(instruction: str) -> Fact | None:
+    """The key and value of a fact ("My home address is 12 Elm Street." -> home address, 12 Elm Street); None for
+    anything else (a condition, a wish, a key of more than four words)."""
+    for pattern in (_MY_FACT, _CARD_FACT):
+        match = pattern.match(instruction)
+        if match is None:
+            continue
+        key, value = match["key"].strip(), match["value"].strip().strip("\"'")
+        if not value or len(key.split()) > _MAX_KEY_WORDS or _SCOPED_KEY.search(key) or _CONDITION.search(value):
+            return None
+        fact = Fact(instruction=instruction, key=key, value=value)
+        return fact if fact.key_words else None
+    return None
+
+
+def facts_of(instructions: Sequence[str], catalogue: Catalogue) -> list[Fact]:
+    """The profile's facts; a "fact" whose key names a function of the catalogue ("Library books: paperback") is
+    a wish about that function, not a property of the user, and is left to its tags."""
+    function_words = {w for f in catalogue.functions for w in tokenize(f.name)}
+    out = []
+    for instruction in instructions:
+        fact = fact_of(instruction) if kind_of(instruction) == "fact" else None
+        if fact is not None and not fact.key_words & function_words:
+            out.append(fact)
+    return out
+
+
+def wishes_of(instructions: Sequence[str], catalogue: Catalogue) -> list[str]:
+    """The instructions that are wishes: neither records of past use nor facts about the user. Stage 1 reads these
+    as evidence of what the user asks for (a record of a gym search makes no request a gym search)."""
+    facts = {f.instruction for f in facts_of(instructions, catalogue)}
+    return [i for i in instructions if i not in facts and kind_of(i) != "record"]
+
+
+def _argument_words(name: str, schema: dict[str, Any]) -> set[str]:
+    return set(tokenize(name)) | set(tokenize(str(schema.get("description") or "")))
+
+
+def fact_for(argument: str, schema: dict[str, Any], facts: Sequence[Fact]) -> tuple[Fact, Any] | None:
+    """The one fact whose key best names `argument` (share of the key's words among the argument's name and
+    description words; a tie gives none) with its value valid for the schema; None when no fact names it."""
+    words = _argument_words(argument, schema)
+    scored = []
+    for fact in facts:
+        shared = fact.key_words & words
+        if shared:
+            scored.append((len(shared) / len(fact.key_words), fact))
+    if not scored:
+        return None
+    scored.sort(key=lambda s: -s[0])
+    if len(scored) > 1 and scored[1][0] == scored[0][0] and scored[1][1].value != scored[0][1].value:
+        return None
+    fact = scored[0][1]
+    value = slot_value(fact.value, schema) if schema.get("enum") else coerce_text(fact.value, schema)
+    try:
+        jsonschema.validate(value, schema)
+    except jsonschema.ValidationError:
+        return None
+    except jsonschema.SchemaError:
+        return None
+    return fact, value
+
+
+def fill_from_facts(drafts: list[Draft], facts: Sequence[Fact], catalogue: Catalogue) -> list[str]:
+    """Set each draft's required arguments that nothing set from the fact that names them; the instructions used."""
+    used: list[str] = []
+    if not facts:
+        return used
+    for draft in drafts:
+        function: Function | None = catalogue.function(draft.name)
+        if function is None:
+            continue
+        for argument in function.required:
+            schema = function.properties.get(argument)
+            if argument in draft.values or not isinstance(schema, dict):
+                continue
+            found = fact_for(argument, schema, facts)
+            if found is None:
+                continue
+            fact, value = found
+            draft.set(argument, [value], Provenance(argument=argument, value=value, origin="instruction",
+                                                    instruction=fact.instruction, source=fact.value))
+            if fact.instruction not in used:
+                used.append(fact.instruction)
+    return used

@@ -1,0 +1,165 @@
+"""A profile's statements: wishes, facts about the user and records of past use (prefcall.strategies.statements).
+
+A fact fills a required argument the request leaves open when its key names it; a record sets nothing and adds no
+call unless the request refers back to past use. Unit tests of the rules, then the pipeline and parse_request
+through MCP."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from test_server_support import make_server, travel_engine
+from test_server_tools import Session, with_session
+
+from prefcall.engine.fake import FakeEmbedder, FakeEngine
+from prefcall.schemas.model import Catalogue, Function
+from prefcall.strategies import statements
+from prefcall.strategies.pipeline import Pipeline
+from prefcall.strategies.pipeline_models import get_config
+from prefcall.strategies.preferences import Draft, Provenance
+
+RENT = Function(name="RentCar", description="Rent a car for a trip.", parameters={
+    "type": "object", "properties": {
+        "pickup_city": {"type": "string", "description": "City where the car is picked up"},
+        "car_type": {"type": "string", "description": "Kind of car", "enum": ["compact", "SUV", "van"]},
+        "driver_name": {"type": "string", "description": "Full name of the driver"},
+        "driver_phone": {"type": "string", "description": "A phone number for the driver"},
+        "seats": {"type": "integer", "description": "How many seats"}},
+    "required": ["pickup_city", "driver_name"]})
+BOOKS = Function(name="ReserveBook", description="Reserve a library book.", parameters={
+    "type": "object", "properties": {"book_title": {"type": "string", "description": "title"}},
+    "required": ["book_title"]})
+CATALOGUE = Catalogue(name="trips", functions=[RENT, BOOKS])
+PROFILE = ["My name is Dana Reyes.", "Home city: Denver", "My phone number is 555-0142.",
+           "From my travel history: rented a van in Phoenix.", "Last week, I rented an SUV in Seattle."]
+
+
+def test_statements_are_told_apart_by_their_form():
+    wishes = ["If I ask for flights, my preferred airline is Delta.", "My preferred airline is Delta when I fly.",
+              "I always book window seats.", "For pizza I like Luigi's.",
+              "Request Media with a life history genre.", "Please default to economy for flights."]
+    facts = ["My name is Dana Reyes.", "My home address is 12 Elm Street.", "Phone number: 555-0142",
+             "My user home location is Chicago, IL."]
+    records = ["From my order history: ordered pad thai from Thai Garden.", "Last Friday, I booked Ken.",
+               "Ordered a burger from Joe's two days ago.", "Bought an iPhone 15 in black.",
+               "I stayed at the Grand Hotel in Rome.", "Checked out purchases through the credit card."]
+    assert [statements.kind_of(s) for s in wishes] == ["wish"] * len(wishes)
+    assert [statements.kind_of(s) for s in facts] == ["fact"] * len(facts)
+    assert [statements.kind_of(s) for s in records] == ["record"] * len(records)
+    # A participle before its noun opens no record ("covered spots" is a kind of parking, not something done).
+    assert [statements.kind_of(s) for s in ("Parking: covered spots.", "Apartments: furnished places.")] == [
+        "fact", "fact"]
+
+
+def test_a_request_refers_back_to_past_use_in_plain_words():
+    assert statements.refers_back("Book the same stylist as last time")
+    assert statements.refers_back("order it again please")
+    assert not statements.refers_back("Rent a car in Austin for the weekend")
+
+
+def test_a_fact_has_a_key_and_a_value_and_a_scoped_or_conditional_one_is_none():
+    fact = statements.fact_of("My home address is 12 Elm Street.")
+    assert (fact.key, fact.value, fact.key_words) == ("home address", "12 Elm Street", {"address"})
+    assert statements.fact_of("Email: dana.r@example.com").value == "dana.r@example.com"
+    assert statements.fact_of("My usual city for lodging is Chicago.") is None
+    assert statements.fact_of("My preferred city is SFO when I ask.") is None
+    # A "fact" keyed by a function's own words is a wish about that function, left to its tags.
+    assert statements.facts_of(["Library books: paperback", "My name is Dana Reyes."], CATALOGUE) == [
+        statements.fact_of("My name is Dana Reyes.")]
+
+
+def test_stage_one_reads_only_wishes_as_evidence_of_what_the_user_asks_for():
+    profile = [*PROFILE, "If I rent a car, I want an SUV.", "Library books: paperback"]
+    assert statements.wishes_of(profile, CATALOGUE) == ["If I rent a car, I want an SUV.", "Library books: paperback"]
+
+
+def test_a_fact_fills_the_required_argument_its_key_names_once_valid_and_unambiguous():
+    facts = statements.facts_of(PROFILE, CATALOGUE)
+    found = statements.fact_for("driver_name", RENT.properties["driver_name"], facts)
+    assert found == (statements.fact_of("My name is Dana Reyes."), "Dana Reyes")
+    assert statements.fact_for("pickup_city", RENT.properties["pickup_city"], facts)[1] == "Denver"
+    # Two facts that name the argument equally well and differ: none is taken (the user is asked).
+    two = statements.facts_of(["My home city is Denver.", "My current city is Boulder."], CATALOGUE)
+    assert statements.fact_for("pickup_city", RENT.properties["pickup_city"], two) is None
+    # A value the schema does not allow is not taken.
+    seats = statements.facts_of(["My seats number is many."], CATALOGUE)
+    assert statements.fact_for("seats", RENT.properties["seats"], seats) is None
+    assert statements.fact_for("seats", RENT.properties["seats"],
+                               statements.facts_of(["My seats count is four."], CATALOGUE))[1] == 4
+
+    draft = Draft(name="RentCar")
+    draft.set("pickup_city", ["Austin"], Provenance(argument="pickup_city", value="Austin", origin="user"))
+    used = statements.fill_from_facts([draft], facts, CATALOGUE)
+    # The user's city stays; the name is required and open; the phone is optional and stays out.
+    assert draft.values == {"pickup_city": ["Austin"], "driver_name": ["Dana Reyes"]}
+    assert used == ["My name is Dana Reyes."] and draft.provenance["driver_name"].origin == "instruction"
+
+
+def _scorer(function: str, **values: object):
+    def score(prompt: str, candidate: str) -> float:
+        argument = re.search(r'\{"(\w+)": $', prompt)
+        if argument is None:
+            return -0.1 if candidate.strip() == function else -5.0
+        wanted = values.get(argument.group(1))
+        if wanted is None:
+            return -0.1 if candidate == "null" else -12.0
+        return -0.1 if candidate == json.dumps(wanted) else -12.0
+    return score
+
+
+def _parse(request: str, **overrides):
+    engine = FakeEngine(scorer=_scorer("RentCar", pickup_city="Austin"))
+    return Pipeline(engine, FakeEmbedder()).parse(request, PROFILE, CATALOGUE, get_config("full", **overrides),
+                                                  applicable=list(PROFILE))
+
+
+def test_the_pipeline_takes_a_required_value_from_the_profile_and_leaves_records_out():
+    result = _parse("User: Rent a car in Austin.")
+    assert result.decision == "call", result.notes
+    assert [c.arguments for c in result.calls] == [{"pickup_city": "Austin", "driver_name": "Dana Reyes"}]
+    [named] = [p for p in result.provenance if p["argument"] == "driver_name"]
+    assert (named["value"], named["origin"], named["instruction"]) == (
+        "Dana Reyes", "instruction", "My name is Dana Reyes.")
+    assert "My name is Dana Reyes." in result.instructions_used
+    assert not any("history" in i or "Last week" in i for i in result.instructions_used)
+    assert any("a record of past use" in n for n in result.notes)
+
+    without = _parse("User: Rent a car in Austin.", profile_statements=False)
+    assert without.decision == "ask" and [m.argument for m in without.missing] == ["driver_name"]
+
+
+def test_records_apply_when_the_request_refers_back_to_past_use():
+    result = _parse("User: Rent the same kind of car as last time in Austin.")
+    assert "From my travel history: rented a van in Phoenix." in result.instructions_used
+    assert not any("a record of past use" in n for n in result.notes)
+
+
+def test_parse_request_fills_the_drivers_name_from_the_stored_profile_through_mcp(tmp_path: Path) -> None:
+    tools = [{"name": f.name, "description": f.description, "inputSchema": f.parameters} for f in CATALOGUE.functions]
+    engine = travel_engine()
+    engine.scorer = _scorer("RentCar", pickup_city="Austin")
+
+    async def body(session: Session):
+        await session.ok("import_catalogue", {"name": "trips", "tools": tools, "replace": True})
+        for text in PROFILE:
+            await session.ok("add_instruction", {"user_id": "dana", "text": text})
+        result = await session.ok("parse_request", {"user_id": "dana", "dialogue": "Rent a car in Austin",
+                                                    "catalogue": "trips", "config": "full"})
+        assert result["decision"] == "call", json.dumps(result)
+        assert result["calls"] == [{"name": "RentCar", "arguments": {"pickup_city": "Austin",
+                                                                     "driver_name": "Dana Reyes"}}]
+
+    with_session(make_server(tmp_path, engine=engine), body)
+
+
+def test_the_nlsi_style_corpus_holds_wishes_only_so_these_rules_leave_its_answers_as_they_were():
+    from prefcall.evaluation import corpus
+    from prefcall.schemas.importers import import_catalogue
+
+    catalogue = import_catalogue(corpus.CORPUS_DIR / "catalogue.json")
+    items = json.loads((corpus.CORPUS_DIR / "items.json").read_text(encoding="utf-8"))
+    instructions = sorted({s for i in items for s in i["all_standing_instructions"]})
+    assert statements.wishes_of(instructions, catalogue) == instructions
+    assert not any(statements.refers_back(i["user_utterance"]) for i in items)
