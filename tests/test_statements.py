@@ -83,6 +83,9 @@ def test_a_fact_fills_the_required_argument_its_key_names_once_valid_and_unambig
     # Two facts that name the argument equally well and differ: none is taken (the user is asked).
     two = statements.facts_of(["My home city is Denver.", "My current city is Boulder."], CATALOGUE)
     assert statements.fact_for("pickup_city", RENT.properties["pickup_city"], two) is None
+    # Nor for an argument about another party or where something goes.
+    assert statements.fact_for("recipient_name", {"type": "string", "description": "Who receives it"}, facts) is None
+    assert statements.fact_for("city", {"type": "string", "description": "City the parcel goes to"}, facts) is None
     # A value the schema does not allow is not taken.
     seats = statements.facts_of(["My seats number is many."], CATALOGUE)
     assert statements.fact_for("seats", RENT.properties["seats"], seats) is None

@@ -8,7 +8,8 @@ set's wording:
   After the wishes, it fills a *required* argument the request left open when its key names that argument (the
   key's words are among the argument's name and description words), one fact clearly best, its value valid for the
   argument's schema: the profile holds the value, so asking for it would be the wrong question. An optional
-  argument is never filled from a fact (a phone number the function may take is not a wish to send it);
+  argument is never filled from a fact (a phone number the function may take is not a wish to send it), nor one
+  about another party or where something goes (the recipient's name, the destination city);
 - **record** ("From my order history: ordered pad thai from Thai Garden.", "Last week I booked Ken."): something
   the user did once. It is evidence of past use, not a wish: it sets no value and adds no call, unless the request
   refers back to past use ("the same stylist as last time", "order it again"). Several records that give one
@@ -159,13 +160,27 @@ def wishes_of(instructions: Sequence[str], catalogue: Catalogue) -> list[str]:
     return [i for i in instructions if i not in facts and kind_of(i) != "record"]
 
 
+# An argument about another party or where something goes ("recipient_name", "City the parcel goes to"): a fact
+# about the user is not its value (the user's name is not the recipient's, their home city not the destination).
+_OTHER_PARTY = frozenset(tokenize("""recipient receiver receive receives receiving destination payee beneficiary
+    addressee invitee goes going arrive arrival arriving dropoff drop target"""))
+
+
 def _argument_words(name: str, schema: dict[str, Any]) -> set[str]:
     return set(tokenize(name)) | set(tokenize(str(schema.get("description") or "")))
+
+
+def about_the_user(argument: str, schema: dict[str, Any]) -> bool:
+    """Whether a fact about the user can be this argument's value: not where it names another party or where
+    something goes."""
+    return not _argument_words(argument, schema) & _OTHER_PARTY
 
 
 def fact_for(argument: str, schema: dict[str, Any], facts: Sequence[Fact]) -> tuple[Fact, Any] | None:
     """The one fact whose key best names `argument` (share of the key's words among the argument's name and
     description words; a tie gives none) with its value valid for the schema; None when no fact names it."""
+    if not about_the_user(argument, schema):
+        return None
     words = _argument_words(argument, schema)
     scored = []
     for fact in facts:
