@@ -133,10 +133,30 @@ def test_the_pipeline_takes_a_required_value_from_the_profile_and_leaves_records
     assert without.decision == "ask" and [m.argument for m in without.missing] == ["driver_name"]
 
 
-def test_records_apply_when_the_request_refers_back_to_past_use():
-    result = _parse("User: Rent the same kind of car as last time in Austin.")
-    assert "From my travel history: rented a van in Phoenix." in result.instructions_used
-    assert not any("a record of past use" in n for n in result.notes)
+def test_a_request_that_refers_back_takes_what_it_names_from_the_latest_record_about_its_function():
+    engine = FakeEngine(scorer=_scorer("RentCar", pickup_city="Austin", car_type="SUV"))
+
+    def parse(request: str):
+        return Pipeline(engine, FakeEmbedder()).parse(request, PROFILE, CATALOGUE, get_config("full"),
+                                                      applicable=list(PROFILE))
+    result = parse("User: Rent the same kind of car as last time in Austin.")
+    assert [c.arguments for c in result.calls] == [{"pickup_city": "Austin", "car_type": "SUV",
+                                                    "driver_name": "Dana Reyes"}], result.notes
+    latest = "Last week, I rented an SUV in Seattle."
+    [kind] = [p for p in result.provenance if p["argument"] == "car_type"]
+    assert (kind["origin"], kind["instruction"]) == ("instruction", latest) and latest in result.instructions_used
+    # Without a back reference no record is read: the car type stays open (it is optional).
+    plain = parse("User: Rent a car in Austin.")
+    assert [c.arguments for c in plain.calls] == [{"pickup_city": "Austin", "driver_name": "Dana Reyes"}]
+
+
+def test_the_words_after_same_name_the_argument_else_the_required_ones_left_open():
+    draft = Draft(name="RentCar")
+    assert statements.referred_arguments("the same kind of car as last time", RENT, draft) == ["car_type"]
+    assert statements.referred_arguments("the same place as before", RENT, draft) == ["pickup_city", "driver_name"]
+    draft.set("pickup_city", ["Austin"], Provenance(argument="pickup_city", value="Austin", origin="user",
+                                                    source="Austin"))
+    assert statements.referred_arguments("book it again", RENT, draft) == ["driver_name"]
 
 
 def test_parse_request_fills_the_drivers_name_from_the_stored_profile_through_mcp(tmp_path: Path) -> None:

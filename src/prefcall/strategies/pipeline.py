@@ -31,13 +31,13 @@ from prefcall.engine.base import LOCAL, Embedder, Engine, Generation, PromptUsag
 from prefcall.errors import StoreError, ValidationError
 from prefcall.tagging.tags import TaggedInstruction
 from prefcall.retrieval.text import tokenize
-from prefcall.schemas.model import Call, Catalogue, Turn, as_dialogue, render_dialogue
+from prefcall.schemas.model import Call, Catalogue, Function, Turn, as_dialogue, render_dialogue
 from prefcall.schemas.state import DialogueState, user_turn_index
 from prefcall.storage import fits
 from prefcall.storage.demos import DemoStore
 from prefcall.strategies import fnctod, grounded, model_check, relevance, shortlist, statements
 from prefcall.strategies.fcicl import DemoQuery, DemoRetriever, HeuristicReranker, Reranker, ScoredDemo
-from prefcall.strategies.grounding.values import accepted_offers
+from prefcall.strategies.grounding.values import Source, accepted_offers
 from prefcall.strategies.pipeline_models import DEFAULT_CONFIG, ParseResult, PipelineConfig, Trace, get_config
 from prefcall.strategies.postcheck import post_check
 from prefcall.strategies.preferences import apply_preferences
@@ -377,7 +377,13 @@ class Pipeline:
             result.tagged = bool(preferences)
         applied = apply_preferences(drafts, preferences, catalogue)
         if config.profile_statements:
-            facts = statements.facts_of([i.instruction for i in instructions], catalogue)
+            texts = [i.instruction for i in instructions]
+            records = [i for i in texts if statements.kind_of(i) == "record"]
+            for used in statements.resolve_back_reference(applied.drafts, records, users, catalogue,
+                                                          _record_reader(grounder)):
+                result.instructions_used.append(used)
+                result.notes.append(f"what the request refers back to from the record {used!r}")
+            facts = statements.facts_of(texts, catalogue)
             for used in statements.fill_from_facts(applied.drafts, facts, catalogue):
                 if used not in result.instructions_used:
                     result.instructions_used.append(used)
@@ -814,19 +820,32 @@ class Pipeline:
 
 def _without_records(chosen: list[TaggedInstruction], request: str, config: PipelineConfig,
                      result: ParseResult) -> list[TaggedInstruction]:
-    """The chosen instructions less the profile's records of past use, unless the request refers back to past use
-    (strategies.statements): a record is not a wish, so it neither sets a value nor gives one call per value."""
-    if not config.profile_statements or statements.refers_back(request):
+    """The chosen instructions less the profile's records of past use (strategies.statements): a record is not a
+    wish, so it is not tagged as one; a request that refers back to past use reads it by the filler instead."""
+    if not config.profile_statements:
         return chosen
+    back = statements.refers_back(request)
     kept = []
     for item in chosen:
         if statements.kind_of(item.instruction) == "record":
-            note = f"left out {item.instruction!r}: a record of past use, and the request does not refer back to it"
+            note = (f"left out {item.instruction!r}: a record of past use, " +
+                    ("read only for what the request refers back to" if back else
+                     "and the request does not refer back to it"))
             if note not in result.notes:
                 result.notes.append(note)
         else:
             kept.append(item)
     return kept
+
+
+def _record_reader(grounder: grounded.Grounder) -> Callable[[Function, str], dict[str, tuple[Any, str]]]:
+    """The filler on a record's text alone (as an instruction is read: no required floor, no proposals): argument
+    -> (value, the words it was read from), one value per argument."""
+    def read(function: Function, record: str) -> dict[str, tuple[Any, str]]:
+        filled = grounder.fill(function, [Source("instruction", record, record)], record, write_free=False,
+                               request=False)
+        return {c.argument: (c.values[0], " | ".join(c.texts)) for c in filled.choices if len(c.values) == 1}
+    return read
 
 
 def _scored_selection(calling) -> fnctod.StageOutput | None:

@@ -11,15 +11,18 @@ set's wording:
   argument is never filled from a fact (a phone number the function may take is not a wish to send it), nor one
   about another party or where something goes (the recipient's name, the destination city);
 - **record** ("From my order history: ordered pad thai from Thai Garden.", "Last week I booked Ken."): something
-  the user did once. It is evidence of past use, not a wish: it sets no value and adds no call, unless the request
-  refers back to past use ("the same stylist as last time", "order it again"). Several records that give one
-  argument different values are so never read as several wishes (one call per value).
+  the user did once. It is evidence of past use, not a wish: it is never tagged as one, so it sets no value and
+  adds no call, and several records that give one argument different values are never read as several wishes
+  (one call per value). Where the request refers back to past use ("the same stylist as last time", "order it
+  again"), the filler reads the latest record about the request's function for the arguments the request refers
+  to: the one the words after "same" name ("the same kind of car": car_type), else the required ones it left
+  open (`resolve_back_reference`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,6 +32,7 @@ from prefcall.retrieval.text import tokenize
 from prefcall.schemas.model import Catalogue, Function
 from prefcall.strategies.grounding.values import coerce_text
 from prefcall.strategies.preferences import Draft, Provenance
+from prefcall.strategies.selection import DomainModel, SelectionConfig, instruction_domains
 from prefcall.tagging.tags import slot_value
 
 Kind = Literal["wish", "fact", "record"]
@@ -224,4 +228,59 @@ def fill_from_facts(drafts: list[Draft], facts: Sequence[Fact], catalogue: Catal
                                                     instruction=fact.instruction, source=fact.value))
             if fact.instruction not in used:
                 used.append(fact.instruction)
+    return used
+
+
+# "the same kind of car as last time", "the same place again": the words after "same" name what is referred to.
+_SAME = re.compile(r"\bsame\s+((?:[a-z-]+\s+){0,3}?[a-z-]+)\s+(?:as|again|like|from)\b", re.I)
+_BACK_WORDS = frozenset({"same", "last", "time", "again", "before", "previous", "usual"})
+MAX_RECORDS_READ = 3  # records read when none is about the function by its words (latest first)
+
+
+def referred_arguments(request: str, function: Function, draft: Draft) -> list[str]:
+    """The arguments a back reference asks to take from a record: the open one the words after "same" name, else
+    the required ones the request left open (a value read off the back reference's own words counts as open)."""
+    def is_open(argument: str) -> bool:
+        if argument not in draft.values:
+            return True
+        source = draft.provenance[argument].source if argument in draft.provenance else ""
+        return draft.provenance[argument].origin == "user" and bool(set(tokenize(source, drop_stop_words=False))
+                                                                    & _BACK_WORDS)
+    opened = [a for a in function.properties if is_open(a)]
+    match = _SAME.search(request)
+    if match:
+        named = set(tokenize(match.group(1))) - {"kind", "type", "one"}
+        hits = [a for a in opened if named & set(tokenize(a))] or \
+            [a for a in opened if named & _argument_words(a, function.properties[a])]  # its name, else its words
+        if hits:
+            return hits
+    return [a for a in function.required if a in opened]
+
+
+def resolve_back_reference(drafts: list[Draft], records: Sequence[str], request: str, catalogue: Catalogue,
+                           read: Callable[[Function, str], dict[str, tuple[Any, str]]]) -> list[str]:
+    """Set the arguments a request that refers back to past use names from the latest record about its function
+    (`read`: the filler on the record's text, argument -> (value, the words it was read from)); the records
+    used."""
+    used: list[str] = []
+    if not records or not refers_back(request):
+        return used
+    model = DomainModel.build(catalogue)
+    for draft in drafts:
+        function = catalogue.function(draft.name)
+        if function is None:
+            continue
+        targets = referred_arguments(request, function, draft)
+        if not targets:
+            continue
+        about = [r for r in records if function.name in instruction_domains(model, r, None, SelectionConfig())]
+        for record in reversed(about or list(records)[-MAX_RECORDS_READ:]):
+            found = {a: v for a, v in read(function, record).items() if a in targets}
+            if not found:
+                continue
+            for argument, (value, source) in found.items():
+                draft.set(argument, [value], Provenance(argument=argument, value=value, origin="instruction",
+                                                        instruction=record, source=source))
+            used.append(record)
+            break
     return used
