@@ -85,7 +85,10 @@ def test_a_fact_fills_the_required_argument_its_key_names_once_valid_and_unambig
     assert statements.fact_for("pickup_city", RENT.properties["pickup_city"], two) is None
     # Nor for an argument about another party or where something goes.
     assert statements.fact_for("recipient_name", {"type": "string", "description": "Who receives it"}, facts) is None
-    assert statements.fact_for("city", {"type": "string", "description": "City the parcel goes to"}, facts) is None
+    assert statements.fact_for("destination_city", {"type": "string", "description": "City it goes to"}, facts) is None
+    # A verb in the description may be the user's own: "how the user receives notifications" is theirs to fill.
+    phone = {"type": "string", "description": "Phone number the user receives texts on"}
+    assert statements.fact_for("notify_phone", phone, facts)[1] == "555-0142"
     # A value the schema does not allow is not taken.
     seats = statements.facts_of(["My seats number is many."], CATALOGUE)
     assert statements.fact_for("seats", RENT.properties["seats"], seats) is None

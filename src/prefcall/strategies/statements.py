@@ -166,8 +166,10 @@ def wishes_of(instructions: Sequence[str], catalogue: Catalogue) -> list[str]:
 
 # An argument about another party or where something goes ("recipient_name", "City the parcel goes to"): a fact
 # about the user is not its value (the user's name is not the recipient's, their home city not the destination).
-_OTHER_PARTY = frozenset(tokenize("""recipient receiver receive receives receiving destination payee beneficiary
-    addressee invitee goes going arrive arrival arriving dropoff drop target"""))
+# The role nouns count in the argument's name or description; the verbs ("receives", "goes") only in its name,
+# as a description's verb may be the user's own ("how the user receives notifications").
+_OTHER_PARTY = frozenset(tokenize("recipient receiver destination payee beneficiary addressee invitee dropoff"))
+_OTHER_PARTY_VERBS = frozenset(tokenize("receive receives receiving goes going arrive arrival arriving drop target"))
 
 
 def _argument_words(name: str, schema: dict[str, Any]) -> set[str]:
@@ -177,7 +179,7 @@ def _argument_words(name: str, schema: dict[str, Any]) -> set[str]:
 def about_the_user(argument: str, schema: dict[str, Any]) -> bool:
     """Whether a fact about the user can be this argument's value: not where it names another party or where
     something goes."""
-    return not _argument_words(argument, schema) & _OTHER_PARTY
+    return not (_argument_words(argument, schema) & _OTHER_PARTY or set(tokenize(argument)) & _OTHER_PARTY_VERBS)
 
 
 def fact_for(argument: str, schema: dict[str, Any], facts: Sequence[Fact]) -> tuple[Fact, Any] | None:
