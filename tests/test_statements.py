@@ -38,6 +38,7 @@ PROFILE = ["My name is Dana Reyes.", "Home city: Denver", "My phone number is 55
 
 def test_statements_are_told_apart_by_their_form():
     wishes = ["If I ask for flights, my preferred airline is Delta.", "My preferred airline is Delta when I fly.",
+              "My preferred stylist is Ana.", "My favourite cinema is the Roxy.",
               "I always book window seats.", "For pizza I like Luigi's.",
               "Request Media with a life history genre.", "Please default to economy for flights."]
     facts = ["My name is Dana Reyes.", "My home address is 12 Elm Street.", "Phone number: 555-0142",
@@ -195,3 +196,19 @@ def test_the_nlsi_style_corpus_and_nlsi_hold_wishes_only_so_these_rules_leave_th
         # reads every one as before, none is left out, and none fills an argument as a fact.
         assert statements.wishes_of(instructions, catalogue) == instructions
         assert not any(statements.kind_of(s) == "record" for s in instructions)
+
+
+def test_facts_tagged_to_one_argument_never_give_one_call_per_value_as_two_wishes_do():
+    from prefcall.strategies.preferences import Preference, apply_preferences
+
+    home = Preference(instruction="My home city is Denver.", function="RentCar", actions={"pickup_city": ["Denver"]})
+    work = Preference(instruction="My work city is Boulder.", function="RentCar",
+                      actions={"pickup_city": ["Boulder"]})
+    facts = {home.instruction, work.instruction}
+    applied = apply_preferences([Draft(name="RentCar")], [home, work], CATALOGUE, facts=facts)
+    assert [c.arguments for d in applied.drafts for c in d.calls()] == [{"pickup_city": "Denver"}]
+    # The same two values as wishes are two calls.
+    applied = apply_preferences([Draft(name="RentCar")], [home, work], CATALOGUE)
+    assert [c.arguments["pickup_city"] for d in applied.drafts for c in d.calls()] == ["Denver", "Boulder"]
+    assert {f.instruction for f in statements.facts_of(["My home city is Denver.", "My work city is Boulder."],
+                                                       CATALOGUE)} == facts

@@ -375,7 +375,9 @@ class Pipeline:
                     preferences.append(preference)
             meter.time("tagging", started)
             result.tagged = bool(preferences)
-        applied = apply_preferences(drafts, preferences, catalogue)
+        facts = statements.facts_of([i.instruction for i in instructions], catalogue) \
+            if config.profile_statements else []
+        applied = apply_preferences(drafts, preferences, catalogue, facts={f.instruction for f in facts})
         if config.profile_statements:
             texts = [i.instruction for i in instructions]
             records = [i for i in texts if statements.kind_of(i) == "record"]
@@ -383,7 +385,6 @@ class Pipeline:
                                                           _record_reader(grounder)):
                 result.instructions_used.append(used)
                 result.notes.append(f"what the request refers back to from the record {used!r}")
-            facts = statements.facts_of(texts, catalogue)
             for used in statements.fill_from_facts(applied.drafts, facts, catalogue):
                 if used not in result.instructions_used:
                     result.instructions_used.append(used)

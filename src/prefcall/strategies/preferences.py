@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -193,12 +193,16 @@ def same_value(a: Any, b: Any) -> bool:
 
 
 def apply_preferences(drafts: list[Draft], preferences: Sequence[Preference], catalogue: Catalogue,
-                      *, max_rounds: int = 6) -> Applied:
-    """Apply preferences to the drafts (the dialogue's calls) until nothing changes; see the module docstring."""
+                      *, max_rounds: int = 6, facts: Collection[str] = ()) -> Applied:
+    """Apply preferences to the drafts (the dialogue's calls) until nothing changes; see the module docstring.
+    `facts`: instructions that state a fact about the user, not a wish (strategies.statements): their values never
+    add a second call beside another instruction's (the first one to set the argument wins)."""
     drafts = [d.model_copy(deep=True) for d in drafts]
     used: list[str] = []
     skipped: dict[str, str] = {}
-    conditional = {p.instruction: bool(p.conditions) or p.unchecked_condition for p in preferences}
+    # An instruction that cannot be one of several wishes for an argument: a conditional one, or a fact.
+    conditional = {p.instruction: bool(p.conditions) or p.unchecked_condition or p.instruction in facts
+                   for p in preferences}
     ordered = sorted(preferences, key=lambda p: p.unchecked_condition)  # stable: otherwise in the given order
     for _ in range(max_rounds):
         changed = False

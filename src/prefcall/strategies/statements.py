@@ -3,13 +3,15 @@
 A user's stored profile holds more than wishes. Three kinds, told apart by the statement's form, never by one data
 set's wording:
 - **wish** ("If I fly, I want Delta", "My preferred stylist is Ana"): applied through its tags
-  (`preferences.apply_preferences`);
+  (`preferences.apply_preferences`); two unconditional wishes for one argument give one call per value;
 - **fact** ("My home address is 12 Elm Street.", "Phone: 555-0101"): a property of the user about no function.
   After the wishes, it fills a *required* argument the request left open when its key names that argument (the
   key's words are among the argument's name and description words), one fact clearly best, its value valid for the
   argument's schema: the profile holds the value, so asking for it would be the wrong question. An optional
   argument is never filled from a fact (a phone number the function may take is not a wish to send it), nor one
-  about another party or where something goes (the recipient's name, the destination city);
+  about another party or where something goes (the recipient's name, the destination city). A fact selected for
+  the request is also tagged, as a wish is, but its value never adds a second call beside another instruction's
+  (several facts the small model tags to one argument are not several wishes);
 - **record** ("From my order history: ordered pad thai from Thai Garden.", "Last week I booked Ken."): something
   the user did once. It is evidence of past use, not a wish: it is never tagged as one, so it sets no value and
   adds no call, and several records that give one argument different values are never read as several wishes
@@ -67,11 +69,13 @@ _MY_FACT = re.compile(r"^\s*(?:my|our)\s+(?P<key>[^,;:!?]{1,40}?)\s+(?:is|are)\s
 _CARD_FACT = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z '-]{0,30}?)\s*:\s*(?P<value>[^;!?]+?)\s*[.!]?\s*$")
 _MAX_KEY_WORDS = 4
 _CONDITION = re.compile(r"\b(?:if|when|whenever|unless)\b", re.I)
-# A key scoped to something ("my usual city for lodging", "my go-to spot in town") states a wish about it.
-_SCOPED_KEY = re.compile(r"\b(?:for|when|if|in|on|at|with|about)\b", re.I)
+# A key scoped to something ("my usual city for lodging", "my go-to spot in town") states a wish about it, and so
+# does one that says the user prefers it ("my preferred stylist is Ana": a wish, one of several it may have).
+_SCOPED_KEY = re.compile(r"\b(?:for|when|if|in|on|at|with|about|preferred|favou?rite|usual|go-to|default|regular|"
+                         r"preference)\b", re.I)
 # Key words that name no property on their own ("my home address": the address; "user name": the name).
-_GENERIC = frozenset({"user", "home", "preferred", "favourite", "favorite", "usual", "default", "current", "main",
-                      "primary", "personal", "number", "info", "information", "detail", "details", "own"})
+_GENERIC = frozenset({"user", "home", "current", "main", "primary", "personal", "number", "info", "information",
+                      "detail", "details", "own"})
 
 
 def _opening_words(text: str) -> list[str]:
