@@ -7,9 +7,9 @@ through MCP."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
+from test_grounded import scorer
 from test_server_support import make_server, travel_engine
 from test_server_tools import Session, with_session
 
@@ -104,20 +104,8 @@ def test_a_fact_fills_the_required_argument_its_key_names_once_valid_and_unambig
     assert used == ["My name is Dana Reyes."] and draft.provenance["driver_name"].origin == "instruction"
 
 
-def _scorer(function: str, **values: object):
-    def score(prompt: str, candidate: str) -> float:
-        argument = re.search(r'\{"(\w+)": $', prompt)
-        if argument is None:
-            return -0.1 if candidate.strip() == function else -5.0
-        wanted = values.get(argument.group(1))
-        if wanted is None:
-            return -0.1 if candidate == "null" else -12.0
-        return -0.1 if candidate == json.dumps(wanted) else -12.0
-    return score
-
-
 def _parse(request: str, **overrides):
-    engine = FakeEngine(scorer=_scorer("RentCar", pickup_city="Austin"))
+    engine = FakeEngine(scorer=scorer("RentCar", pickup_city="Austin"))
     return Pipeline(engine, FakeEmbedder()).parse(request, PROFILE, CATALOGUE, get_config("full", **overrides),
                                                   applicable=list(PROFILE))
 
@@ -138,7 +126,7 @@ def test_the_pipeline_takes_a_required_value_from_the_profile_and_leaves_records
 
 
 def test_a_request_that_refers_back_takes_what_it_names_from_the_latest_record_about_its_function():
-    engine = FakeEngine(scorer=_scorer("RentCar", pickup_city="Austin", car_type="SUV"))
+    engine = FakeEngine(scorer=scorer("RentCar", pickup_city="Austin", car_type="SUV"))
 
     def parse(request: str):
         return Pipeline(engine, FakeEmbedder()).parse(request, PROFILE, CATALOGUE, get_config("full"),
@@ -166,7 +154,7 @@ def test_the_words_after_same_name_the_argument_else_the_required_ones_left_open
 def test_parse_request_fills_the_drivers_name_from_the_stored_profile_through_mcp(tmp_path: Path) -> None:
     tools = [{"name": f.name, "description": f.description, "inputSchema": f.parameters} for f in CATALOGUE.functions]
     engine = travel_engine()
-    engine.scorer = _scorer("RentCar", pickup_city="Austin")
+    engine.scorer = scorer("RentCar", pickup_city="Austin")
 
     async def body(session: Session):
         await session.ok("import_catalogue", {"name": "trips", "tools": tools, "replace": True})

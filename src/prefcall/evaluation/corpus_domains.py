@@ -27,10 +27,15 @@ class Slot:
         return self.human or self.name.replace("_", " ")
 
     def schema(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.type, "description": self.description}
-        if self.enum:
-            out["enum"] = list(self.enum)
-        return out
+        return property_schema(self.type, self.description, self.enum)
+
+
+def property_schema(type_: str, description: str, enum: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An argument's JSON schema as the generated catalogues write it (type, description, options if any)."""
+    out: dict[str, Any] = {"type": type_, "description": description}
+    if enum:
+        out["enum"] = list(enum)
+    return out
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from prefcall.evaluation.corpus import CORPUS_DIR, Item, dumps, render_call
+from prefcall.evaluation.corpus_domains import property_schema
 
 SEED = 20261129
 ITEMS_PER_FUNCTION = 24
@@ -70,10 +71,7 @@ class Arg:
     enum: tuple[str, ...] = ()
 
     def schema(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.type, "description": self.description}
-        if self.enum:
-            out["enum"] = list(self.enum)
-        return out
+        return property_schema(self.type, self.description, self.enum)
 
 
 @dataclass(frozen=True)
