@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -281,26 +282,34 @@ def _strings(calls: list[str]) -> list[str]:
 KINDS = ("none", "simple", "simple", "multiple", "override", "conditional", "multi_value", "chain")
 
 
-def build_items(seed: int = SEED, per_function: int = ITEMS_PER_FUNCTION) -> list[Item]:
-    builder = Builder(seed)
+def draw_items(builder: Any, domains: Sequence[Any], kinds: Sequence[str], styles: Sequence[str],
+               tune_styles: Sequence[str], report_functions: Sequence[str], per_function: int) -> list[Item]:
+    """`per_function` items per domain from `builder.make(domain, kind, style)` (None: try the next kind), kinds in
+    turn; a report-only function, and every other item of the rest, draws among all styles, the others among the
+    tune styles; ids "<function>-NN"; shuffled, so that `--limit N` of any part samples every function and type."""
     items: list[Item] = []
-    for domain in DOMAINS:
-        report_only = domain.function in REPORT_FUNCTIONS
-        made = 0
-        attempts = 0
+    for domain in domains:
+        report_only = domain.function in report_functions
+        made = attempts = 0
         while made < per_function and attempts < per_function * 10:
             attempts += 1
-            kind = KINDS[attempts % len(KINDS)]
-            style = builder.rng.choice(STYLES if report_only or made % 2 else TUNE_STYLES)
+            kind = kinds[attempts % len(kinds)]
+            style = builder.rng.choice(styles if report_only or made % 2 else tune_styles)
             item = builder.make(domain, kind, style)
             if item is None:
                 continue
             made += 1
-            if kind in ("none", "conditional", "chain"):
-                item.style = "-"  # these kinds use no instruction style (conditions and chains have their own)
             item.example_id = f"{domain.function}-{made:02d}"
             items.append(item)
-    builder.rng.shuffle(items)  # so that `--limit N` of any part is a sample of every function and type
+    builder.rng.shuffle(items)
+    return items
+
+
+def build_items(seed: int = SEED, per_function: int = ITEMS_PER_FUNCTION) -> list[Item]:
+    items = draw_items(Builder(seed), DOMAINS, KINDS, STYLES, TUNE_STYLES, REPORT_FUNCTIONS, per_function)
+    for item in items:
+        if item.example_type in ("none", "conditional", "chain"):
+            item.style = "-"  # these kinds use no instruction style (conditions and chains have their own)
     return items
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefcall.evaluation.corpus import CORPUS_DIR, Item, dumps, render_call
+from prefcall.evaluation.corpus import CORPUS_DIR, Item, draw_items, dumps, render_call
 from prefcall.evaluation.corpus_domains import property_schema
 
 SEED = 20261129
@@ -273,23 +273,7 @@ class Builder:
 
 
 def build_items(seed: int = SEED, per_function: int = ITEMS_PER_FUNCTION) -> list[Item]:
-    builder = Builder(seed)
-    items: list[Item] = []
-    for domain in DOMAINS:
-        report_only = domain.function in REPORT_FUNCTIONS
-        made = attempts = 0
-        while made < per_function and attempts < per_function * 10:
-            attempts += 1
-            kind = KINDS[attempts % len(KINDS)]
-            style = builder.rng.choice(STYLES if report_only or made % 2 else TUNE_STYLES)
-            item = builder.make(domain, kind, style)
-            if item is None:
-                continue
-            made += 1
-            item.example_id = f"{domain.function}-{made:02d}"
-            items.append(item)
-    builder.rng.shuffle(items)
-    return items
+    return draw_items(Builder(seed), DOMAINS, KINDS, STYLES, TUNE_STYLES, REPORT_FUNCTIONS, per_function)
 
 
 def catalogue() -> dict[str, Any]:

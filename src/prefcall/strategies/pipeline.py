@@ -263,7 +263,7 @@ class Pipeline:
         (none selected, so no chained functions): which function the request is for, with the per-function score
         table (`usage`: FunctionScores when scored)."""
         turns = grounded.split_turns(dialogue)
-        wishes = statements.wishes_of(profile, catalogue) if config.profile_statements else list(profile)
+        wishes = statements.read_profile(profile, catalogue).wishes if config.profile_statements else list(profile)
         ctx = fnctod.CallingContext(dialogue=render_dialogue(turns), instructions=[], profile=wishes)
         return self._select_functions(catalogue, ctx, config, ParseResult(config=config.name), _Meter(Trace()))
 
@@ -299,17 +299,16 @@ class Pipeline:
                         result: ParseResult, meter: _Meter, active: str | None = None) -> None:
         turns = grounded.split_turns(dialogue)
         users = "\n".join(f"User: {t.content}" for t in turns if t.role == "user" and t.content)
+        texts = [i.instruction for i in instructions]
+        profile = statements.read_profile(texts, catalogue) if config.profile_statements else None
         chosen, domains = self._select(users, instructions, catalogue, config, applicable, meter)
-        chosen = _without_records(chosen, users, config, result)
+        chosen = _without_records(chosen, users, profile, result)
         result.instructions_used = [i.instruction for i in chosen]
         grounder = self._grounder(catalogue, exclude)
 
         started = time.perf_counter()
-        profile = [i.instruction for i in instructions]
-        if config.profile_statements:
-            profile = statements.wishes_of(profile, catalogue)
         ctx = fnctod.CallingContext(dialogue=render_dialogue(turns), instructions=result.instructions_used,
-                                    profile=profile)
+                                    profile=profile.wishes if profile is not None else texts)
         selection = self._select_functions(catalogue, ctx, config, result, meter)
         meter.time("select_functions", started)
         if isinstance(selection.usage, fnctod.FunctionScores):
@@ -325,7 +324,7 @@ class Pipeline:
             # on?": travel, where stage 1 chose events): the instructions that apply are the chosen function's.
             chosen, _ = self._select(users, instructions, catalogue, config, applicable, meter,
                                      domains=result.functions[:1])
-            chosen = _without_records(chosen, users, config, result)
+            chosen = _without_records(chosen, users, profile, result)
             used = [i.instruction for i in chosen]
             if used != result.instructions_used:
                 result.notes.append(f"instructions selected again for {result.functions[0]}, the function stage 1 "
@@ -375,13 +374,10 @@ class Pipeline:
                     preferences.append(preference)
             meter.time("tagging", started)
             result.tagged = bool(preferences)
-        facts = statements.facts_of([i.instruction for i in instructions], catalogue) \
-            if config.profile_statements else []
+        facts = profile.facts if profile is not None else []
         applied = apply_preferences(drafts, preferences, catalogue, facts={f.instruction for f in facts})
-        if config.profile_statements:
-            texts = [i.instruction for i in instructions]
-            records = [i for i in texts if statements.kind_of(i) == "record"]
-            for used in statements.resolve_back_reference(applied.drafts, records, users, catalogue,
+        if profile is not None:
+            for used in statements.resolve_back_reference(applied.drafts, profile.records, users, catalogue,
                                                           _record_reader(grounder)):
                 result.instructions_used.append(used)
                 result.notes.append(f"what the request refers back to from the record {used!r}")
@@ -819,15 +815,16 @@ class Pipeline:
         meter.time("post_check", started)
 
 
-def _without_records(chosen: list[TaggedInstruction], request: str, config: PipelineConfig,
+def _without_records(chosen: list[TaggedInstruction], request: str, profile: statements.Profile | None,
                      result: ParseResult) -> list[TaggedInstruction]:
-    """The chosen instructions less the profile's records of past use (strategies.statements): a record is not a
-    wish, so it is not tagged as one; a request that refers back to past use reads it by the filler instead."""
-    if not config.profile_statements:
+    """The chosen instructions less the profile's records of past use (strategies.statements; `profile` None: the
+    config reads every instruction as a wish): a record is not a wish, so it is not tagged as one; a request that
+    refers back to past use reads it by the filler instead."""
+    if profile is None:
         return chosen
     back = statements.refers_back(request)
     kept = []
-    for item in chosen:
+    for item in chosen:  # by its own text: a caller's `applicable` may name texts the profile does not hold
         if statements.kind_of(item.instruction) == "record":
             note = (f"left out {item.instruction!r}: a record of past use, " +
                     ("read only for what the request refers back to" if back else

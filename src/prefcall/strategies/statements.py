@@ -149,23 +149,44 @@ def fact_of(instruction: str) -> Fact | None:
     return None
 
 
-def facts_of(instructions: Sequence[str], catalogue: Catalogue) -> list[Fact]:
-    """The profile's facts; a "fact" whose key names a function of the catalogue ("Library books: paperback") is
-    a wish about that function, not a property of the user, and is left to its tags."""
+@dataclass(frozen=True)
+class Profile:
+    """A user's instructions by kind, read once per request."""
+
+    wishes: list[str]
+    facts: list[Fact]
+    records: list[str]
+
+
+def read_profile(instructions: Sequence[str], catalogue: Catalogue) -> Profile:
+    """The profile's wishes, facts and records. A "fact" whose key names a function of the catalogue ("Library
+    books: paperback") is a wish about that function, not a property of the user, and is left to its tags. Stage 1
+    reads only the wishes as evidence of what the user asks for (a record of a gym search makes no request a gym
+    search)."""
     function_words = {w for f in catalogue.functions for w in tokenize(f.name)}
-    out = []
+    wishes: list[str] = []
+    facts: list[Fact] = []
+    records: list[str] = []
     for instruction in instructions:
-        fact = fact_of(instruction) if kind_of(instruction) == "fact" else None
-        if fact is not None and not fact.key_words & function_words:
-            out.append(fact)
-    return out
+        kind = kind_of(instruction)
+        fact = fact_of(instruction) if kind == "fact" else None
+        if kind == "record":
+            records.append(instruction)
+        elif fact is not None and not fact.key_words & function_words:
+            facts.append(fact)
+        else:
+            wishes.append(instruction)
+    return Profile(wishes, facts, records)
+
+
+def facts_of(instructions: Sequence[str], catalogue: Catalogue) -> list[Fact]:
+    """The profile's facts (`read_profile`)."""
+    return read_profile(instructions, catalogue).facts
 
 
 def wishes_of(instructions: Sequence[str], catalogue: Catalogue) -> list[str]:
-    """The instructions that are wishes: neither records of past use nor facts about the user. Stage 1 reads these
-    as evidence of what the user asks for (a record of a gym search makes no request a gym search)."""
-    facts = {f.instruction for f in facts_of(instructions, catalogue)}
-    return [i for i in instructions if i not in facts and kind_of(i) != "record"]
+    """The instructions that are wishes: neither records of past use nor facts about the user (`read_profile`)."""
+    return read_profile(instructions, catalogue).wishes
 
 
 # An argument about another party or where something goes ("recipient_name", "City the parcel goes to"): a fact
