@@ -133,3 +133,62 @@ def test_profile_items_split_with_held_out_functions_and_style_only_in_report():
     assert {i["example_type"] for i in tune} == {i["example_type"] for i in report} == set(corpus_profile.KINDS)
     assert set(corpus_profile.REPORT_FUNCTIONS) == set(splits.PROFILE_HELD_OUT_FUNCTIONS)
     assert set(corpus_profile.REPORT_STYLES) == set(splits.PROFILE_HELD_OUT_STYLES)
+
+
+# ---------------------------------------------------------------------------- the misfit corpus (class g)
+MISFIT_ITEMS = corpus.CORPUS_DIR / "misfit_items.json"
+MISFIT_CATALOGUE = corpus.CORPUS_DIR / "misfit_catalogue.json"
+
+
+def _as_typed(written: str, schema: dict) -> object:
+    if schema.get("type") in ("integer", "number"):
+        number = float(written)
+        return int(number) if number.is_integer() else number
+    return written
+
+
+def test_misfit_items_break_the_schema_only_where_they_say_and_valid_items_call_within_it():
+    import jsonschema
+
+    from prefcall.schemas.formats import normalise
+
+    items = json.loads(MISFIT_ITEMS.read_text(encoding="utf-8"))
+    catalogue = import_catalogue(MISFIT_CATALOGUE)
+    assert len(catalogue.functions) == 10 and len(items) == 200
+    kinds = Counter(i["kind"] for i in items)
+    assert kinds["valid"] == 100 and {"enum", "range", "type", "pattern", "date", "time"} <= set(kinds)
+    for item in items:
+        [call] = calls_from_any(item["api_calls"])
+        function = catalogue.function(call.name)
+        problems = validate_call(call, function, strict=True)  # a misfit's own argument is left out of its call
+        assert [p for p in problems if p.argument != item["argument"] or p.kind != "missing_required"] == [], \
+            item["example_id"]
+        for argument, value in call.arguments.items():
+            schema = function.properties[argument]
+            if "format" in schema:  # a written date or time is called in the schema's form, normalised
+                assert normalise(str(value), schema["format"])[0] is not None, (item["example_id"], value)
+        if item["expect"] == "call":
+            assert item["kind"] == "valid" and set(function.required) <= set(call.arguments), item["example_id"]
+            continue
+        schema = function.properties[item["argument"]]
+        assert item["argument"] not in call.arguments and item["written"] in item["user_utterance"]
+        if item["kind"] in ("date", "time"):
+            assert normalise(item["written"], schema["format"])[1] is not None, item["example_id"]
+        else:
+            bare = {k: v for k, v in schema.items() if k not in ("description", "format")}
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(_as_typed(item["written"], schema), bare)
+
+
+def test_misfit_items_split_with_held_out_functions_and_style_only_in_report():
+    from prefcall.evaluation import corpus_misfit
+
+    items = {i["example_id"]: i for i in json.loads(MISFIT_ITEMS.read_text(encoding="utf-8"))}
+    entry = splits.packaged().sources["src/prefcall/data/corpus/misfit_items.json"]
+    tune, report = [items[k] for k in entry.tune], [items[k] for k in entry.report]
+    assert len(tune) + len(report) == len(items) and len(tune) >= 50 and len(report) >= 100
+    assert not any(i["function"] in corpus_misfit.REPORT_FUNCTIONS or i["style"] in corpus_misfit.REPORT_STYLES
+                   for i in tune)
+    assert {i["expect"] for i in tune} == {i["expect"] for i in report} == {"call", "ask"}
+    assert set(corpus_misfit.REPORT_FUNCTIONS) == set(splits.MISFIT_HELD_OUT_FUNCTIONS)
+    assert set(corpus_misfit.REPORT_STYLES) == set(splits.MISFIT_HELD_OUT_STYLES)

@@ -219,6 +219,9 @@ CORPUS_HELD_OUT_STYLES = ("colon", "default", "usual")
 # The generated profile corpus's (prefcall.evaluation.corpus_profile says why).
 PROFILE_HELD_OUT_FUNCTIONS = ("SendParcel", "SubscribeNewsletter", "FindGym")
 PROFILE_HELD_OUT_STYLES = ("plain",)
+# The generated misfit corpus's (prefcall.evaluation.corpus_misfit says why).
+MISFIT_HELD_OUT_FUNCTIONS = ("RequestMovingQuote", "ScheduleWindowCleaning", "RenewLibraryCard")
+MISFIT_HELD_OUT_STYLES = ("labelled",)
 NLSI_HELD_OUT = ["GetTravel", "GetHotels", "GetBuses", "GetRentalCars", "GetMovies"]
 SGD_HELD_OUT = ["RideSharing_1"]
 
@@ -253,6 +256,10 @@ RULES: dict[str, Rule] = {r.path: r for r in [
     Rule("repo:src/prefcall/data/corpus/profile_items.json", "example_id", [], "half",
          [*PROFILE_HELD_OUT_FUNCTIONS, *(f"style:{s}" for s in PROFILE_HELD_OUT_STYLES)],
          "prefcall's generated profile corpus (prefcall corpus build): three functions and the plain style held "
+         "out; the rest half and half by hash"),
+    Rule("repo:src/prefcall/data/corpus/misfit_items.json", "example_id", [], "half",
+         [*MISFIT_HELD_OUT_FUNCTIONS, *(f"style:{s}" for s in MISFIT_HELD_OUT_STYLES)],
+         "prefcall's generated misfit corpus (prefcall corpus build): three functions and the labelled style held "
          "out; the rest half and half by hash"),
     Rule("repo:tests/data/nlt/dev.jsonl", "id", [], "tune", [], "prefcall's NLT dev set: the NLT rule's fit"),
     Rule("repo:tests/data/nlt/report.jsonl", "id", [], "report", [], "prefcall's NLT report set"),

@@ -69,6 +69,12 @@ def _select() -> Task:  # the selection sets: one, none and two of N tools, inje
     return TASK
 
 
+def _misfit() -> Task:  # class g: values that break the schema (the generated misfit corpus)
+    from prefcall.evaluation.tasks.misfit import TASK
+
+    return TASK
+
+
 TASKS: dict[str, Callable[[], Task]] = {
     "nlsi": _nlsi,
     "tags": _tags,
@@ -79,6 +85,7 @@ TASKS: dict[str, Callable[[], Task]] = {
     "dst": _dst,
     "relevance": _relevance,
     "select": _select,
+    "misfit": _misfit,
 }
 
 
