@@ -116,6 +116,16 @@ def test_which_arguments_hold_a_time_or_a_date():
     assert argument_kind("start", {"type": "string", "format": "date-time"}) is None
     assert argument_kind("date_time", {"type": "string"}) is None  # both: a value that joins the two
     assert argument_kind("restaurant_name", {"type": "string"}) is None
+    # a `format` says what the value is, whatever its description's words ("Time of day" is no date)
+    assert argument_kind("time", {"type": "string", "format": "time", "description": "Time of day"}) == "time"
+    assert argument_kind("when", {"type": "string", "format": "date", "description": "Time of the visit"}) == "date"
+
+
+def test_a_date_and_a_time_written_together_go_to_their_own_arguments():
+    source = Source("user", "Book a vet visit for Mochi at 3 pm on March 14, 2027.", "turn 0")
+    split = _chosen(source, {"date": {"type": "string", "format": "date", "description": "Day of the visit"},
+                             "time": {"type": "string", "format": "time", "description": "Time of day"}})
+    assert split.get("date") == ["March 14, 2027"] and split.get("time") == ["3 pm"]
 
 
 def test_the_newest_turn_gives_its_one_time_and_an_accepted_offer_belongs_to_it():

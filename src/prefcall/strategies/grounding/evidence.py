@@ -78,9 +78,14 @@ def argument_class(name: str, schema: dict[str, Any]) -> str:
     text = split_identifier(name).lower() + " " + str(schema.get("description") or "").lower()
     if schema.get("type") in ("integer", "number"):
         return "number"
-    if schema.get("format") in ("date", "date-time") or _DATE_ARG.search(text):
+    # A `format` says what the value is; only without one do the words decide ("time": "Time of day" is no date).
+    if schema.get("format") in ("date", "date-time"):
         return "date"
-    if schema.get("format") == "time" or _TIME_ARG.search(text):
+    if schema.get("format") == "time":
+        return "time"
+    if _DATE_ARG.search(text):
+        return "date"
+    if _TIME_ARG.search(text):
         return "time"
     if _NUMBER_ARG.search(text):
         return "number"
