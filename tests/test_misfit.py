@@ -85,3 +85,20 @@ def test_the_only_written_code_a_pattern_accepts_is_the_value_of_a_required_argu
 def test_a_string_with_a_pattern_is_read_from_the_request_even_when_its_description_says_code():
     assert argument_kind({"type": "string", "description": "postal code"}) == "free"
     assert argument_kind({"type": "string", "description": "postal code", "pattern": "^[0-9]{5}$"}) == "span"
+
+
+PRINTS = Function(name="OrderPrints", description="Order photo prints.", parameters={
+    "type": "object", "properties": {
+        "size": {"type": "string", "description": "Print size", "enum": ["4x6", "5x7", "8x10"]},
+        "finish": {"type": "string", "enum": ["gloss", "matte"]},
+        "copies": {"type": "integer", "minimum": 1}},
+    "required": ["size"]})
+
+
+def test_a_code_shaped_like_every_option_of_an_enum_but_none_of_them_is_a_misfit():
+    found = misfit(PRINTS, "size", "Print my photos in 9x12, 20 copies.")
+    assert found is not None and found[0] == "9x12" and "not one of" in found[1]
+    assert misfit(PRINTS, "size", "Print my photos in 5x7, 20 copies.") is None  # an option: a candidate
+    assert misfit(PRINTS, "size", "Print 9x12 or 3x3 photos.") is None  # two of that shape: which is meant is unknown
+    assert misfit(PRINTS, "size", "Print my photos, order 20-B.") is None  # another shape
+    assert misfit(PRINTS, "finish", "Print my photos in satin.") is None  # plain words have no telling shape

@@ -12,7 +12,9 @@ the problem ("'penthouse' is not one of the room options (single, double, suite)
   after them behind a linking word ("room type: penthouse", "phone number is 555-CALL-NOW"; a written code needs
   no linking word: "phone number 555-CALL-NOW");
 - for a required argument with a `pattern`, a written code (a word with a digit or an "@") that the pattern
-  rejects, when it is the only one in the user's turns.
+  rejects, when it is the only one in the user's turns;
+- for an enum whose options are written codes of one shape (sizes 4x6, 5x7, 8x10), a written code of that shape
+  that is none of them ("9x12"), when it is the only one.
 
 The same written code, when the pattern accepts it, is the argument's value (`pattern_value`: "Call 555-0199"
 against a phone pattern): a value of a set form is read from the request even where the filler's evidence for
@@ -124,6 +126,22 @@ def codes(source: Source) -> list[Candidate]:
             if _CODE_RE.fullmatch(word)]
 
 
+def shape(text: str) -> str:
+    """A written code's shape: runs of digits, capitals and small letters as one mark each ("8x10" -> "9a9")."""
+    return re.sub(r"[0-9]+", "9", re.sub(r"[a-z]+", "a", re.sub(r"[A-Z]+", "A", text)))
+
+
+def shaped(source: Source, options: Sequence[Any]) -> list[Candidate]:
+    """Written codes of a source that have the one shape every option of an enum has, and are none of them: "9x12"
+    where the sizes are 4x6, 5x7 and 8x10. Only options written with a digit or an "@" have a shape that says what
+    they are (a plain word's shape is any word's)."""
+    shapes = {shape(str(o)) for o in options}
+    if len(shapes) != 1 or not all(_CODE_RE.fullmatch(str(o)) for o in options):
+        return []
+    allowed = {normal_text(str(o)) for o in options}
+    return [c for c in codes(source) if shape(c.text) in shapes and normal_text(c.text) not in allowed]
+
+
 def find_misfit(function: Function, argument: str, schema: dict[str, Any], sources: Sequence[Source], *,
                 taken: Collection[tuple[Source | None, int, int]] = (), avoid: Collection[str] = (),
                 today: dt.date | None = None) -> tuple[Candidate, str] | None:
@@ -143,6 +161,9 @@ def find_misfit(function: Function, argument: str, schema: dict[str, Any], sourc
     if not found and schema.get("pattern") and argument in function.required:
         written = [c for s in user for c in codes(s)]
         found = [(written[0], written[0])] if len(written) == 1 else []
+    if not found and kind == "enum":
+        alike = [c for s in user for c in shaped(s, schema.get("enum") or [])]
+        found = [(alike[0], alike[0])] if len(alike) == 1 else []
     misfits = []
     for candidate, with_cue in found:
         if normal_text(candidate.text) in avoid or any(
