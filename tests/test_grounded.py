@@ -1572,3 +1572,16 @@ def test_a_lowercase_preposition_of_place_opens_no_value_but_a_name_may_begin_wi
         "location", schema, [Source("user", "a parking spot near the train station, or Near East Bakery")]).candidates]
     assert "the train station" in texts and "Near East Bakery" in texts
     assert not [t for t in texts if t.split()[0] == "near" or t.split()[-1] == "near"]
+
+
+def test_recorded_rows_say_whether_a_request_or_a_standing_instruction_was_filled():
+    """`prefcall fit` fits the required-argument rules on the request's fills only: an instruction's fill runs none."""
+    engine = FakeEngine(scorer=scorer("GetRestaurants", restaurant_name="Golden Lotus"))
+    rows: list = []
+    grounder = grounded.Grounder(engine, FakeEmbedder(), grounded.load_weights("m"), record=rows.append)
+    source = [Source("user", "Book Golden Lotus tonight.", "turn 0")]
+    grounder.fill(RESTAURANTS, source, "User: Book Golden Lotus tonight.")
+    asked = len(rows)
+    grounder.fill(RESTAURANTS, source, "User: Book Golden Lotus tonight.", request=False)
+    assert 0 < asked < len(rows)
+    assert all(r.request for r in rows[:asked]) and not any(r.request for r in rows[asked:])

@@ -89,6 +89,7 @@ class LabelledRow(BaseModel):
     features: list[float] | None = None  # span and number candidates: evidence.FEATURES (the structure fit)
     ranked: bool = True  # False: structure kept it out of the scored top (a structure-fit row only)
     length: float | None = None  # the value's tokens beyond null's, where the model scored it (span and number)
+    request: bool = True  # False: a standing instruction's fill (no required floor runs there)
 
 
 class KindFit(BaseModel):
@@ -208,7 +209,8 @@ def label(item: TuneItem, rows: Iterable[RankRow], aliases: dict[str, str]) -> l
         out.append(LabelledRow(item=item.id, group=row.group, kind=row.kind, function=row.function,
                                argument=row.argument, value=row.value, evidence=row.evidence, odds=row.odds,
                                right=normalise_value(row.value, aliases) in values, gold=bool(values),
-                               features=row.features, ranked=row.ranked, length=row.length))
+                               features=row.features, ranked=row.ranked, length=row.length,
+                               request=row.request))
     return out
 
 

@@ -40,8 +40,8 @@ from prefcall.schemas.model import Call, Catalogue, Function, Turn, as_dialogue
 from prefcall.schemas.validation import coerce_value
 from prefcall.storage.demos import Demonstration
 from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, ValueMemory, Weights
-from prefcall.strategies.grounding.fill import (Choice, FillResult, GroundingWeights, Recorder, fill_arguments,
-                                                flag_mention, transcript)
+from prefcall.strategies.grounding.fill import (Choice, FillResult, GroundingWeights, RankRow, Recorder,
+                                                fill_arguments, flag_mention, transcript)
 from prefcall.strategies.grounding.indifference import dont_care_value, indifference
 from prefcall.strategies.grounding.values import (Source, accepted_offers, call_sources, is_offer, offer_sources,
                                                   origin_like, questions)
@@ -153,7 +153,13 @@ class Grounder:
                                   sources_text="\n".join(s.text for s in sources))
         weights = self.weights if request else self.weights.model_copy(update={"required_floor": None,
                                                                                 "propose": False})
-        return fill_arguments(self.engine, function, sources, context, features, weights, record=self.record,
+        record = self.record
+        if record is not None and not request:  # rows say which fill they come from (`prefcall fit`)
+            outer = record
+
+            def record(row: RankRow) -> None:
+                outer(row.model_copy(update={"request": False}))
+        return fill_arguments(self.engine, function, sources, context, features, weights, record=record,
                               write_free=write_free, avoid=avoid)
 
 

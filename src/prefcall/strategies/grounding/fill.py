@@ -210,6 +210,7 @@ class RankRow(BaseModel):
     features: list[float] | None = None
     ranked: bool = True
     length: float | None = None  # how many more tokens the scored value has than null (None: not scored)
+    request: bool = True  # False: a standing instruction read alone (its fill has no required floor)
 
 
 Recorder = Callable[[RankRow], None]
