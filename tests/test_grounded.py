@@ -1575,7 +1575,7 @@ def test_a_lowercase_preposition_of_place_opens_no_value_but_a_name_may_begin_wi
 
 
 def test_recorded_rows_say_whether_a_request_or_a_standing_instruction_was_filled():
-    """`prefcall fit` fits the required-argument rules on the request's fills only: an instruction's fill runs none."""
+    """`prefcall fit` fits the required-argument rules on a request's fills only: an instruction's fill has none."""
     engine = FakeEngine(scorer=scorer("GetRestaurants", restaurant_name="Golden Lotus"))
     rows: list = []
     grounder = grounded.Grounder(engine, FakeEmbedder(), grounded.load_weights("m"), record=rows.append)
