@@ -212,6 +212,24 @@ def test_the_required_floor_is_the_one_with_the_best_f1_on_required_arguments_an
     assert load_weights("m").required_floor is None
 
 
+def test_the_required_lead_sets_the_most_right_values_minus_wrong_at_its_precision_on_request_fills_only():
+    """Open required rankings (under the floor): where the model's best leads the next by 6 nats it is right (6
+    rankings), by 2 nats wrong (3): of the leads that set most right minus wrong the largest (6) is kept. Rankings of an
+    instruction's fill, or decided by the floor, are not read."""
+    def ranking(group: int, best: float, lead: float, right: bool, **more: object) -> list[fit.LabelledRow]:
+        top = row(group, 0.0, best, right).model_copy(update={"argument": "a", **more})
+        return [top, row(group, 0.0, best - lead, False).model_copy(update={"argument": "a", **more})]
+
+    rows = [r for g in range(6) for r in ranking(g, -3.0, 6.0, True)]
+    rows += [r for g in range(6, 9) for r in ranking(g, -3.0, 2.0, False)]
+    rows += [r for g in range(9, 20) for r in ranking(g, -3.0, 2.0, False, request=False)]  # not a request's fill
+    rows += [r for g in range(20, 30) for r in ranking(g, 3.0, 2.0, False)]  # decided: p over the floor
+    result = fit.fit_required_lead(rows, (0.0, 1.0, 0.0), {("F", "a")}, 0.3)
+    assert result.rankings == 9 and result.lead == 6.0 and (result.set_right, result.set_wrong) == (6, 0)
+    assert fit.fit_required_lead(rows[:4], (0.0, 1.0, 0.0), {("F", "a")}, 0.3).lead is None  # too few right
+    assert load_weights("m", fitted={"required_lead": 6.0}).required_lead == 6.0
+
+
 def test_a_stored_fit_is_used_for_that_model_file_only(tmp_path: Path):
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF fake weights")

@@ -1585,3 +1585,29 @@ def test_recorded_rows_say_whether_a_request_or_a_standing_instruction_was_fille
     grounder.fill(RESTAURANTS, source, "User: Book Golden Lotus tonight.", request=False)
     assert 0 < asked < len(rows)
     assert all(r.request for r in rows[:asked]) and not any(r.request for r in rows[asked:])
+
+
+def test_a_required_span_the_model_puts_far_above_every_other_span_is_taken_at_the_fitted_lead():
+    """The model may score a new common noun phrase at null's odds yet far above the sentence's other spans:
+    with a fitted lead the required argument takes it instead of asking; without one, or where the lead is not
+    reached, it is asked for."""
+    parking = Function(name="ReserveParking", description="Reserve a parking space.", parameters={
+        "type": "object", "properties": {"location": {"type": "string", "description": "Where to park"}},
+        "required": ["location"]})
+    text = "Can you book me a parking space at the airport please."
+
+    def score(prompt: str, candidate: str) -> float:
+        if candidate == "null":
+            return -1.0
+        return -1.0 if candidate == json.dumps("the airport") else -9.0  # at null's odds, 8 nats above the rest
+
+    def location(lead: float | None) -> list[str] | None:
+        weights = grounded.load_weights("m").model_copy(update={"required_floor": 0.3, "required_lead": lead})
+        features = grounded.FeatureContext(parking, None, sources_text=text)
+        filled = fill.fill_arguments(FakeEngine(scorer=score), parking, [Source("user", text, "turn 0")],
+                                     "User: " + text, features, weights)
+        return next((c.texts for c in filled.choices if c.argument == "location"), None)
+
+    assert location(None) is None  # under the floor: asked for
+    assert location(4.0) == ["the airport"]
+    assert location(12.0) is None  # the lead not reached

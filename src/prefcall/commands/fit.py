@@ -161,7 +161,12 @@ def run_fit(args: argparse.Namespace) -> int:
     floor = fit.fit_required_floor(rows, kept, required)
     if floor.floor is not None:
         grounding["required_floor"] = floor.floor
-    note = {**fit.source_note(report, command, git_commit()), "required_floor": floor.model_dump()}
+    # Then the lead over the other spans by which one that no value reached the floor for takes the model's best.
+    lead = fit.fit_required_lead(rows, kept["span"], required, floor.floor)
+    if lead.lead is not None:
+        grounding["required_lead"] = lead.lead
+    note = {**fit.source_note(report, command, git_commit()), "required_floor": floor.model_dump(),
+            "required_lead": lead.model_dump()}
     result = earlier.model_copy(update={"fingerprint": fingerprint or "", "model_name": info.model_name,
                                         "grounding": grounding, "source": {**earlier.source, **note}})
     (out / "fit.json").write_text(result.model_dump_json(indent=1, exclude={"origin"}) + "\n", encoding="utf-8")
@@ -172,7 +177,9 @@ def run_fit(args: argparse.Namespace) -> int:
                "kinds": {k: {"fitted": f.fitted, "right": f.right, "combination": f.combination,
                              "f1_shipped": f.f1_shipped, "f1_fitted": f.f1_fitted, "why": f.why}
                          for k, f in report.kinds.items()},
-               "required_floor": {"floor": floor.floor, "f1_without": floor.f1_without, "f1_with": floor.f1_with}}
+               "required_floor": {"floor": floor.floor, "f1_without": floor.f1_without, "f1_with": floor.f1_with},
+               "required_lead": {"lead": lead.lead, "rankings": lead.rankings, "set_right": lead.set_right,
+                                 "set_wrong": lead.set_wrong}}
     if fingerprint is None:
         summary["note"] = "the model file could not be read to fingerprint it: the fit above is printed only"
     print(json.dumps(summary, indent=1))

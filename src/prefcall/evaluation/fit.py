@@ -376,6 +376,57 @@ def fit_required_floor(rows: Sequence[LabelledRow], combination: dict[str, Seque
                     f1_with=round(scores[best], 4), by_floor={str(k): round(v, 4) for k, v in scores.items()})
 
 
+LEAD_GRID = tuple(round(0.5 * i, 1) for i in range(2, 41))  # 1 .. 20 nats of the model's log-probability
+LEAD_MIN_RIGHT = 5  # right values the rule must set on the tune rows to be kept at all
+LEAD_PRECISION = 0.8  # and, at its lead, at least this share of what it sets right
+
+
+class LeadFit(BaseModel):
+    """The lead by which a required span argument that no value reached the floor for takes the scored candidate
+    the model likes best (GroundingWeights.required_lead): the lead on LEAD_GRID that sets the most right values
+    minus wrong ones with precision >= LEAD_PRECISION and at least LEAD_MIN_RIGHT right (ties: the larger lead);
+    None when none does. Read on the request's fills only (an instruction's fill has no required rule)."""
+
+    rankings: int  # required span rankings of a request that no value decided (under 0.5 and under the floor)
+    right: int  # of them, where the gold sets the argument
+    lead: float | None = None
+    set_right: int = 0
+    set_wrong: int = 0
+    by_lead: dict[str, list[int]] = Field(default_factory=dict)  # lead -> [set right, set wrong]
+
+
+def fit_required_lead(rows: Sequence[LabelledRow], combination: Sequence[float], required: set[tuple[str, str]],
+                      floor: float | None) -> LeadFit:
+    """`combination`: the span combination the filler will use; `floor`: the required floor it will use (None: 0.5);
+    `required`: (function, argument) pairs the catalogues require."""
+    groups: dict[tuple[str, int], list[LabelledRow]] = {}
+    for r in rows:
+        if r.kind == "span" and r.request and r.ranked and (r.function, r.argument) in required:
+            groups.setdefault((r.item, r.group), []).append(r)
+    cut = 0.5 if floor is None else floor
+    open_: list[tuple[float, LabelledRow]] = []  # (lead, the model's best) of each ranking left open
+    gold = 0
+    for members in groups.values():
+        probability = max(1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, combine(combination, r.evidence, r.odds or 0.0,
+                                                                                r.length or 0.0)))))
+                          for r in members)
+        if probability >= cut:
+            continue  # decided before the lead is read
+        gold += int(members[0].gold)
+        scored = sorted((r for r in members if r.odds is not None), key=lambda r: -(r.odds or 0.0))
+        if len(scored) >= 2:
+            open_.append(((scored[0].odds or 0.0) - (scored[1].odds or 0.0), scored[0]))
+    counts = {lead: [sum(r.right for m, r in open_ if m >= lead), sum(not r.right for m, r in open_ if m >= lead)]
+              for lead in LEAD_GRID}
+    good = [lead for lead, (right, wrong) in counts.items()
+            if right >= LEAD_MIN_RIGHT and right >= LEAD_PRECISION * (right + wrong)]
+    best = max(good, key=lambda lead: (counts[lead][0] - counts[lead][1], lead)) if good else None
+    return LeadFit(rankings=len(open_), right=gold, lead=best,
+                   set_right=counts[best][0] if best is not None else 0,
+                   set_wrong=counts[best][1] if best is not None else 0,
+                   by_lead={str(k): v for k, v in counts.items()})
+
+
 # -- the structure weights -------------------------------------------------------------------------------------
 
 

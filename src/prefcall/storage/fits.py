@@ -41,7 +41,8 @@ _SERVED: dict[str, tuple[weakref.ref[Any], str]] = {}
 class Fit(BaseModel):
     """One model's fitted rules. `grounding`: the filler's combination per argument kind, [a, b, c] (span and
     number: [a, b, c, length] where fitted with the length weight) as in strategies.grounding.fill.GroundingWeights;
-    kinds not listed keep the shipped defaults; `required_floor` is a probability (GroundingWeights.required_floor).
+    kinds not listed keep the shipped defaults; `required_floor` is a probability (GroundingWeights.required_floor),
+    `required_lead` a lead in nats (GroundingWeights.required_lead).
     `selection`: stage 1's weights over its evidence
     (strategies.fnctod.SelectionRule)."""
 

@@ -119,6 +119,12 @@ class GroundingWeights(BaseModel):
     # without a value memory scores new values low ("near the train station" for a parking spot's location).
     # None: only values that reach 0.5 (fitted per model by `prefcall fit`: evaluation.fit.fit_required_floor).
     required_floor: float | None = None
+    # The lead, in nats of the model's log-probability, by which a required span argument still unset after the
+    # floor takes the scored candidate the model likes best over every other scored one: the model may put all of
+    # a new common noun phrase's words under null ("the airport" at the odds of null for a parking spot) and yet
+    # far above the sentence's other spans ("parking space", ten nats under). None: no such rule (fitted per model
+    # by `prefcall fit` on the request's fills: evaluation.fit.fit_required_lead).
+    required_lead: float | None = None
     # A written span that is probably some open argument's value (its probabilities summed over the arguments it
     # is best for pass 0.5) goes to the most probable of them (`_pool_spans`).
     pooled_spans: bool = True
@@ -465,9 +471,9 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
             result.choices.append(_choice(name, [code], 0.5, None))
             chosen_names.add(name)
     chosen_names |= set(result.misfits)
-    if weights.required_floor is not None:
+    if weights.required_floor is not None or weights.required_lead is not None:
         chosen_names |= _required_floor(pending, result, taken, owners, set(function.required) - chosen_names,
-                                        weights.required_floor)
+                                        weights.required_floor, weights.required_lead)
     # What is left unset is what an instruction's reading may still take (grounded.tag_structured): a name keeps
     # its written credential there too ("Benjamin Sadoff, MD").
     left = [(ranked[0], name, pool) for _, name, ranked, pool in pending if name not in chosen_names]
@@ -983,23 +989,40 @@ def _pool_spans(pending: list[tuple[float, str, list[tuple[float, Candidate, flo
 
 def _required_floor(pending: list[tuple[float, str, list[tuple[float, Candidate, float | None]], ArgumentCandidates]],
                     result: FillResult, taken: list[tuple[Source | None, int, int]],
-                    owners: dict[tuple[int, int, int], str], unset: set[str], floor: float) -> set[str]:
+                    owners: dict[tuple[int, int, int], str], unset: set[str], floor: float | None,
+                    lead: float | None = None) -> set[str]:
     """Each required span or number argument still unset (`unset`) takes its most probable free written value when
-    it reaches `floor` (GroundingWeights.required_floor), the most probable argument first; returns those set."""
+    it reaches `floor` (GroundingWeights.required_floor), the most probable argument first; a span argument that
+    none reaches takes the scored candidate the model puts `lead` nats or more above every other scored one
+    (GroundingWeights.required_lead), when it is free; returns those set."""
     done: set[str] = set()
     for _, name, ranked, pool in sorted(pending, key=lambda t: -t[0]):
         if name not in unset or pool.kind not in ("span", "number"):
             continue
         best = next(((p, c, m) for p, c, m in ranked if c.source is not None and _free_for(c, name, taken, owners)),
                     None)
-        if best is None or best[0] < floor:
-            continue
+        if best is None or floor is None or best[0] < floor:
+            best = _leading(ranked, lead) if pool.kind == "span" and lead is not None else None
+            if best is None or best[1].source is None or not _free_for(best[1], name, taken, owners):
+                continue
         p, candidate, m = best
         candidate = _suffixed(candidate, pool) if pool.kind == "span" else candidate
         result.choices.append(_choice(name, [candidate], p, m))
         taken.append((candidate.source, candidate.start, candidate.end))
         done.add(name)
     return done
+
+
+def _leading(ranked: list[tuple[float, Candidate, float | None]], lead: float
+             ) -> tuple[float, Candidate, float | None] | None:
+    """The scored candidate whose model log-probability is `lead` or more above every other scored candidate's
+    (their odds against null differ by as much: null's term cancels); None when there is none, or fewer than two
+    were scored."""
+    scored = sorted(((math.log(m), (p, c, m)) for p, c, m in ranked if m is not None and m > 0),
+                    key=lambda t: -t[0])
+    if len(scored) < 2 or scored[0][0] - scored[1][0] < lead:
+        return None
+    return scored[0][1]
 
 
 # Words between an argument's name and its value that keep the name attached: "account type is checking".
