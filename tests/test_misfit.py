@@ -102,3 +102,28 @@ def test_a_code_shaped_like_every_option_of_an_enum_but_none_of_them_is_a_misfit
     assert misfit(PRINTS, "size", "Print 9x12 or 3x3 photos.") is None  # two of that shape: which is meant is unknown
     assert misfit(PRINTS, "size", "Print my photos, order 20-B.") is None  # another shape
     assert misfit(PRINTS, "finish", "Print my photos in satin.") is None  # plain words have no telling shape
+
+
+def test_a_code_the_user_wrote_is_never_replaced_by_an_option_the_model_guesses():
+    """The model likes "5x7" for "3x3" (an option nobody wrote) and its fit weighs its odds enough to take it (the
+    1.5B model's enum combination): the user's code is asked about by name instead; an option the user wrote is
+    still called."""
+    import json
+
+    from prefcall.engine.fake import FakeEngine
+    from prefcall.strategies.grounded import load_weights
+    from prefcall.strategies.grounding.evidence import FeatureContext
+    from prefcall.strategies.grounding.fill import fill_arguments
+
+    def score(prompt: str, candidate: str) -> float:
+        return -0.1 if candidate == json.dumps("5x7") else -12.0
+
+    def filled(text: str):
+        return fill_arguments(FakeEngine(scorer=score), PRINTS, user(text), "User: " + text,
+                              FeatureContext(PRINTS, None, sources_text=text),
+                              load_weights("m", fitted={"enum": [2.159, 0.463, -1.5]}))
+
+    guessed = filled("Print my photos in 3x3, 20 copies.")
+    assert guessed.misfits.get("size", "").startswith("'3x3' is not one of")
+    assert [c.values for c in guessed.choices if c.argument == "size"] == [["3x3"]]
+    assert [c.values for c in filled("Print my photos in 5x7, 20 copies.").choices if c.argument == "size"] == [["5x7"]]

@@ -57,7 +57,7 @@ from prefcall.strategies.grounding.evidence import (
     features,
 )
 from prefcall.strategies.grounding.indifference import schema_default
-from prefcall.strategies.grounding.misfit import find_misfit, pattern_value
+from prefcall.strategies.grounding.misfit import find_misfit, pattern_value, shaped
 from prefcall.strategies.grounding.temporal import CALENDAR_WORDS
 from prefcall.strategies.grounding.temporal import align as align_temporal
 from prefcall.strategies.grounding.temporal import expression_spans
@@ -457,6 +457,15 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
         if write_free and name not in skip and argument_kind(schema) == "free" \
                 and (choice := scorer.write(name, schema, sources)):
             result.choices.append(choice)
+    for choice in list(result.choices):
+        # A code the user wrote for an enum, of its options' shape but none of them ("3x3" where the sizes are 4x6,
+        # 5x7, 8x10), is never replaced by an option the user did not write (the model's guess "5x7"): it is asked
+        # about below, by name. A word may be a synonym of an option ("huge" of "large"); a code is exact.
+        schema = function.properties.get(choice.argument, {})
+        if argument_kind(schema) == "enum" and all(source == "schema" for source in choice.sources):
+            alike = [c for s in sources if s.kind == "user" for c in shaped(s, schema.get("enum") or [])]
+            if len(alike) == 1 and not _overlaps(alike[0], taken):
+                result.choices.remove(choice)
     chosen_names = {c.argument for c in result.choices}
     for name, schema in function.properties.items():
         # A value the user wrote that the schema does not allow is no candidate; it is set so that the post-check
