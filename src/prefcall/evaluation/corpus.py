@@ -283,10 +283,12 @@ KINDS = ("none", "simple", "simple", "multiple", "override", "conditional", "mul
 
 
 def draw_items(builder: Any, domains: Sequence[Any], kinds: Sequence[str], styles: Sequence[str],
-               tune_styles: Sequence[str], report_functions: Sequence[str], per_function: int) -> list[Item]:
+               tune_styles: Sequence[str], report_functions: Sequence[str], per_function: int,
+               mixed_every: int = 2) -> list[Item]:
     """`per_function` items per domain from `builder.make(domain, kind, style)` (None: try the next kind), kinds in
-    turn; a report-only function, and every other item of the rest, draws among all styles, the others among the
-    tune styles; ids "<function>-NN"; shuffled, so that `--limit N` of any part samples every function and type."""
+    turn; a report-only function, and every `mixed_every`-th item of the rest, draws among all styles, the others
+    among the tune styles; ids "<function>-NN"; shuffled, so that `--limit N` of any part samples every function and
+    type."""
     items: list[Item] = []
     for domain in domains:
         report_only = domain.function in report_functions
@@ -294,7 +296,7 @@ def draw_items(builder: Any, domains: Sequence[Any], kinds: Sequence[str], style
         while made < per_function and attempts < per_function * 10:
             attempts += 1
             kind = kinds[attempts % len(kinds)]
-            style = builder.rng.choice(styles if report_only or made % 2 else tune_styles)
+            style = builder.rng.choice(styles if report_only or made % mixed_every == mixed_every - 1 else tune_styles)
             item = builder.make(domain, kind, style)
             if item is None:
                 continue
@@ -313,14 +315,25 @@ def build_items(seed: int = SEED, per_function: int = ITEMS_PER_FUNCTION) -> lis
     return items
 
 
+def function_entry(name: str, description: str, properties: dict[str, Any], required: Sequence[str]
+                   ) -> dict[str, Any]:
+    """One function of a generated catalogue, as the catalogue files write it."""
+    return {"name": name, "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": list(required)}}
+
+
+def write_corpus(out: Path, prefix: str, catalogue_: dict[str, Any], items: Sequence[Any]) -> list[Path]:
+    """`<prefix>catalogue.json` and `<prefix>items.json` in `out` (items: dataclasses, written field by field)."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{prefix}catalogue.json", out / f"{prefix}items.json"]
+    paths[0].write_text(dumps(catalogue_), encoding="utf-8")
+    paths[1].write_text(dumps([item.__dict__ for item in items]), encoding="utf-8")
+    return paths
+
+
 def catalogue() -> dict[str, Any]:
-    functions = []
-    for domain in DOMAINS:
-        functions.append({
-            "name": domain.function, "description": domain.description,
-            "parameters": {"type": "object", "properties": {s.name: s.schema() for s in domain.slots},
-                           "required": [s.name for s in domain.slots if s.required]},
-        })
+    functions = [function_entry(d.function, d.description, {s.name: s.schema() for s in d.slots},
+                                [s.name for s in d.slots if s.required]) for d in DOMAINS]
     return {"name": "corpus", "description": "prefcall's generated corpus catalogue (prefcall.evaluation.corpus): "
             "16 everyday functions with typed arguments, none from the shared data sets.", "functions": functions}
 
@@ -330,9 +343,4 @@ def dumps(data: Any) -> str:
 
 
 def build(out: Path = CORPUS_DIR) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    items = [item.__dict__ for item in build_items()]
-    paths = [out / "catalogue.json", out / "items.json"]
-    paths[0].write_text(dumps(catalogue()), encoding="utf-8")
-    paths[1].write_text(dumps(items), encoding="utf-8")
-    return paths
+    return write_corpus(out, "", catalogue(), build_items())

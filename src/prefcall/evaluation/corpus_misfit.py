@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefcall.evaluation.corpus import CORPUS_DIR, dumps, render_call
+from prefcall.evaluation.corpus import CORPUS_DIR, draw_items, function_entry, render_call, write_corpus
 
 SEED = 20261130
 ITEMS_PER_FUNCTION = 20
@@ -33,8 +33,6 @@ REPORT_FUNCTIONS = ("RequestMovingQuote", "ScheduleWindowCleaning", "RenewLibrar
 TUNE_STYLES = ("plain", "polite")
 REPORT_STYLES = ("labelled",)
 STYLES = TUNE_STYLES + REPORT_STYLES
-# Every other item is valid: a rule that asks about every value must not look good.
-KINDS = ("valid", "misfit")
 
 
 @dataclass(frozen=True)
@@ -204,39 +202,20 @@ def _frame(domain: Domain, given: list[Arg], values: dict[str, tuple[str, Any]],
 
 
 def build_items(seed: int = SEED, per_function: int = ITEMS_PER_FUNCTION) -> list[Item]:
-    """`per_function` items per function, valid and misfit in turn; a report-only function draws among all
-    styles, the others among the tune styles on half their items (the rest may draw the report style)."""
-    builder = Builder(seed)
-    items: list[Item] = []
-    for domain in DOMAINS:
-        report_only = domain.function in REPORT_FUNCTIONS
-        made = attempts = 0
-        while made < per_function and attempts < per_function * 10:
-            attempts += 1
-            kind = KINDS[made % len(KINDS)]
-            style = builder.rng.choice(STYLES if report_only or made % 4 == 3 else TUNE_STYLES)
-            item = builder.make(domain, kind, style)
-            if item is None:
-                continue
-            made += 1
-            item.example_id = f"{domain.function}-{made:02d}"
-            items.append(item)
-    builder.rng.shuffle(items)
-    return items
+    """`per_function` items per function, valid and misfit in turn (half are valid: a rule that asks about every
+    value must not look good); a report-only function draws among all styles, the others among the tune styles
+    but on every fourth item (which may draw the report style)."""
+    return draw_items(Builder(seed), DOMAINS, ("misfit", "valid"), STYLES, TUNE_STYLES, REPORT_FUNCTIONS,
+                      per_function, mixed_every=4)  # the first item (attempt 1) is valid
 
 
 def catalogue() -> dict[str, Any]:
-    functions = [{"name": d.function, "description": d.description,
-                  "parameters": {"type": "object", "properties": {a.name: a.schema for a in d.args},
-                                 "required": [a.name for a in d.args if a.required]}} for d in DOMAINS]
+    functions = [function_entry(d.function, d.description, {a.name: a.schema for a in d.args},
+                                [a.name for a in d.args if a.required]) for d in DOMAINS]
     return {"name": "misfit", "description": "prefcall's generated misfit catalogue (prefcall.evaluation."
             "corpus_misfit): ten functions whose arguments carry types, ranges, patterns, options and formats, "
             "none from the shared data sets.", "functions": functions}
 
 
 def build(out: Path = CORPUS_DIR) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "misfit_catalogue.json", out / "misfit_items.json"]
-    paths[0].write_text(dumps(catalogue()), encoding="utf-8")
-    paths[1].write_text(dumps([item.__dict__ for item in build_items()]), encoding="utf-8")
-    return paths
+    return write_corpus(out, "misfit_", catalogue(), build_items())

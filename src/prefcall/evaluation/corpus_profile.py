@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefcall.evaluation.corpus import CORPUS_DIR, Item, draw_items, dumps, render_call
+from prefcall.evaluation.corpus import CORPUS_DIR, Item, draw_items, function_entry, render_call, write_corpus
 from prefcall.evaluation.corpus_domains import property_schema
 
 SEED = 20261129
@@ -277,17 +277,12 @@ def build_items(seed: int = SEED, per_function: int = ITEMS_PER_FUNCTION) -> lis
 
 
 def catalogue() -> dict[str, Any]:
-    functions = [{"name": d.function, "description": d.description,
-                  "parameters": {"type": "object", "properties": {a.name: a.schema() for a in d.args},
-                                 "required": [a.name for a in d.args if a.required]}} for d in DOMAINS]
+    functions = [function_entry(d.function, d.description, {a.name: a.schema() for a in d.args},
+                                [a.name for a in d.args if a.required]) for d in DOMAINS]
     return {"name": "corpus-profile", "description": "prefcall's generated profile corpus "
             "(prefcall.evaluation.corpus_profile): ten everyday functions whose required arguments a user's "
             "profile of facts holds, none from the shared data sets.", "functions": functions}
 
 
 def build(out: Path = CORPUS_DIR) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "profile_catalogue.json", out / "profile_items.json"]
-    paths[0].write_text(dumps(catalogue()), encoding="utf-8")
-    paths[1].write_text(dumps([item.__dict__ for item in build_items()]), encoding="utf-8")
-    return paths
+    return write_corpus(out, "profile_", catalogue(), build_items())
