@@ -283,9 +283,7 @@ def decide(rows: Sequence[LabelledRow], combination: Sequence[float]) -> tuple[i
         groups.setdefault(row.group, []).append(row)
     tp = fp = fn = 0
     for members in groups.values():
-        scored = [(1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, combine(combination, r.evidence, r.odds or 0.0,
-                                                                        r.length or 0.0))))), r)
-                  for r in members]
+        scored = [(probability(combination, r), r) for r in members]
         best_p, best = max(scored, key=lambda t: t[0])
         if best_p >= 0.5:
             if best.right:
@@ -296,6 +294,13 @@ def decide(rows: Sequence[LabelledRow], combination: Sequence[float]) -> tuple[i
         elif members[0].gold:
             fn += 1
     return tp, fp, fn
+
+
+def probability(combination: Sequence[float], row: LabelledRow) -> float:
+    """The row's probability under `combination`, as the filler computes it (a candidate the model did not score
+    counts with odds 0 and length 0)."""
+    return 1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, combine(combination, row.evidence, row.odds or 0.0,
+                                                                row.length or 0.0)))))
 
 
 def f1(tp: int, fp: int, fn: int) -> tuple[float, float, float]:
@@ -387,7 +392,8 @@ class LeadFit(BaseModel):
     minus wrong ones with precision >= LEAD_PRECISION and at least LEAD_MIN_RIGHT right (ties: the larger lead);
     None when none does. Read on the request's fills only (an instruction's fill has no required rule)."""
 
-    rankings: int  # required span rankings of a request that no value decided (under 0.5 and under the floor)
+    rankings: int  # required span rankings of a request that no value decided (under 0.5 and under the floor),
+    # with at least two candidates the model scored (a lead needs a second)
     right: int  # of them, where the gold sets the argument
     lead: float | None = None
     set_right: int = 0
@@ -407,15 +413,12 @@ def fit_required_lead(rows: Sequence[LabelledRow], combination: Sequence[float],
     open_: list[tuple[float, LabelledRow]] = []  # (lead, the model's best) of each ranking left open
     gold = 0
     for members in groups.values():
-        probability = max(1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, combine(combination, r.evidence, r.odds or 0.0,
-                                                                                r.length or 0.0)))))
-                          for r in members)
-        if probability >= cut:
+        if max(probability(combination, r) for r in members) >= cut:
             continue  # decided before the lead is read
-        gold += int(members[0].gold)
         scored = sorted((r for r in members if r.odds is not None), key=lambda r: -(r.odds or 0.0))
         if len(scored) >= 2:
             open_.append(((scored[0].odds or 0.0) - (scored[1].odds or 0.0), scored[0]))
+            gold += int(members[0].gold)
     counts = {lead: [sum(r.right for m, r in open_ if m >= lead), sum(not r.right for m, r in open_ if m >= lead)]
               for lead in LEAD_GRID}
     good = [lead for lead, (right, wrong) in counts.items()

@@ -38,9 +38,6 @@ class MisfitTask(BaseTask):
                    "(the generated misfit corpus; --split tune|report)")
     primary_score = "right"
 
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        return None
-
     def load(self, args: argparse.Namespace) -> list[EvalItem]:
         path = Path(getattr(args, "data", None) or ITEMS)
         if not path.is_file():
