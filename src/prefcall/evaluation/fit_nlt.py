@@ -28,7 +28,7 @@ from prefcall.evaluation.data import checkout_file, read_resumable
 from prefcall.evaluation.task import EvalItem
 from prefcall.evaluation.tasks.tools import load_items, message_and_history
 from prefcall.strategies.nlt import MODEL_WEIGHTS, Evidence, fit_rule, fit_size_terms, select_tools
-from prefcall.strategies.nlt_models import OWN_RULE_FROM, DecisionRule
+from prefcall.strategies.nlt_models import OWN_RULE_FROM, DecisionRule, Prompting
 
 SETS = {"nlt": "tests/data/nlt/dev.jsonl", "nlt2": "tests/data/nlt2/items.jsonl",
         "select": "tests/data/select/items.jsonl"}
@@ -46,8 +46,9 @@ SELECT_SETS, SELECT_MAX_TOOLS = ("one", "none", "two"), 10
 MODEL_MARGIN = 0.02
 
 
-def nlt_tune_items(sets: Sequence[str] = DEFAULT_SETS) -> list[tuple[str, EvalItem]]:
-    """(file, item) for every tune item of the named sets (SETS; default both NLT sets), in file order."""
+def nlt_tune_items(sets: Sequence[str] = DEFAULT_SETS, subset: int | None = None) -> list[tuple[str, EvalItem]]:
+    """(file, item) for every tune item of the named sets (SETS; default both NLT sets), in file order; `subset`
+    keeps every k-th item of each set so that at most that many remain (a quick fit of a large model on a CPU)."""
     unknown = [name for name in sets if name not in SETS]
     if unknown:
         raise ConfigError(f"--nlt-sets: unknown set {unknown[0]!r}; choose from {', '.join(SETS)}")
@@ -60,6 +61,9 @@ def nlt_tune_items(sets: Sequence[str] = DEFAULT_SETS) -> list[tuple[str, EvalIt
         items = [item for item in load_items(path) if item.id in keep]
         if relative == SETS["select"]:
             items = [i for i in items if i.meta.get("set") in SELECT_SETS and int(i.meta["n"]) <= SELECT_MAX_TOOLS]
+        if subset is not None and 0 < subset < len(items):
+            step = len(items) / subset
+            items = [items[int(i * step)] for i in range(subset)]
         out += [(relative, item) for item in items]
     return out
 
@@ -70,9 +74,10 @@ NO_MODEL = DecisionRule(model_weight=0.0, lexical_weight=1.0, embedding_weight=1
 
 def collect(engine: Any, embedder: Any, items: Sequence[tuple[str, EvalItem]],
             progress: Callable[[str], None] | None = None, *, by_sentence: bool = False,
-            cache: Path | None = None) -> list[tuple[Evidence, set[str]]]:
-    """Every kind of evidence per tool for each item (the model is asked whatever the shipped rule says; with
-    `engine` None, BM25 and the cosine only); `by_sentence`: the cosine of the request's best sentence.
+            cache: Path | None = None, prompting: Prompting = "listing") -> list[tuple[Evidence, set[str]]]:
+    """Every kind of evidence per tool for each item (the model is asked whatever the shipped rule says, under
+    the prompt `prompting`; with `engine` None, BM25 and the cosine only); `by_sentence`: the cosine of the
+    request's best sentence.
 
     `cache`: a JSON-lines file of the evidence already collected for this model (one row per item: its file, id
     and evidence). Items found there are not asked again and new ones are appended, so an interrupted fit resumes
@@ -87,7 +92,7 @@ def collect(engine: Any, embedder: Any, items: Sequence[tuple[str, EvalItem]],
         if evidence is None:
             history = [(str(r), str(t)) for r, t in item.input.get("history") or []]
             # the cosine asked for, whatever the model's shipped rule reads (`all_evidence` asks the model anyway)
-            rule = NO_MODEL.model_copy(update={"sentence_cosine": by_sentence})
+            rule = NO_MODEL.model_copy(update={"sentence_cosine": by_sentence, "prompt": prompting})
             result = select_tools(engine, item.input["text"], item.input["tools"], context=item.input.get("context"),
                                   history=history, embedder=embedder, all_evidence=engine is not None, rule=rule)
             evidence = {d.name: (d.model_logodds, float(d.lexical or 0.0), d.cosine) for d in result.decisions}
@@ -126,7 +131,8 @@ SizedList = tuple[Evidence, set[str], int]
 
 
 def large_list_examples(embedder: Any, progress: Callable[[str], None] | None = None, *,
-                        by_sentence: bool = False, engine: Any = None, cache: Path | None = None) -> list[SizedList]:
+                        by_sentence: bool = False, engine: Any = None, cache: Path | None = None,
+                        prompting: Prompting = "listing") -> list[SizedList]:
     """The evidence of the tune requests of tests/data/catalogue200 against 10, 50 and 200 of its tools
     (fit_shortlist.sized): BM25 and the cosine of every tool, or with `engine` the model's calibrated log-odds
     beside them for the tools its shortlist (the size fitted for the embedder) let it be asked about, as
@@ -144,7 +150,7 @@ def large_list_examples(embedder: Any, progress: Callable[[str], None] | None = 
         message, history = message_and_history(request, request["id"])
         for n in LIST_SIZES:
             listed = fit_shortlist.sized(catalogue, blocks, request["block"], n)
-            rule = NO_MODEL.model_copy(update={"sentence_cosine": by_sentence})
+            rule = NO_MODEL.model_copy(update={"sentence_cosine": by_sentence, "prompt": prompting})
             plain = select_tools(None, message, listed, context=request["context"],  # type: ignore[arg-type]
                                  history=history, embedder=embedder, rule=rule)
             evidence = {d.name: (None, float(d.lexical or 0.0), d.cosine) for d in plain.decisions}

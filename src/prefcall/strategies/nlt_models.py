@@ -18,6 +18,11 @@ Mode = Literal["score", "generate", "structured"]
 MODES: tuple[str, ...] = ("score", "generate", "structured")
 DEFAULT_MODE: Mode = "score"
 Status = Literal["ok", "partial", "parse_error"]
+# How score mode asks the model about a tool: "listing" (the NLT prompt: every tool listed before the request, one
+# forced `ToolName -` line per tool) or "per-tool" (the request, then one tool alone: its answer and its
+# content-free baseline do not depend on which other tools a list or a shortlist holds).
+Prompting = Literal["listing", "per-tool"]
+PROMPTINGS: tuple[str, ...] = ("listing", "per-tool")
 
 
 class ToolSpec(BaseModel):
@@ -69,6 +74,8 @@ class DecisionRule(BaseModel):
     # the cosine is the best of the request's sentences (a request that asks for two things matches each of its
     # tools in one sentence; the whole request's vector matches neither well); False: the whole request's
     sentence_cosine: bool = False
+    # the prompt the model's log-odds were fitted under (Prompting); a rule with model weight 0 asks nothing
+    prompt: Prompting = "listing"
     source: str = "default (no rule fitted for this model): calibrated P(YES) > 0.5"
     # Lists of OWN_RULE_FROM tools or more: this rule's own weights, threshold and terms, fitted on large lists
     # (`prefcall fit --nlt --large-lists`). Where its model weight is 0 the model is not asked about a large list.
