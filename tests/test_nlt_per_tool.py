@@ -111,3 +111,19 @@ def test_a_subset_keeps_every_kth_tune_item_of_each_set():
     assert [f for f, _ in part] == ["tests/data/nlt/dev.jsonl"] * 5 + ["tests/data/nlt2/items.jsonl"] * 5
     assert {(f, i.id) for f, i in part} <= {(f, i.id) for f, i in whole}
     assert len({i.id for f, i in part if f.endswith("nlt2/items.jsonl")}) == 5
+
+
+def test_a_large_lists_own_rule_asks_under_its_own_prompt_and_a_small_list_under_the_listing():
+    rule = LISTING.model_copy(update={"large": PER_TOOL})
+    tools = [ToolSpec(name=f"tool_{i:03d}", description=f"Handles request kind {i} for the account.")
+             for i in range(60)] + [WEATHER]
+    engine = FakeEngine(scorer=weather_words)
+    nlt.select_tools(engine, "Is it raining? The weather forecast", tools, rule=rule, embedder=FakeEmbedder(),
+                     calibrate=False)
+    assert engine.calls and all(asked_tool(c["prompt"]) for c in engine.calls)
+    small = FakeEngine(scorer=weather_words)
+    nlt.select_tools(small, "Is it raining? The weather forecast", tools[-10:], rule=rule, calibrate=False)
+    assert small.calls and not any(asked_tool(c["prompt"]) for c in small.calls)
+    large = fit_nlt.fit_large_rule(LISTING, [({"get_weather": (2.0, 1.0, 0.5), "tool_000": (-2.0, 0.0, 0.1)},
+                                              {"get_weather"}, 50)], prompting="per-tool")[0].large
+    assert large is not None and large.prompt == "per-tool"

@@ -132,13 +132,14 @@ SizedList = tuple[Evidence, set[str], int]
 
 def large_list_examples(embedder: Any, progress: Callable[[str], None] | None = None, *,
                         by_sentence: bool = False, engine: Any = None, cache: Path | None = None,
-                        prompting: Prompting = "listing") -> list[SizedList]:
+                        prompting: Prompting = "listing", pages: int | None = None) -> list[SizedList]:
     """The evidence of the tune requests of tests/data/catalogue200 against 10, 50 and 200 of its tools
     (fit_shortlist.sized): BM25 and the cosine of every tool, or with `engine` the model's calibrated log-odds
     beside them for the tools its shortlist (the size fitted for the embedder) let it be asked about, as
     select_tools asks it; the tools the shortlist left out keep their BM25 and cosine, with no log-odds (None).
     `cache` (with `engine`): a JSON-lines file of the model's answers for the lists already asked (one row per
-    request and size), read first and appended to, so that an interrupted fit resumes."""
+    request and size), read first and appended to, so that an interrupted fit resumes. `prompting` and `pages`:
+    how the model is asked (DecisionRule.prompt and pages)."""
     from prefcall.evaluation import fit_shortlist
 
     catalogue, blocks, requests = fit_shortlist.load()
@@ -150,7 +151,7 @@ def large_list_examples(embedder: Any, progress: Callable[[str], None] | None = 
         message, history = message_and_history(request, request["id"])
         for n in LIST_SIZES:
             listed = fit_shortlist.sized(catalogue, blocks, request["block"], n)
-            rule = NO_MODEL.model_copy(update={"sentence_cosine": by_sentence, "prompt": prompting})
+            rule = NO_MODEL.model_copy(update={"sentence_cosine": by_sentence, "prompt": prompting, "pages": pages})
             plain = select_tools(None, message, listed, context=request["context"],  # type: ignore[arg-type]
                                  history=history, embedder=embedder, rule=rule)
             evidence = {d.name: (None, float(d.lexical or 0.0), d.cosine) for d in plain.decisions}
@@ -280,11 +281,14 @@ def for_large_lists(rule: DecisionRule, examples: Examples, lists: Sequence[Size
     return chosen, report
 
 
-def fit_large_rule(rule: DecisionRule, lists: Sequence[SizedList]) -> tuple[DecisionRule, float]:
+def fit_large_rule(rule: DecisionRule, lists: Sequence[SizedList], prompting: Prompting | None = None
+                   ) -> tuple[DecisionRule, float]:
     """`rule` with a rule of its own for large lists (DecisionRule.large): the weights and threshold with the best
     exact-set accuracy on the lists of OWN_RULE_FROM tools or more (strategies.nlt.fit_rule, each model
     weight tried on the tools that weight lets it select: with the model, the shortlist it was asked about), then
-    its size terms. Ties go to the rule that does not ask the model. Returns the rule and that accuracy."""
+    its size terms. Ties go to the rule that does not ask the model. `prompting`: the prompt the model's answers
+    in `lists` were given under (default: `rule`'s), which the large rule keeps. Returns the rule and that
+    accuracy."""
     large = [(e, g, n) for e, g, n in lists if n >= OWN_RULE_FROM]
     if not large:
         raise ConfigError(f"no list of {OWN_RULE_FROM} tools or more to fit a large-list rule on")
@@ -295,7 +299,7 @@ def fit_large_rule(rule: DecisionRule, lists: Sequence[SizedList]) -> tuple[Deci
         if weight and any(all(v[0] is None for v in e.values()) for e, _, _ in large):
             continue  # the model was not asked about these lists
         found, _ = fit_rule([(probe.eligible(e), g) for e, g, _ in large], source=source, model_weights=(weight,))
-        found = found.model_copy(update={"sentence_cosine": rule.sentence_cosine})
+        found = found.model_copy(update={"sentence_cosine": rule.sentence_cosine, "prompt": prompting or rule.prompt})
         found, _ = fit_size_terms([(e, g) for e, g, _ in large], found, sizes=[n for _, _, n in large])
         exact = sum(found.decide(e, n) == g for e, g, n in large) / len(large)
         key = (exact, -weight)

@@ -56,7 +56,7 @@ from prefcall.strategies.nlt_models import (
     as_tool_specs,
 )
 from prefcall.strategies.relevance import function_text
-from prefcall.strategies.shortlist import Shortlist, fits_context, shortlist
+from prefcall.strategies.shortlist import WHOLE_UP_TO, Shortlist, fits_context, paged, shortlist
 
 
 # Content-free requests for calibration: empty, a placeholder and a greeting (none of them needs a tool).
@@ -482,11 +482,10 @@ def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: st
                 cache: ContentFreeCache | None, embedder: Embedder | None, all_evidence: bool,
                 shortlist_size: int | None = None) -> NltResult:
     usage = NltUsage()
-    # a rule may decide large lists by its own weights (DecisionRule.large); the model is asked as the whole rule
-    # was fitted (its prompt)
-    whole = rule or rule_for(engine, calibrate, embedder)
-    prompting = whole.prompt
-    chosen = whole.for_size(len(specs)).model_copy()
+    # a rule may decide large lists by its own weights (DecisionRule.large), fitted on the model's answers under
+    # its own prompt: the model is asked as the rule that decides this list was fitted
+    chosen = (rule or rule_for(engine, calibrate, embedder)).for_size(len(specs)).model_copy()
+    prompting = chosen.prompt
     if chosen.embedding_weight and embedder is None:
         raise ValidationError("this NLT rule weighs the embedder's similarity, but no embedder was given: pass one or "
                               "a rule without embedding_weight")
@@ -497,15 +496,32 @@ def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: st
     # asks anyway, to record every kind of evidence for fitting a rule).
     asked = bool(chosen.model_weight) or all_evidence
     # A large tool list reaches the model shortlisted (strategies.shortlist): a tool left out is not selected.
+    # Or, where the rule asks so, page by page (pages of similar tools, the same for every request).
     report = None
-    scored = specs
+    groups = [specs]
     if asked:
-        scored, report = shortlist_specs(engine, specs, message, context, history, embedder, shortlist_size,
-                                         prompting)
-    raw = tool_yes_logodds(engine, scored, message, context, usage, history, prompting=prompting) if asked else None
-    per_tool = report is not None and report.applied
-    baseline, cached = (content_free_logodds(engine, scored, context, usage, cache, per_tool, prompting)
-                        if asked and calibrate else ({s.name: 0.0 for s in scored}, None))
+        found = page_specs(engine, specs, message, context, history, embedder, chosen) \
+            if chosen.pages and embedder is not None and len(specs) > WHOLE_UP_TO else None
+        if found is None:
+            scored, report = shortlist_specs(engine, specs, message, context, history, embedder, shortlist_size,
+                                             prompting)
+            groups = [scored]
+        else:
+            groups, report = found
+    raw: dict[str, float] | None = None
+    baseline: dict[str, float] = {}
+    cached: bool | None = None
+    if asked:
+        raw = {}
+        per_tool = report is not None and report.applied and not report.pages
+        for group in groups:
+            raw.update(tool_yes_logodds(engine, group, message, context, usage, history, prompting=prompting))
+            if calibrate:
+                part, hit = content_free_logodds(engine, group, context, usage, cache, per_tool, prompting)
+                baseline.update(part)
+                cached = hit if cached is None else cached and hit
+    if not (asked and calibrate):
+        baseline = {s.name: 0.0 for group in groups for s in group}
     lexical = lexical_scores(specs, message, history)
     cosines = embedding_scores(embedder, specs, message, history, by_sentence=chosen.sentence_cosine) \
         if embedder is not None and (chosen.embedding_weight or all_evidence) else None
@@ -560,6 +576,25 @@ def shortlist_specs(engine: Engine, specs: list[ToolSpec], message: str, context
     query = " ".join([*(text for _, text in history[-2:]), message])
     return shortlist(specs, [function_text(s.name, s.description) for s in specs], query, embedder, size, fit,
                      names=[s.name for s in specs])
+
+
+def page_specs(engine: Engine, specs: list[ToolSpec], message: str, context: str | None, history: History,
+               embedder: Embedder, rule: DecisionRule) -> tuple[list[list[ToolSpec]], Shortlist] | None:
+    """The pages of a large list the model is asked about (DecisionRule.pages; strategies.shortlist.paged), each
+    listed as a list of its own; None where a page's prompt does not fit the context (the caller shortlists)."""
+    fits = fits_context(engine)
+
+    def fit(page: list[ToolSpec]) -> bool:
+        longest = max(page, key=lambda s: len(s.name))
+        if rule.prompt == "per-tool":
+            widest = max(page, key=lambda s: len(s.name) + len(s.description))
+            return fits(per_tool_prompt(widest, message, context, history))
+        return fits(nlt_prompt(engine, page, message, context, history).continued(_SKIPPED_THINKING
+                                                                                  + _tool_line(longest)))
+
+    query = " ".join([*(text for _, text in history[-2:]), message])
+    return paged(specs, [function_text(s.name, s.description) for s in specs], query, embedder,
+                 rule.pages or 1, rule.page_seeds, fit, names=[s.name for s in specs])
 
 
 def check_listing_fits(engine: Engine, mode: str, prompt: Prompt, budget: int, tools: int) -> None:

@@ -76,6 +76,12 @@ class DecisionRule(BaseModel):
     sentence_cosine: bool = False
     # the prompt the model's log-odds were fitted under (Prompting); a rule with model weight 0 asks nothing
     prompt: Prompting = "listing"
+    # A list too large to be listed whole (strategies.shortlist.WHOLE_UP_TO) is asked page by page: the catalogue
+    # cut once into pages of `pages` similar tools, the model asked about the pages that hold the `page_seeds`
+    # tools retrieval ranks best (strategies.shortlist.paged), each page listed as a list of its own size would
+    # be. None: one shortlist of the tools retrieval ranks best, which changes with every request.
+    pages: int | None = None
+    page_seeds: int = 3
     source: str = "default (no rule fitted for this model): calibrated P(YES) > 0.5"
     # Lists of OWN_RULE_FROM tools or more: this rule's own weights, threshold and terms, fitted on large lists
     # (`prefcall fit --nlt --large-lists`). Where its model weight is 0 the model is not asked about a large list.

@@ -59,6 +59,8 @@ class Shortlist(BaseModel):
     total: int
     size: int
     trimmed: int = 0
+    pages: int = 0  # asked page by page (`paged`): how many pages of similar tools; 0: one shortlist
+
 
     @property
     def applied(self) -> bool:
@@ -67,6 +69,9 @@ class Shortlist(BaseModel):
     def describe(self) -> str:
         if not self.applied:
             return f"all {self.total} tools"
+        if self.pages:
+            return (f"{len(self.kept)} of {self.total} tools on {self.pages} page(s) of similar tools (pages of "
+                    f"{self.size}), those of the {len(self.ranked)} best retrieved")
         trimmed = f", {self.trimmed} more left out to fit the context" if self.trimmed else ""
         return f"{len(self.kept)} of {self.total} tools shortlisted by retrieval (size {self.size}{trimmed})"
 
@@ -138,6 +143,45 @@ def shortlist(items: Sequence[T], texts: Sequence[str], query: str, embedder: Em
     return [everything[i] for i in kept], Shortlist(kept=[labels[i] for i in kept],
                                                     ranked=[labels[i] for i in best[:n]], total=len(everything),
                                                     size=size, trimmed=len(best) - n)
+
+
+def pages(texts: Sequence[str], embedder: Embedder, size: int) -> list[list[int]]:
+    """The catalogue cut into pages of at most `size` similar tools, the same for every request: the first tool on
+    no page yet opens the next one with the `size - 1` tools on no page most similar to it (the embedder's cosine
+    of their texts, ties in catalogue order); each page in catalogue order, the pages in the order they opened."""
+    vectors = np.asarray(TOOL_VECTORS.get(embedder, list(texts)), dtype=np.float32)
+    left = list(range(len(texts)))
+    out: list[list[int]] = []
+    while left:
+        similarity = vectors[left] @ vectors[left[0]]
+        page = sorted(left[i] for i in np.argsort(-similarity, kind="stable")[:max(1, size)])
+        out.append(page)
+        taken = set(page)
+        left = [i for i in left if i not in taken]
+    return out
+
+
+def paged(items: Sequence[T], texts: Sequence[str], query: str, embedder: Embedder, size: int, seeds: int,
+          fits: Callable[[list[T]], bool] | None = None, names: Sequence[str] | None = None
+          ) -> tuple[list[list[T]], Shortlist] | None:
+    """A large list asked page by page: the pages (`pages`, of `size` tools) that hold the `seeds` tools retrieval
+    ranks best for the request (`rank`), best first. Every page is the same for every request, so its prompt's
+    prefix and its content-free calibration are reused, and a tool is asked about beside the same neighbours
+    whatever the request. None when a page's prompt does not fit (`fits`): the caller shortlists instead."""
+    labels = list(names) if names is not None else [str(i) for i in range(len(items))]
+    order = rank(texts, query, embedder, rule_for(embedder).dense_weight)
+    partition = pages(texts, embedder, size)
+    page_of = {i: k for k, page in enumerate(partition) for i in page}
+    chosen: list[int] = []
+    for i in order[:max(1, seeds)]:
+        if page_of[i] not in chosen:
+            chosen.append(page_of[i])
+    groups = [[items[i] for i in partition[k]] for k in chosen]
+    if fits is not None and not all(fits(group) for group in groups):
+        return None
+    kept = sorted(i for k in chosen for i in partition[k])
+    return groups, Shortlist(kept=[labels[i] for i in kept], ranked=[labels[i] for i in order[:max(1, seeds)]],
+                             total=len(items), size=size, pages=len(chosen))
 
 
 def fits_context(engine: Engine, reserve: int = CONTEXT_RESERVE) -> Callable[[Prompt], bool]:
