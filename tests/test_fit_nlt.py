@@ -345,3 +345,11 @@ def test_a_rule_of_its_own_decides_only_lists_a_shortlist_would_cut():
     eleven = {"a": (None, 0.0, 0.7), **{f"x{i}": (None, 0.0, 0.0) for i in range(10)}}
     assert rule.decide(eleven, 11) == {"a"}  # the size terms: 0.5 + 0.1 ln 1.1 < 0.7
     assert rule.decide({**eleven, **{f"y{i}": (None, 0.0, 0.0) for i in range(40)}}, 51) == set()
+
+
+def test_a_subset_keeps_every_kth_tune_item_of_each_set():
+    whole = fit_nlt.nlt_tune_items(("nlt", "nlt2"))
+    part = fit_nlt.nlt_tune_items(("nlt", "nlt2"), subset=5)
+    assert [f for f, _ in part] == ["tests/data/nlt/dev.jsonl"] * 5 + ["tests/data/nlt2/items.jsonl"] * 5
+    assert {(f, i.id) for f, i in part} <= {(f, i.id) for f, i in whole}
+    assert len({i.id for f, i in part if f.endswith("nlt2/items.jsonl")}) == 5

@@ -86,11 +86,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--nlt-out", metavar="PATH",
                         help="with --nlt: also write the rules into this nlt_rules.json (maintainers: "
                         "src/prefcall/data/nlt_rules.json)")
-    parser.add_argument("--nlt-prompt", choices=("listing", "per-tool"), default="listing",
-                        help="with --nlt and a model: how the model is asked about a tool: listing (every tool listed "
-                        "before the request, the NLT prompt; default) or per-tool (the request, then one tool alone: "
-                        "its answer does not depend on which tools a list or shortlist holds). The fitted rule "
-                        "keeps it")
+    parser.add_argument("--paged", action="store_true",
+                        help="with --nlt and a model: the model is asked about a large list page by page (pages of "
+                        "similar tools cut once per catalogue, those of the best-retrieved tools asked; their size "
+                        "and number as `fit --shortlist` fitted them) instead of one shortlist that changes with every "
+                        "request; the rule keeps it (DecisionRule.paged)")
     parser.add_argument("--large-lists", action="store_true",
                         help="with --nlt: fit only how a shipped rule decides lists of more than ten tools (size "
                         "terms, or a rule of its own for them where that fits better; its ten-tool weights kept) on "
@@ -440,28 +440,24 @@ def _fit_nlt(args: argparse.Namespace, settings: Settings) -> int:
     from prefcall.evaluation import fit_nlt
     from prefcall.evaluation.runner import Progress, git_commit
     from prefcall.storage import fits
-    from prefcall.strategies.nlt import prompt_version, rule_for
+    from prefcall.strategies.nlt import SCORE_PROMPT_VERSION
 
     sets = tuple(x.strip() for x in (args.nlt_sets or ",".join(fit_nlt.DEFAULT_SETS)).split(",") if x.strip())
     items = fit_nlt.nlt_tune_items(sets, args.subset)
     engine, embedder = (None if args.embedder_only else load_engine(settings)), load_embedder(settings)
     fingerprint = fits.engine_fingerprint(engine, settings.data_dir) if engine is not None else None
     cache = large_cache = None
-    # --large-lists refits a shipped rule: its model is asked as that rule was fitted
-    prompting = rule_for(engine, True, embedder).prompt if args.large_lists and engine is not None else \
-        args.nlt_prompt
     if engine is not None:  # the model's answers are kept per model: a rerun or a refit does not ask again
         out = Path(args.out) if args.out else settings.data_dir / "fit-runs" / (
             fits.file_name(fingerprint).removesuffix(".json") if fingerprint else "unknown-model")
         out.mkdir(parents=True, exist_ok=True)
-        version = prompt_version(prompting)
-        cache = out / f"nlt-evidence-{version}-{embedder.name}.jsonl"  # a new prompt asks again
-        large_cache = out / f"nlt-large-lists-{version}-{embedder.name}.jsonl"
+        cache = out / f"nlt-evidence-{SCORE_PROMPT_VERSION}-{embedder.name}.jsonl"  # a new prompt asks again
+        paging = "-paged" if args.paged else ""  # the model's answers on large lists depend on how it is asked
+        large_cache = out / f"nlt-large-lists-{SCORE_PROMPT_VERSION}{paging}-{embedder.name}.jsonl"
     if args.large_lists:
         return _fit_large_lists(args, engine, embedder, fingerprint, large_cache)
     progress = Progress(len(items), sys.stderr, label="fit --nlt")
-    examples = fit_nlt.collect(engine, embedder, items, lambda _: progress.advance(), cache=cache,
-                               prompting=prompting)
+    examples = fit_nlt.collect(engine, embedder, items, lambda _: progress.advance(), cache=cache)
     progress.close()
     large = fit_nlt.large_list_examples(embedder)
     # the same items again with the cosine of each request's best sentence (cheap: embeddings, no model)
@@ -470,10 +466,10 @@ def _fit_nlt(args: argparse.Namespace, settings: Settings) -> int:
     fitted = fit_nlt.fit(examples, large, by_sentence=by_sentence)
     if "with_model" in fitted:  # the model's rule gets its large-list terms from its own answers on large lists
         rule, accuracy = fitted["with_model"]
-        rule = rule.model_copy(update={"prompt": prompting})
+        rule = rule.model_copy(update={"paged": args.paged})
         progress = Progress(len(fit_nlt.tune_large_requests()), sys.stderr, label="fit --nlt: large lists")
         lists = fit_nlt.large_list_examples(embedder, lambda _: progress.advance(), engine=engine,
-                                            by_sentence=rule.sentence_cosine, cache=large_cache, prompting=prompting)
+                                            by_sentence=rule.sentence_cosine, cache=large_cache, paged=args.paged)
         progress.close()
         fitted["with_model"] = (fit_nlt.for_large_lists(rule, examples, lists)[0], accuracy)
     model = engine.info.model_name if engine is not None else "none (--embedder-only)"
@@ -528,10 +524,12 @@ def _fit_large_lists(args: argparse.Namespace, engine: Any, embedder: Any, finge
                               "by the rule without the model, fitted by `prefcall fit --nlt --large-lists "
                               "--embedder-only`")
         keys = [f"{fingerprint}|{embedder.name}"]
-        model, asked = engine.info.model_name, "the model asked about the shortlist it gets"
+        shipped = shipped.model_copy(update={"paged": args.paged})
+        model, asked = engine.info.model_name, ("the model asked about a large list page by page" if args.paged
+                                                else "the model asked about the shortlist it gets")
     progress = Progress(len(fit_nlt.tune_large_requests()), sys.stderr, label="fit --nlt --large-lists")
     lists = fit_nlt.large_list_examples(embedder, lambda _: progress.advance(), engine=engine,
-                                        by_sentence=shipped.sentence_cosine, cache=cache, prompting=shipped.prompt)
+                                        by_sentence=shipped.sentence_cosine, cache=cache, paged=shipped.paged)
     progress.close()
     fitted, accuracy = fit_nlt.for_large_lists(shipped, [], lists)
     note = {"command": "prefcall fit " + " ".join(sys.argv[2:]), "commit": git_commit(),
@@ -543,7 +541,7 @@ def _fit_large_lists(args: argparse.Namespace, engine: Any, embedder: Any, finge
         out = dict(base)
         for key in keys:
             entry = dict(base.get(key) or {"model": model, **shipped.model_dump()})
-            entry.update({"size_slope": fitted.size_slope, "margin": fitted.margin,
+            entry.update({"size_slope": fitted.size_slope, "margin": fitted.margin, "paged": fitted.paged,
                           "large": fitted.large.model_dump() if fitted.large is not None else None,
                           "source": str(entry.get("source", "")).split("; large lists:")[0] + f"; large lists: {what}, "
                           f"fitted on {len(lists)} lists of 10, 50 and 200 tools", "large_list_fit": note})

@@ -28,7 +28,7 @@ from prefcall.evaluation.data import checkout_file, read_resumable
 from prefcall.evaluation.task import EvalItem
 from prefcall.evaluation.tasks.tools import load_items, message_and_history
 from prefcall.strategies.nlt import MODEL_WEIGHTS, Evidence, fit_rule, fit_size_terms, select_tools
-from prefcall.strategies.nlt_models import OWN_RULE_FROM, DecisionRule, Prompting
+from prefcall.strategies.nlt_models import OWN_RULE_FROM, DecisionRule
 
 SETS = {"nlt": "tests/data/nlt/dev.jsonl", "nlt2": "tests/data/nlt2/items.jsonl",
         "select": "tests/data/select/items.jsonl"}
@@ -74,10 +74,9 @@ NO_MODEL = DecisionRule(model_weight=0.0, lexical_weight=1.0, embedding_weight=1
 
 def collect(engine: Any, embedder: Any, items: Sequence[tuple[str, EvalItem]],
             progress: Callable[[str], None] | None = None, *, by_sentence: bool = False,
-            cache: Path | None = None, prompting: Prompting = "listing") -> list[tuple[Evidence, set[str]]]:
-    """Every kind of evidence per tool for each item (the model is asked whatever the shipped rule says, under
-    the prompt `prompting`; with `engine` None, BM25 and the cosine only); `by_sentence`: the cosine of the
-    request's best sentence.
+            cache: Path | None = None) -> list[tuple[Evidence, set[str]]]:
+    """Every kind of evidence per tool for each item (the model is asked whatever the shipped rule says; with
+    `engine` None, BM25 and the cosine only); `by_sentence`: the cosine of the request's best sentence.
 
     `cache`: a JSON-lines file of the evidence already collected for this model (one row per item: its file, id
     and evidence). Items found there are not asked again and new ones are appended, so an interrupted fit resumes
@@ -92,7 +91,7 @@ def collect(engine: Any, embedder: Any, items: Sequence[tuple[str, EvalItem]],
         if evidence is None:
             history = [(str(r), str(t)) for r, t in item.input.get("history") or []]
             # the cosine asked for, whatever the model's shipped rule reads (`all_evidence` asks the model anyway)
-            rule = NO_MODEL.model_copy(update={"sentence_cosine": by_sentence, "prompt": prompting})
+            rule = NO_MODEL.model_copy(update={"sentence_cosine": by_sentence})
             result = select_tools(engine, item.input["text"], item.input["tools"], context=item.input.get("context"),
                                   history=history, embedder=embedder, all_evidence=engine is not None, rule=rule)
             evidence = {d.name: (d.model_logodds, float(d.lexical or 0.0), d.cosine) for d in result.decisions}
@@ -132,14 +131,14 @@ SizedList = tuple[Evidence, set[str], int]
 
 def large_list_examples(embedder: Any, progress: Callable[[str], None] | None = None, *,
                         by_sentence: bool = False, engine: Any = None, cache: Path | None = None,
-                        prompting: Prompting = "listing", pages: int | None = None) -> list[SizedList]:
+                        paged: bool = False) -> list[SizedList]:
     """The evidence of the tune requests of tests/data/catalogue200 against 10, 50 and 200 of its tools
     (fit_shortlist.sized): BM25 and the cosine of every tool, or with `engine` the model's calibrated log-odds
     beside them for the tools its shortlist (the size fitted for the embedder) let it be asked about, as
     select_tools asks it; the tools the shortlist left out keep their BM25 and cosine, with no log-odds (None).
     `cache` (with `engine`): a JSON-lines file of the model's answers for the lists already asked (one row per
-    request and size), read first and appended to, so that an interrupted fit resumes. `prompting` and `pages`:
-    how the model is asked (DecisionRule.prompt and pages)."""
+    request and size), read first and appended to, so that an interrupted fit resumes. `paged`: the model is asked page by
+    page (DecisionRule.paged)."""
     from prefcall.evaluation import fit_shortlist
 
     catalogue, blocks, requests = fit_shortlist.load()
@@ -151,7 +150,7 @@ def large_list_examples(embedder: Any, progress: Callable[[str], None] | None = 
         message, history = message_and_history(request, request["id"])
         for n in LIST_SIZES:
             listed = fit_shortlist.sized(catalogue, blocks, request["block"], n)
-            rule = NO_MODEL.model_copy(update={"sentence_cosine": by_sentence, "prompt": prompting, "pages": pages})
+            rule = NO_MODEL.model_copy(update={"sentence_cosine": by_sentence, "paged": paged})
             plain = select_tools(None, message, listed, context=request["context"],  # type: ignore[arg-type]
                                  history=history, embedder=embedder, rule=rule)
             evidence = {d.name: (None, float(d.lexical or 0.0), d.cosine) for d in plain.decisions}
@@ -281,14 +280,11 @@ def for_large_lists(rule: DecisionRule, examples: Examples, lists: Sequence[Size
     return chosen, report
 
 
-def fit_large_rule(rule: DecisionRule, lists: Sequence[SizedList], prompting: Prompting | None = None
-                   ) -> tuple[DecisionRule, float]:
+def fit_large_rule(rule: DecisionRule, lists: Sequence[SizedList]) -> tuple[DecisionRule, float]:
     """`rule` with a rule of its own for large lists (DecisionRule.large): the weights and threshold with the best
     exact-set accuracy on the lists of OWN_RULE_FROM tools or more (strategies.nlt.fit_rule, each model
     weight tried on the tools that weight lets it select: with the model, the shortlist it was asked about), then
-    its size terms. Ties go to the rule that does not ask the model. `prompting`: the prompt the model's answers
-    in `lists` were given under (default: `rule`'s), which the large rule keeps. Returns the rule and that
-    accuracy."""
+    its size terms. Ties go to the rule that does not ask the model. Returns the rule and that accuracy."""
     large = [(e, g, n) for e, g, n in lists if n >= OWN_RULE_FROM]
     if not large:
         raise ConfigError(f"no list of {OWN_RULE_FROM} tools or more to fit a large-list rule on")
@@ -299,7 +295,7 @@ def fit_large_rule(rule: DecisionRule, lists: Sequence[SizedList], prompting: Pr
         if weight and any(all(v[0] is None for v in e.values()) for e, _, _ in large):
             continue  # the model was not asked about these lists
         found, _ = fit_rule([(probe.eligible(e), g) for e, g, _ in large], source=source, model_weights=(weight,))
-        found = found.model_copy(update={"sentence_cosine": rule.sentence_cosine, "prompt": prompting or rule.prompt})
+        found = found.model_copy(update={"sentence_cosine": rule.sentence_cosine})
         found, _ = fit_size_terms([(e, g) for e, g, _ in large], found, sizes=[n for _, _, n in large])
         exact = sum(found.decide(e, n) == g for e, g, n in large) / len(large)
         key = (exact, -weight)

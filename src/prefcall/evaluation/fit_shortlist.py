@@ -43,6 +43,23 @@ class Request(BaseModel):
     gold: list[str]
 
 
+# Pages (strategies.shortlist.paged): the page sizes and the numbers of best-ranked tools whose pages are asked.
+PAGE_SIZES = (8, 10, 12, 16)
+PAGE_SEEDS = (1, 2, 3, 4)
+
+
+class PageFit(BaseModel):
+    """How a large list is cut into pages and how many pages a request is asked about: the geometry asking the
+    fewest tools on average whose recall (the share of the requests' gold tools on the pages asked) is within the
+    tolerance of the shortlist's recall at its fitted size."""
+
+    size: int
+    seeds: int
+    recall: float
+    asked: float  # tools asked about per request, on average
+    grid: dict[str, dict[str, float]]  # "size/seeds" -> {"recall", "asked"}
+
+
 class ShortlistFit(BaseModel):
     embedder: str
     size: int
@@ -52,6 +69,7 @@ class ShortlistFit(BaseModel):
     per_source: dict[str, dict[int, float]]
     requests: dict[str, int]
     tolerance: float = TOLERANCE
+    pages: PageFit | None = None  # with an embedder (pages are cut by its cosine)
 
 
 def load_catalogue() -> Catalogue:
@@ -132,6 +150,37 @@ def recall_curve(catalogue: Catalogue, requests: Sequence[Request], embedder: Em
     return pooled, per_source
 
 
+def page_curve(catalogue: Catalogue, requests: Sequence[Request], embedder: Embedder, dense_weight: float,
+               sizes: Sequence[int] = PAGE_SIZES, seeds: Sequence[int] = PAGE_SEEDS) -> dict[tuple[int, int], tuple[float, float]]:
+    """(page size, seeds) -> (mean recall of the pages asked, mean tools asked) over the requests."""
+    from prefcall.strategies.shortlist import paged
+
+    names = catalogue.names
+    texts = [function_text(f.name, f.description) for f in catalogue.functions]
+    out: dict[tuple[int, int], tuple[float, float]] = {}
+    for size in sizes:
+        for seed in seeds:
+            recall, asked = [], []
+            for request in requests:
+                found = paged(names, texts, request.text, embedder, size, seed, names=names, dense_weight=dense_weight)
+                assert found is not None
+                kept = found[1].kept
+                recall.append(recall_at(kept, request.gold, len(kept)))
+                asked.append(len(kept))
+            out[(size, seed)] = (round(sum(recall) / len(recall), 4), round(sum(asked) / len(asked), 2))
+    return out
+
+
+def fit_pages(curve: dict[tuple[int, int], tuple[float, float]], floor: float) -> PageFit:
+    """The geometry asking the fewest tools whose recall reaches `floor` (ties: the higher recall, then the smaller
+    page); the best recall where none does."""
+    reaching = [key for key, (recall, _) in curve.items() if recall >= floor] or \
+        [max(curve, key=lambda key: curve[key][0])]
+    size, seeds = min(reaching, key=lambda key: (curve[key][1], -curve[key][0], key[0]))
+    return PageFit(size=size, seeds=seeds, recall=curve[(size, seeds)][0], asked=curve[(size, seeds)][1],
+                   grid={f"{k[0]}/{k[1]}": {"recall": r, "asked": a} for k, (r, a) in curve.items()})
+
+
 def fit_size(curves: dict[float, dict[int, float]], tolerance: float = TOLERANCE) -> tuple[float, int]:
     """(dense weight, size): the smallest size whose recall, at some weight, is within `tolerance` of the best any
     weight and size reach; among weights reaching it there, the higher recall, then the lower weight."""
@@ -153,9 +202,11 @@ def fit(embedder: Embedder | None, sources: Sequence[str] = ("catalogue200", "co
     counts: dict[str, int] = {}
     for request in requests:
         counts[request.source] = counts.get(request.source, 0) + 1
+    pages = fit_pages(page_curve(catalogue, requests, embedder, weight), curves[weight][0][size] - TOLERANCE) \
+        if embedder is not None else None
     return ShortlistFit(embedder=embedder.name if embedder is not None else "bm25", size=size, dense_weight=weight,
                         recall=curves[weight][0], by_weight={w: pooled for w, (pooled, _) in curves.items()},
-                        per_source=curves[weight][1], requests=counts)
+                        per_source=curves[weight][1], requests=counts, pages=pages)
 
 
 def rules_file(base: dict[str, Any], fitted: ShortlistFit, note: dict[str, Any]) -> dict[str, Any]:
@@ -163,6 +214,7 @@ def rules_file(base: dict[str, Any], fitted: ShortlistFit, note: dict[str, Any])
     out = dict(base)
     out[fitted.embedder] = {"size": fitted.size, "dense_weight": fitted.dense_weight,
                             "recall_tune": {str(k): v for k, v in fitted.recall.items()},
+                            **({"pages": fitted.pages.model_dump()} if fitted.pages is not None else {}),
                             "tolerance": fitted.tolerance, "requests": fitted.requests, "source": note}
     return out
 

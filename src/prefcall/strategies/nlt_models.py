@@ -18,11 +18,6 @@ Mode = Literal["score", "generate", "structured"]
 MODES: tuple[str, ...] = ("score", "generate", "structured")
 DEFAULT_MODE: Mode = "score"
 Status = Literal["ok", "partial", "parse_error"]
-# How score mode asks the model about a tool: "listing" (the NLT prompt: every tool listed before the request, one
-# forced `ToolName -` line per tool) or "per-tool" (the request, then one tool alone: its answer and its
-# content-free baseline do not depend on which other tools a list or a shortlist holds).
-Prompting = Literal["listing", "per-tool"]
-PROMPTINGS: tuple[str, ...] = ("listing", "per-tool")
 
 
 class ToolSpec(BaseModel):
@@ -74,14 +69,11 @@ class DecisionRule(BaseModel):
     # the cosine is the best of the request's sentences (a request that asks for two things matches each of its
     # tools in one sentence; the whole request's vector matches neither well); False: the whole request's
     sentence_cosine: bool = False
-    # the prompt the model's log-odds were fitted under (Prompting); a rule with model weight 0 asks nothing
-    prompt: Prompting = "listing"
     # A list too large to be listed whole (strategies.shortlist.WHOLE_UP_TO) is asked page by page: the catalogue
-    # cut once into pages of `pages` similar tools, the model asked about the pages that hold the `page_seeds`
-    # tools retrieval ranks best (strategies.shortlist.paged), each page listed as a list of its own size would
-    # be. None: one shortlist of the tools retrieval ranks best, which changes with every request.
-    pages: int | None = None
-    page_seeds: int = 3
+    # cut once into pages of similar tools, the model asked about the pages that hold the tools retrieval ranks
+    # best (strategies.shortlist.paged; their number and size fitted per embedder), each page listed as a small
+    # list is. False: one shortlist of the tools retrieval ranks best, which changes with every request.
+    paged: bool = False
     source: str = "default (no rule fitted for this model): calibrated P(YES) > 0.5"
     # Lists of OWN_RULE_FROM tools or more: this rule's own weights, threshold and terms, fitted on large lists
     # (`prefcall fit --nlt --large-lists`). Where its model weight is 0 the model is not asked about a large list.

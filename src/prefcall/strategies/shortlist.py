@@ -43,6 +43,9 @@ WHOLE_UP_TO = 32
 # Without a fitted rule for the embedder: the shortlist's size and the fusion's weight of the dense ranking.
 SHORTLIST_SIZE = 32
 DENSE_WEIGHT = 0.5
+# Without a fitted rule for the embedder: pages of this many tools, those of this many best-ranked tools asked.
+PAGE_SIZE = 10
+PAGE_SEEDS = 4
 RULES_FILE = "shortlist.json"
 # Tokens a prompt must leave free in the context: the candidates scored after it and a short answer.
 CONTEXT_RESERVE = 256
@@ -81,6 +84,8 @@ class ShortlistRule(BaseModel):
 
     size: int = SHORTLIST_SIZE
     dense_weight: float = DENSE_WEIGHT
+    page_size: int = PAGE_SIZE
+    page_seeds: int = PAGE_SEEDS
     source: str = "default (no shortlist fitted for this embedder)"
 
 
@@ -93,8 +98,10 @@ def _packaged_rules() -> dict[str, dict]:
 def rule_for(embedder: Embedder | None, size: int | None = None) -> ShortlistRule:
     """The rule fitted for this embedder (BM25 alone without one), with the caller's size when given."""
     found = _packaged_rules().get(embedder.name) if embedder is not None else None
+    pages = found.get("pages") or {} if found else {}
     rule = ShortlistRule.model_validate(
         {k: found[k] for k in ("size", "dense_weight") if k in found}
+        | {f"page_{k}": pages[k] for k in ("size", "seeds") if k in pages}
         | {"source": f"fitted for {embedder.name}: {found.get('source', {}).get('command', '')}"}) \
         if found and embedder is not None else ShortlistRule()
     return rule.model_copy(update={"size": size}) if size is not None else rule
@@ -161,15 +168,17 @@ def pages(texts: Sequence[str], embedder: Embedder, size: int) -> list[list[int]
     return out
 
 
-def paged(items: Sequence[T], texts: Sequence[str], query: str, embedder: Embedder, size: int, seeds: int,
-          fits: Callable[[list[T]], bool] | None = None, names: Sequence[str] | None = None
-          ) -> tuple[list[list[T]], Shortlist] | None:
+def paged(items: Sequence[T], texts: Sequence[str], query: str, embedder: Embedder, size: int | None = None,
+          seeds: int | None = None, fits: Callable[[list[T]], bool] | None = None, names: Sequence[str] | None = None,
+          dense_weight: float | None = None) -> tuple[list[list[T]], Shortlist] | None:
     """A large list asked page by page: the pages (`pages`, of `size` tools) that hold the `seeds` tools retrieval
-    ranks best for the request (`rank`), best first. Every page is the same for every request, so its prompt's
+    ranks best for the request (`rank`), best first; None for each: as fitted for the embedder (ShortlistRule). Every page is the same for every request, so its prompt's
     prefix and its content-free calibration are reused, and a tool is asked about beside the same neighbours
     whatever the request. None when a page's prompt does not fit (`fits`): the caller shortlists instead."""
     labels = list(names) if names is not None else [str(i) for i in range(len(items))]
-    order = rank(texts, query, embedder, rule_for(embedder).dense_weight)
+    rule = rule_for(embedder)
+    size, seeds = rule.page_size if size is None else size, rule.page_seeds if seeds is None else seeds
+    order = rank(texts, query, embedder, rule.dense_weight if dense_weight is None else dense_weight)
     partition = pages(texts, embedder, size)
     page_of = {i: k for k, page in enumerate(partition) for i in page}
     chosen: list[int] = []
