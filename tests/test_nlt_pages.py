@@ -141,3 +141,27 @@ def test_the_large_list_fit_asks_page_by_page_when_told_and_the_rule_keeps_it(tm
     entry = json.loads(written.read_text(encoding="utf-8"))[f"{fits.file_fingerprint(model, tmp_path / 'data')}|"
                                                             f"{FakeEmbedder().name}"]
     assert entry["paged"] is True and DecisionRule.from_entry(entry).paged
+
+
+def test_the_large_list_fit_weighs_page_geometries_on_the_models_answers_and_keeps_the_best(tmp_path, monkeypatch,
+                                                                                            capsys):
+    import json
+
+    from model_files import FileEngine
+
+    from prefcall import cli
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF fake weights")
+    monkeypatch.setattr("prefcall.engine.load_embedder", lambda settings: FakeEmbedder())
+    monkeypatch.setattr("prefcall.engine.load_engine", lambda settings: FileEngine(model))
+    monkeypatch.setenv("PREFCALL_DATA_DIR", str(tmp_path / "data"))
+    run = tmp_path / "run"
+    assert cli.main(["fit", "--nlt", "--large-lists", "--paged", "--pages", "8/2,12/3", "--out", str(run)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    weighed = printed["exact_set_in_sample"]["pages_weighed"]
+    assert set(weighed) == {"8/2", "12/3"}
+    kept = f"{printed['rule']['page_size']}/{printed['rule']['page_seeds']}"
+    assert weighed[kept] == max(weighed.values())
+    assert {p.name.split("-pages")[1] for p in run.glob("nlt-large-lists-*-pages*.jsonl")} == {"8x2.jsonl", "12x3.jsonl"}
+    assert cli.main(["fit", "--nlt", "--large-lists", "--paged", "--pages", "8/x", "--out", str(run)]) != 0

@@ -91,6 +91,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "similar tools cut once per catalogue, those of the best-retrieved tools asked; their size "
                         "and number as `fit --shortlist` fitted them) instead of one shortlist that changes with every "
                         "request; the rule keeps it (DecisionRule.paged)")
+    parser.add_argument("--pages", metavar="SIZE/SEEDS,...",
+                        help="with --nlt --large-lists --paged: page geometries to weigh on the model's own answers "
+                        "(e.g. 10/4,16/3: pages of SIZE tools, those of the SEEDS best-retrieved tools asked); the "
+                        "one whose exact set on the tune lists of 33 tools or more is best is kept in the model's "
+                        "rule (default: the geometry fitted for the embedder by fit --shortlist)")
     parser.add_argument("--large-lists", action="store_true",
                         help="with --nlt: fit only how a shipped rule decides lists of more than ten tools (size "
                         "terms, or a rule of its own for them where that fits better; its ten-tool weights kept) on "
@@ -527,11 +532,30 @@ def _fit_large_lists(args: argparse.Namespace, engine: Any, embedder: Any, finge
         shipped = shipped.model_copy(update={"paged": args.paged})
         model, asked = engine.info.model_name, ("the model asked about a large list page by page" if args.paged
                                                 else "the model asked about the shortlist it gets")
-    progress = Progress(len(fit_nlt.tune_large_requests()), sys.stderr, label="fit --nlt --large-lists")
-    lists = fit_nlt.large_list_examples(embedder, lambda _: progress.advance(), engine=engine,
-                                        by_sentence=shipped.sentence_cosine, cache=cache, paged=shipped.paged)
-    progress.close()
+    geometries = _page_geometries(args.pages) if args.pages and engine is not None and args.paged else [None]
+    weighed: dict[str, float] = {}
+    best: tuple[float, Any, list[Any]] | None = None
+    for geometry in geometries:
+        named = f"{geometry[0]}/{geometry[1]}" if geometry else "the embedder's"
+        progress = Progress(len(fit_nlt.tune_large_requests()), sys.stderr,
+                            label=f"fit --nlt --large-lists (pages {named})" if shipped.paged else "fit --nlt --large-lists")
+        own = cache.with_name(f"{cache.stem}-pages{geometry[0]}x{geometry[1]}{cache.suffix}") \
+            if cache is not None and geometry else cache
+        found = fit_nlt.large_list_examples(embedder, lambda _: progress.advance(), engine=engine,
+                                            by_sentence=shipped.sentence_cosine, cache=own, paged=shipped.paged,
+                                            pages=geometry)
+        progress.close()
+        large = [(e, g, n) for e, g, n in found if n >= fit_nlt.OWN_RULE_FROM]
+        weighed[named] = round(sum(shipped.decide(e, n) == g for e, g, n in large) / max(1, len(large)), 4)
+        if best is None or weighed[named] > best[0]:  # ties keep the earlier geometry
+            best = (weighed[named], geometry, found)
+    assert best is not None
+    _, geometry, lists = best
+    if geometry:
+        shipped = shipped.model_copy(update={"page_size": geometry[0], "page_seeds": geometry[1]})
     fitted, accuracy = fit_nlt.for_large_lists(shipped, [], lists)
+    if len(geometries) > 1:
+        accuracy["pages_weighed"] = weighed
     note = {"command": "prefcall fit " + " ".join(sys.argv[2:]), "commit": git_commit(),
             "data": "the tune requests of tests/data/catalogue200 (prefcall/data/splits.json) against 10, 50 and 200 "
                     f"tools: {asked}", "lists": len(lists), "exact_set_in_sample": accuracy}
@@ -542,6 +566,7 @@ def _fit_large_lists(args: argparse.Namespace, engine: Any, embedder: Any, finge
         for key in keys:
             entry = dict(base.get(key) or {"model": model, **shipped.model_dump()})
             entry.update({"size_slope": fitted.size_slope, "margin": fitted.margin, "paged": fitted.paged,
+                          "page_size": fitted.page_size, "page_seeds": fitted.page_seeds,
                           "large": fitted.large.model_dump() if fitted.large is not None else None,
                           "source": str(entry.get("source", "")).split("; large lists:")[0] + f"; large lists: {what}, "
                           f"fitted on {len(lists)} lists of 10, 50 and 200 tools", "large_list_fit": note})
@@ -550,6 +575,17 @@ def _fit_large_lists(args: argparse.Namespace, engine: Any, embedder: Any, finge
     print(json.dumps({"model": model, "fingerprint": fingerprint, "embedder": embedder.name, "entries": keys,
                       "rule": fitted.model_dump(), **note, "written": args.nlt_out}, indent=1))
     return 0
+
+
+def _page_geometries(text: str) -> list[tuple[int, int]]:
+    """`--pages 10/4,16/3` -> [(10, 4), (16, 3)]."""
+    out = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        size, _, seeds = part.partition("/")
+        if not (size.isdigit() and seeds.isdigit() and int(size) > 0 and int(seeds) > 0):
+            raise ConfigError(f"--pages: {part!r} is not SIZE/SEEDS (e.g. 10/4)")
+        out.append((int(size), int(seeds)))
+    return out
 
 
 def _fit_shortlist(args: argparse.Namespace, settings: Settings) -> int:

@@ -131,14 +131,14 @@ SizedList = tuple[Evidence, set[str], int]
 
 def large_list_examples(embedder: Any, progress: Callable[[str], None] | None = None, *,
                         by_sentence: bool = False, engine: Any = None, cache: Path | None = None,
-                        paged: bool = False) -> list[SizedList]:
+                        paged: bool = False, pages: tuple[int, int] | None = None) -> list[SizedList]:
     """The evidence of the tune requests of tests/data/catalogue200 against 10, 50 and 200 of its tools
     (fit_shortlist.sized): BM25 and the cosine of every tool, or with `engine` the model's calibrated log-odds
     beside them for the tools its shortlist (the size fitted for the embedder) let it be asked about, as
     select_tools asks it; the tools the shortlist left out keep their BM25 and cosine, with no log-odds (None).
     `cache` (with `engine`): a JSON-lines file of the model's answers for the lists already asked (one row per
     request and size), read first and appended to, so that an interrupted fit resumes. `paged`: the model is asked page by
-    page (DecisionRule.paged)."""
+    page (DecisionRule.paged), `pages` (size, seeds) the geometry (None: the embedder's)."""
     from prefcall.evaluation import fit_shortlist
 
     catalogue, blocks, requests = fit_shortlist.load()
@@ -150,7 +150,9 @@ def large_list_examples(embedder: Any, progress: Callable[[str], None] | None = 
         message, history = message_and_history(request, request["id"])
         for n in LIST_SIZES:
             listed = fit_shortlist.sized(catalogue, blocks, request["block"], n)
-            rule = NO_MODEL.model_copy(update={"sentence_cosine": by_sentence, "paged": paged})
+            rule = NO_MODEL.model_copy(update={"sentence_cosine": by_sentence, "paged": paged,
+                                               "page_size": pages[0] if pages else None,
+                                               "page_seeds": pages[1] if pages else None})
             plain = select_tools(None, message, listed, context=request["context"],  # type: ignore[arg-type]
                                  history=history, embedder=embedder, rule=rule)
             evidence = {d.name: (None, float(d.lexical or 0.0), d.cosine) for d in plain.decisions}

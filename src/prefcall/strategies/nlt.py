@@ -462,7 +462,7 @@ def _score_mode(engine: Engine, specs: list[ToolSpec], message: str, context: st
     report = None
     groups = [specs]
     if asked:
-        found = page_specs(engine, specs, message, context, history, embedder) \
+        found = page_specs(engine, specs, message, context, history, embedder, chosen) \
             if chosen.paged and embedder is not None and len(specs) > WHOLE_UP_TO else None
         if found is None:
             scored, report = shortlist_specs(engine, specs, message, context, history, embedder, shortlist_size)
@@ -536,10 +536,10 @@ def shortlist_specs(engine: Engine, specs: list[ToolSpec], message: str, context
 
 
 def page_specs(engine: Engine, specs: list[ToolSpec], message: str, context: str | None, history: History,
-               embedder: Embedder) -> tuple[list[list[ToolSpec]], Shortlist] | None:
+               embedder: Embedder, rule: DecisionRule) -> tuple[list[list[ToolSpec]], Shortlist] | None:
     """The pages of a large list the model is asked about (DecisionRule.paged; strategies.shortlist.paged, the
-    pages' size and number fitted for the embedder), each listed as a list of its own; None where a page's prompt
-    does not fit the context (the caller shortlists)."""
+    pages' size and number the rule's, else those fitted for the embedder), each listed as a list of its own; None
+    where a page's prompt does not fit the context (the caller shortlists)."""
     fits = fits_context(engine)
 
     def fit(page: list[ToolSpec]) -> bool:
@@ -548,8 +548,8 @@ def page_specs(engine: Engine, specs: list[ToolSpec], message: str, context: str
                                                                                   + _tool_line(longest)))
 
     query = " ".join([*(text for _, text in history[-2:]), message])
-    return paged(specs, [function_text(s.name, s.description) for s in specs], query, embedder, fits=fit,
-                 names=[s.name for s in specs])
+    return paged(specs, [function_text(s.name, s.description) for s in specs], query, embedder, rule.page_size,
+                 rule.page_seeds, fits=fit, names=[s.name for s in specs])
 
 
 def check_listing_fits(engine: Engine, mode: str, prompt: Prompt, budget: int, tools: int) -> None:

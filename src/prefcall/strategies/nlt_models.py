@@ -74,6 +74,10 @@ class DecisionRule(BaseModel):
     # best (strategies.shortlist.paged; their number and size fitted per embedder), each page listed as a small
     # list is. False: one shortlist of the tools retrieval ranks best, which changes with every request.
     paged: bool = False
+    # the pages' size and how many best-ranked tools' pages are asked, where fitted for this model on its own
+    # answers (`prefcall fit --nlt --large-lists --paged --pages`); None: as fitted for the embedder
+    page_size: int | None = None
+    page_seeds: int | None = None
     source: str = "default (no rule fitted for this model): calibrated P(YES) > 0.5"
     # Lists of OWN_RULE_FROM tools or more: this rule's own weights, threshold and terms, fitted on large lists
     # (`prefcall fit --nlt --large-lists`). Where its model weight is 0 the model is not asked about a large list.
