@@ -165,3 +165,12 @@ def test_the_large_list_fit_weighs_page_geometries_on_the_models_answers_and_kee
     assert weighed[kept] == max(weighed.values())
     assert {p.name.split("-pages")[1] for p in run.glob("nlt-large-lists-*-pages*.jsonl")} == {"8x2.jsonl", "12x3.jsonl"}
     assert cli.main(["fit", "--nlt", "--large-lists", "--paged", "--pages", "8/x", "--out", str(run)]) != 0
+
+
+def test_a_large_lists_own_rule_is_asked_as_the_lists_it_was_fitted_on():
+    from prefcall.evaluation import fit_nlt
+
+    rule = PAGED.model_copy(update={"page_size": 12, "page_seeds": 2})
+    lists = [({"a": (2.0, 1.0, 0.5), "b": (-2.0, 0.0, 0.1)}, {"a"}, 50), ({"a": (-1.0, 0.0, 0.1)}, set(), 200)]
+    large = fit_nlt.fit_large_rule(rule, lists)[0].large
+    assert large is not None and large.paged and (large.page_size, large.page_seeds) == (12, 2)

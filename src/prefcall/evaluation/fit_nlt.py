@@ -297,7 +297,9 @@ def fit_large_rule(rule: DecisionRule, lists: Sequence[SizedList]) -> tuple[Deci
         if weight and any(all(v[0] is None for v in e.values()) for e, _, _ in large):
             continue  # the model was not asked about these lists
         found, _ = fit_rule([(probe.eligible(e), g) for e, g, _ in large], source=source, model_weights=(weight,))
-        found = found.model_copy(update={"sentence_cosine": rule.sentence_cosine})
+        # asked as the lists it was fitted on were asked (page by page or one shortlist)
+        found = found.model_copy(update={"sentence_cosine": rule.sentence_cosine, "paged": rule.paged,
+                                         "page_size": rule.page_size, "page_seeds": rule.page_seeds})
         found, _ = fit_size_terms([(e, g) for e, g, _ in large], found, sizes=[n for _, _, n in large])
         exact = sum(found.decide(e, n) == g for e, g, n in large) / len(large)
         key = (exact, -weight)
