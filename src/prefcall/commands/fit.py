@@ -563,13 +563,16 @@ def _fit_large_lists(args: argparse.Namespace, engine: Any, embedder: Any, finge
         what = {"none": "no terms (none held out)", "size_terms": "size terms",
                 "own_rule": "its own rule"}[accuracy["kept"]]
         out = dict(base)
+        size, seeds = fitted.page_size or "the embedder's fitted number of", fitted.page_seeds or "fitted number of"
+        paging = f", asked page by page ({size} tools a page, those of the {seeds} best-retrieved tools)" \
+            if fitted.paged else ""
         for key in keys:
             entry = dict(base.get(key) or {"model": model, **shipped.model_dump()})
             entry.update({"size_slope": fitted.size_slope, "margin": fitted.margin, "paged": fitted.paged,
                           "page_size": fitted.page_size, "page_seeds": fitted.page_seeds,
                           "large": fitted.large.model_dump() if fitted.large is not None else None,
                           "source": str(entry.get("source", "")).split("; large lists:")[0] + f"; large lists: {what}, "
-                          f"fitted on {len(lists)} lists of 10, 50 and 200 tools", "large_list_fit": note})
+                          f"fitted on {len(lists)} lists of 10, 50 and 200 tools" + paging, "large_list_fit": note})
             out[key] = entry
         Path(args.nlt_out).write_text(json.dumps(out, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(json.dumps({"model": model, "fingerprint": fingerprint, "embedder": embedder.name, "entries": keys,
