@@ -273,6 +273,10 @@ def test_the_shipped_shortlist_rule_is_fitted_for_the_embedder_and_names_its_com
             return "all-MiniLM-L6-v2"
 
     assert rule_for(Named()).size == entry["size"] and rule_for(Named(), 5).size == 5
+    # the page geometry fitted with it: no more tools asked than four shortlists, recall near the shortlist's
+    pages = entry["pages"]
+    assert (rule_for(Named()).page_size, rule_for(Named()).page_seeds) == (pages["size"], pages["seeds"])
+    assert pages["asked"] <= 4 * entry["size"] and pages["recall"] >= entry["recall_tune"][str(entry["size"])] - 0.05
     assert rule_for(FakeEmbedder()).size == SHORTLIST_SIZE  # no fit for this embedder: the default
 
 

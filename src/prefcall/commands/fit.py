@@ -537,8 +537,8 @@ def _fit_large_lists(args: argparse.Namespace, engine: Any, embedder: Any, finge
     best: tuple[float, Any, list[Any]] | None = None
     for geometry in geometries:
         named = f"{geometry[0]}/{geometry[1]}" if geometry else "the embedder's"
-        progress = Progress(len(fit_nlt.tune_large_requests()), sys.stderr,
-                            label=f"fit --nlt --large-lists (pages {named})" if shipped.paged else "fit --nlt --large-lists")
+        label = f"fit --nlt --large-lists (pages {named})" if shipped.paged else "fit --nlt --large-lists"
+        progress = Progress(len(fit_nlt.tune_large_requests()), sys.stderr, label=label)
         own = cache.with_name(f"{cache.stem}-pages{geometry[0]}x{geometry[1]}{cache.suffix}") \
             if cache is not None and geometry else cache
         found = fit_nlt.large_list_examples(embedder, lambda _: progress.advance(), engine=engine,

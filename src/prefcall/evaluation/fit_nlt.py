@@ -137,8 +137,8 @@ def large_list_examples(embedder: Any, progress: Callable[[str], None] | None = 
     beside them for the tools its shortlist (the size fitted for the embedder) let it be asked about, as
     select_tools asks it; the tools the shortlist left out keep their BM25 and cosine, with no log-odds (None).
     `cache` (with `engine`): a JSON-lines file of the model's answers for the lists already asked (one row per
-    request and size), read first and appended to, so that an interrupted fit resumes. `paged`: the model is asked page by
-    page (DecisionRule.paged), `pages` (size, seeds) the geometry (None: the embedder's)."""
+    request and size), read first and appended to, so that an interrupted fit resumes. `paged`: the model is asked
+    page by page (DecisionRule.paged), `pages` (size, seeds) the geometry (None: the embedder's)."""
     from prefcall.evaluation import fit_shortlist
 
     catalogue, blocks, requests = fit_shortlist.load()

@@ -151,7 +151,8 @@ def recall_curve(catalogue: Catalogue, requests: Sequence[Request], embedder: Em
 
 
 def page_curve(catalogue: Catalogue, requests: Sequence[Request], embedder: Embedder, dense_weight: float,
-               sizes: Sequence[int] = PAGE_SIZES, seeds: Sequence[int] = PAGE_SEEDS) -> dict[tuple[int, int], tuple[float, float]]:
+               sizes: Sequence[int] = PAGE_SIZES, seeds: Sequence[int] = PAGE_SEEDS
+               ) -> dict[tuple[int, int], tuple[float, float]]:
     """(page size, seeds) -> (mean recall of the pages asked, mean tools asked) over the requests."""
     from prefcall.strategies.shortlist import paged
 
@@ -162,7 +163,8 @@ def page_curve(catalogue: Catalogue, requests: Sequence[Request], embedder: Embe
         for seed in seeds:
             recall, asked = [], []
             for request in requests:
-                found = paged(names, texts, request.text, embedder, size, seed, names=names, dense_weight=dense_weight)
+                found = paged(names, texts, request.text, embedder, size, seed, names=names,
+                              dense_weight=dense_weight)
                 assert found is not None
                 kept = found[1].kept
                 recall.append(recall_at(kept, request.gold, len(kept)))

@@ -18,6 +18,11 @@ most 30). The shortlist's size and the fusion's dense weight are fitted per embe
 (data/shortlist.json; evaluation/fit_shortlist.py: the smallest size whose recall@k on the tune requests ranked
 against the committed 200-tool catalogue is within 0.01 of the best); a caller's size (PREFCALL_SHORTLIST_SIZE)
 overrides it. `prefcall bench --only catalogue` reports recall@k and latency at 10, 50 and 200 tools.
+
+A shortlist's listing changes with every request. A model's NLT rule can instead ask page by page (`paged`): the
+catalogue is cut once into pages of similar tools (`pages`), and the pages that hold the best-ranked tools are
+asked, each listed on its own (`paged`); the pages' size and number are fitted for the embedder by recall (`prefcall
+fit --shortlist`) or for the model on its own answers (`prefcall fit --nlt --large-lists --paged --pages`).
 """
 
 from __future__ import annotations
@@ -64,7 +69,6 @@ class Shortlist(BaseModel):
     trimmed: int = 0
     pages: int = 0  # asked page by page (`paged`): how many pages of similar tools; 0: one shortlist
 
-
     @property
     def applied(self) -> bool:
         return len(self.kept) < self.total
@@ -98,7 +102,7 @@ def _packaged_rules() -> dict[str, dict]:
 def rule_for(embedder: Embedder | None, size: int | None = None) -> ShortlistRule:
     """The rule fitted for this embedder (BM25 alone without one), with the caller's size when given."""
     found = _packaged_rules().get(embedder.name) if embedder is not None else None
-    pages = found.get("pages") or {} if found else {}
+    pages = (found.get("pages") or {}) if found else {}
     rule = ShortlistRule.model_validate(
         {k: found[k] for k in ("size", "dense_weight") if k in found}
         | {f"page_{k}": pages[k] for k in ("size", "seeds") if k in pages}
@@ -172,9 +176,10 @@ def paged(items: Sequence[T], texts: Sequence[str], query: str, embedder: Embedd
           seeds: int | None = None, fits: Callable[[list[T]], bool] | None = None, names: Sequence[str] | None = None,
           dense_weight: float | None = None) -> tuple[list[list[T]], Shortlist] | None:
     """A large list asked page by page: the pages (`pages`, of `size` tools) that hold the `seeds` tools retrieval
-    ranks best for the request (`rank`), best first; None for each: as fitted for the embedder (ShortlistRule). Every page is the same for every request, so its prompt's
-    prefix and its content-free calibration are reused, and a tool is asked about beside the same neighbours
-    whatever the request. None when a page's prompt does not fit (`fits`): the caller shortlists instead."""
+    ranks best for the request (`rank`), best first (`size` or `seeds` None: as fitted for the embedder,
+    ShortlistRule). Every page is the same for every request, so its prompt's prefix and its content-free
+    calibration are reused, and a tool is asked about beside the same neighbours whatever the request. None when a
+    page's prompt does not fit (`fits`): the caller shortlists instead."""
     labels = list(names) if names is not None else [str(i) for i in range(len(items))]
     rule = rule_for(embedder)
     size, seeds = rule.page_size if size is None else size, rule.page_seeds if seeds is None else seeds
