@@ -6,7 +6,11 @@ of the best-ranked tools changes its listing with every request."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
+
+import pytest
 
 from prefcall.engine.fake import FakeEmbedder, FakeEngine
 from prefcall.strategies import nlt
@@ -115,20 +119,25 @@ def test_the_page_geometry_is_read_from_the_embedders_shortlist_fit(monkeypatch)
     assert found is not None and found[1].size == 12 and found[1].pages <= 2 and len(found[1].ranked) == 2
 
 
-def test_the_large_list_fit_asks_page_by_page_when_told_and_the_rule_keeps_it(tmp_path, monkeypatch, capsys):
-    import json
-
+@pytest.fixture
+def model_file(tmp_path, monkeypatch) -> Path:
+    """A model file the CLI loads as a fake engine (its fingerprint is the file's), with the fake embedder."""
     from model_files import FileEngine
-
-    from prefcall import cli
-    from prefcall.evaluation import fit_nlt
-    from prefcall.storage import fits
 
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF fake weights")
     monkeypatch.setattr("prefcall.engine.load_embedder", lambda settings: FakeEmbedder())
     monkeypatch.setattr("prefcall.engine.load_engine", lambda settings: FileEngine(model))
     monkeypatch.setenv("PREFCALL_DATA_DIR", str(tmp_path / "data"))
+    return model
+
+
+def test_the_large_list_fit_asks_page_by_page_when_told_and_the_rule_keeps_it(tmp_path, model_file, capsys):
+    from prefcall import cli
+    from prefcall.evaluation import fit_nlt
+    from prefcall.storage import fits
+
+    model = model_file
     run, written = tmp_path / "run", tmp_path / "nlt_rules.json"
     assert cli.main(["fit", "--nlt", "--large-lists", "--paged", "--out", str(run), "--nlt-out", str(written)]) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -143,19 +152,10 @@ def test_the_large_list_fit_asks_page_by_page_when_told_and_the_rule_keeps_it(tm
     assert entry["paged"] is True and DecisionRule.from_entry(entry).paged
 
 
-def test_the_large_list_fit_weighs_page_geometries_on_the_models_answers_and_keeps_the_best(tmp_path, monkeypatch,
+def test_the_large_list_fit_weighs_page_geometries_on_the_models_answers_and_keeps_the_best(tmp_path, model_file,
                                                                                             capsys):
-    import json
-
-    from model_files import FileEngine
-
     from prefcall import cli
 
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF fake weights")
-    monkeypatch.setattr("prefcall.engine.load_embedder", lambda settings: FakeEmbedder())
-    monkeypatch.setattr("prefcall.engine.load_engine", lambda settings: FileEngine(model))
-    monkeypatch.setenv("PREFCALL_DATA_DIR", str(tmp_path / "data"))
     run = tmp_path / "run"
     assert cli.main(["fit", "--nlt", "--large-lists", "--paged", "--pages", "8/2,12/3", "--out", str(run)]) == 0
     printed = json.loads(capsys.readouterr().out)
