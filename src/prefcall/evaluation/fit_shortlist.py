@@ -153,20 +153,20 @@ def recall_curve(catalogue: Catalogue, requests: Sequence[Request], embedder: Em
 def page_curve(catalogue: Catalogue, requests: Sequence[Request], embedder: Embedder, dense_weight: float,
                sizes: Sequence[int] = PAGE_SIZES, seeds: Sequence[int] = PAGE_SEEDS
                ) -> dict[tuple[int, int], tuple[float, float]]:
-    """(page size, seeds) -> (mean recall of the pages asked, mean tools asked) over the requests."""
-    from prefcall.strategies.shortlist import paged
+    """(page size, seeds) -> (mean recall of the pages asked, mean tools asked) over the requests, as
+    strategies.shortlist.paged asks them: each request ranked once, the catalogue cut once per page size."""
+    from prefcall.strategies.shortlist import pages, pages_holding
 
     names = catalogue.names
     texts = [function_text(f.name, f.description) for f in catalogue.functions]
+    orders = [rank(texts, request.text, embedder, dense_weight) for request in requests]
     out: dict[tuple[int, int], tuple[float, float]] = {}
     for size in sizes:
+        partition = pages(texts, embedder, size)
         for seed in seeds:
             recall, asked = [], []
-            for request in requests:
-                found = paged(names, texts, request.text, embedder, size, seed, names=names,
-                              dense_weight=dense_weight)
-                assert found is not None
-                kept = found[1].kept
+            for request, order in zip(requests, orders):
+                kept = [names[i] for k in pages_holding(order, partition, seed) for i in partition[k]]
                 recall.append(recall_at(kept, request.gold, len(kept)))
                 asked.append(len(kept))
             out[(size, seed)] = (round(sum(recall) / len(recall), 4), round(sum(asked) / len(asked), 2))

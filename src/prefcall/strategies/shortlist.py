@@ -172,6 +172,16 @@ def pages(texts: Sequence[str], embedder: Embedder, size: int) -> list[list[int]
     return out
 
 
+def pages_holding(order: Sequence[int], partition: Sequence[Sequence[int]], seeds: int) -> list[int]:
+    """The pages of `partition` (indices into it) that hold the first `seeds` items of `order`, best first."""
+    page_of = {i: k for k, page in enumerate(partition) for i in page}
+    chosen: list[int] = []
+    for i in order[:max(1, seeds)]:
+        if page_of[i] not in chosen:
+            chosen.append(page_of[i])
+    return chosen
+
+
 def paged(items: Sequence[T], texts: Sequence[str], query: str, embedder: Embedder, size: int | None = None,
           seeds: int | None = None, fits: Callable[[list[T]], bool] | None = None, names: Sequence[str] | None = None,
           dense_weight: float | None = None) -> tuple[list[list[T]], Shortlist] | None:
@@ -185,11 +195,7 @@ def paged(items: Sequence[T], texts: Sequence[str], query: str, embedder: Embedd
     size, seeds = rule.page_size if size is None else size, rule.page_seeds if seeds is None else seeds
     order = rank(texts, query, embedder, rule.dense_weight if dense_weight is None else dense_weight)
     partition = pages(texts, embedder, size)
-    page_of = {i: k for k, page in enumerate(partition) for i in page}
-    chosen: list[int] = []
-    for i in order[:max(1, seeds)]:
-        if page_of[i] not in chosen:
-            chosen.append(page_of[i])
+    chosen = pages_holding(order, partition, seeds)
     groups = [[items[i] for i in partition[k]] for k in chosen]
     if fits is not None and not all(fits(group) for group in groups):
         return None
