@@ -700,11 +700,47 @@ def test_the_check_reads_the_questions_about_the_message_where_they_refuse_what_
         fit_relevance.CHECK_WAYS)
 
 
+def _task_rows() -> list[fit_relevance.RelevanceRow]:
+    """Relevant requests whose tool margins spread wide and whose messages ask for something; thanks on the topic
+    (the tool question says Yes, the message question says No); tasks sent to tools that do something else (the
+    tool question says No, the message question a loud Yes). A sum of the two margins cannot turn down both kinds
+    (a weight on the message that refuses the thanks lets the tasks through); the message read only where it says
+    No can."""
+    def rows(n: int, relevant: bool, source: str, tool: tuple[float, float], asks: tuple[float, float]):
+        return [fit_relevance.RelevanceRow(
+            source=source, id=f"{source}{i}", relevant=relevant, features=[0.5, 0.0], hand_refused=False,
+            gate_cosine=0.5, model_yes=tool[0] + (tool[1] - tool[0]) * ((7 * i) % n) / (n - 1),
+            message_yes={1: asks[0] + (asks[1] - asks[0]) * ((3 * i) % n) / (n - 1), 2: 0.0}) for i in range(n)]
+
+    return (rows(40, True, "a", (0.5, 2.5), (0.0, 2.0)) + rows(20, False, "thanks", (0.5, 2.5), (-4.0, -2.0))
+            + rows(20, False, "tasks", (-2.0, 0.3), (3.0, 6.0)))
+
+
+def test_a_message_that_asks_for_something_cannot_lift_a_tool_that_cannot_do_it():
+    """The fit tries the message questions read one-sided beside the plain ones and keeps the way that, held out,
+    refuses both the thanks and the tasks; the rule it stores says so, and at run time a loud Yes to the message
+    question reads as nothing."""
+    found = fit_relevance.fit_check(_task_rows(), embedder_threshold=0.0)
+    assert found.kept and found.one_sided and found.rule()["one_sided"] is True, found.way
+    assert "one-sided message questions 1" in found.way
+    assert found.held_out[found.way]["no_call"] == 1.0 and found.held_out[found.way]["false_refusal"] <= 0.05
+    plain = found.way.replace("one-sided ", "")
+    assert found.held_out[plain]["no_call"] < found.held_out[found.way]["no_call"]
+    rule = model_check.CheckRule(**found.rule())
+    task = model_check.features(0.5, [-1.0], [5.0] if rule.messages == [1] else [5.0, 0.0], sided=True)
+    assert rule.refuses(task)
+    two_sided = fit_relevance.fit_check([r.model_copy(update={"message_yes": None}) for r in _task_rows()], 0.0)
+    assert not two_sided.one_sided and "one_sided" not in two_sided.rule()
+
+
 def test_a_check_rule_has_one_weight_per_message_question_it_reads():
     from prefcall.strategies import model_check
 
     rule = model_check.CheckRule(weights=[0.0, 0.0, 1.0, 2.0], threshold=0.0, messages=[1])
     assert rule.score(model_check.features(0.3, [0.5, -1.0], [0.25])) == 1.0
+    sided = rule.model_copy(update={"one_sided": True})
+    assert sided.score(model_check.features(0.3, [0.5], [3.0], sided=True)) == 0.5
+    assert sided.score(model_check.features(0.3, [0.5], [-1.0], sided=True)) == -1.5
     with pytest.raises(Exception, match="has 4 weights, not 3"):
         model_check.CheckRule(weights=[0.0, 0.0, 1.0], threshold=0.0, messages=[1])
     with pytest.raises(Exception, match="message question versions \\[9\\]"):
@@ -754,6 +790,31 @@ def test_the_pipeline_asks_about_the_message_alone_when_its_check_reads_it(tmp_p
     assert parse("What is the weather like in Paris today?").decision != "refuse"
     prompts = [c["prompt"] for c in engine.calls if message in c.get("prompt", "")]
     assert prompts and not any("get_weather" in p for p in prompts)
+
+
+def test_the_pipeline_reads_a_one_sided_message_question_only_where_it_says_no(tmp_path: Path, monkeypatch):
+    """A task the weather tool cannot do, on its topic (stage 1 takes it for the tool): the tool question says No,
+    the message question a loud Yes. Read two-sided, the Yes lifts the answer over the threshold; a rule fitted
+    one-sided refuses it."""
+    message = model_check.MESSAGE_QUESTIONS[1].question
+
+    def scorer(prompt: str, candidate: str) -> float:
+        if message in prompt:
+            return {"Yes": 0.0, "No": -4.0}[candidate]
+        if model_check.QUESTIONS[2].question in prompt:
+            return {"Yes": -2.0, "No": 0.0}[candidate]
+        return -1.0
+
+    rule = {"weights": [0.0, 0.0, 1.0, 1.0], "threshold": 0.0, "question": 2, "messages": [1]}
+    (tmp_path / "two").mkdir()
+    (tmp_path / "one").mkdir()
+    _, parse = _checked(tmp_path / "two", monkeypatch, scorer, rule)
+    kept = parse("What will the weather be like in Paris in ten years?")
+    assert kept.decision != "refuse", kept.notes
+    _, parse = _checked(tmp_path / "one", monkeypatch, scorer, {**rule, "one_sided": True})
+    task = parse("What will the weather be like in Paris in ten years?")
+    assert task.decision == "refuse", task.notes
+    assert any("the message question 1's yes-margin 4.00" in n and "check's score -2.00" in n for n in task.notes)
 
 
 def _catalogue(*functions: tuple[str, str]) -> Catalogue:

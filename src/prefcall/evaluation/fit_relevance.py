@@ -41,6 +41,7 @@ from prefcall.evaluation.tasks.tools import read_records
 from prefcall.retrieval.text import humanise, stem, tokenize
 from prefcall.schemas.importers import import_catalogue
 from prefcall.schemas.model import Catalogue, Function, Turn
+from prefcall.strategies import model_check
 from prefcall.strategies.fnctod import NONE_MARGIN, RELEVANCE_FEATURES
 
 KEEP = 0.98
@@ -616,6 +617,7 @@ class CheckFit(BaseModel):
     calibrated: bool = False  # it reads the margin less the content-free baseline
     messages: list[int] = Field(default_factory=list)  # the model_check.MESSAGE_QUESTIONS versions it reads
     stage_one: bool = False  # it reads stage 1's "None" margin (RelevanceRow.features' none_margin) after those
+    one_sided: bool = False  # it reads the message margins only where they say No (model_check.one_sided)
     kept: bool  # stored only when, held out, its refusals are worth more than the embedder's rule's (`_gain`)
     why: str = ""
     way: str = ""  # which of CHECK_WAYS was chosen
@@ -634,7 +636,7 @@ class CheckFit(BaseModel):
     def rule(self) -> dict[str, Any]:
         return {"weights": self.weights, "threshold": self.threshold, "embedder_first": self.embedder_first,
                 "question": self.question, "calibrated": self.calibrated, "messages": self.messages,
-                **({"stage_one": True} if self.stage_one else {})}
+                **({"stage_one": True} if self.stage_one else {}), **({"one_sided": True} if self.one_sided else {})}
 
 
 # A score under every threshold: a request the embedder's rule refuses on its own, whatever the check says.
@@ -652,9 +654,11 @@ CHECK_MESSAGES: tuple[tuple[int, ...], ...] = ((), (1,), (2,), (1, 2))
 # other features (fnctod.NONE_MARGIN of RELEVANCE_FEATURES: no further model call at run time).
 
 
-def _way_name(base: str, calibrated: bool, messages: Sequence[int], stage_one: bool = False) -> str:
+def _way_name(base: str, calibrated: bool, messages: Sequence[int], stage_one: bool = False,
+              sided: bool = False) -> str:
     return (base + (", calibrated" if calibrated else "")
-            + (f", message questions {'+'.join(str(v) for v in messages)}" if messages else "")
+            + (f", {'one-sided ' if sided else ''}message questions {'+'.join(str(v) for v in messages)}"
+               if messages else "")
             + (", stage 1's None margin" if stage_one else ""))
 
 
@@ -780,19 +784,19 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
     fold = _folds(rows)
     fitted_ways: dict[str, Any] = {}
     # each way's name: (CHECK_WAYS key, calibrated, message set, stage 1's None margin)
-    parts: dict[str, tuple[str, bool, tuple[int, ...], bool]] = {}
+    parts: dict[str, tuple[str, bool, tuple[int, ...], bool, bool]] = {}
     held_out: dict[str, dict[str, float]] = {}
     by_source: dict[str, dict[str, float]] = {}
     stages = (False, True) if all(len(r.features) == len(RELEVANCE_FEATURES) for r in rows) else (False,)
     for calibrated, margin in kinds.items():
-        for messages in sets:
+        for messages, sided in [(m, s) for m in sets for s in ((False, True) if m else (False,))]:
             for stage_one in stages:
-                x = np.asarray([[r.gate_cosine, m, *((r.message_yes or {})[v] for v in messages),
-                                 *([r.features[NONE_MARGIN]] if stage_one else [])]
+                x = np.asarray([model_check.features(r.gate_cosine, [m], [(r.message_yes or {})[v] for v in messages],
+                                                     [r.features[NONE_MARGIN]] if stage_one else [], sided=sided)
                                 for r, m in zip(rows, margin)], dtype=float)
                 for name, how in CHECK_WAYS.items():
-                    label = _way_name(name, calibrated, messages, stage_one)
-                    parts[label] = (name, calibrated, messages, stage_one)
+                    label = _way_name(name, calibrated, messages, stage_one, sided)
+                    parts[label] = (name, calibrated, messages, stage_one, sided)
                     found = fitted_ways[label] = _fit_way(x, y, alone, rows, *how)
                     if found is not None and (rates := _held_out(x, y, alone, rows, fold, *how)) is not None:
                         held_out[label] = rates
@@ -802,14 +806,14 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
         raise ConfigError("the check cannot be fitted on these rows: every way refuses more relevant rows than the "
                           "keep rule allows; rerun `prefcall fit --relevance` with more requests (--per-source)")
     way = max(held_out, key=lambda n: (_gain(held_out[n]), -held_out[n]["false_refusal"]))
-    base, calibrated, messages, stage_one = parts[way]
+    base, calibrated, messages, stage_one, sided = parts[way]
     first = CHECK_WAYS[base][0]
     found = fitted_ways[way]
     assert found is not None
     weights, threshold, scores = found
     fitted = _rates([s < threshold for s in scores], rows)
     other = next((n for n in CHECK_WAYS if CHECK_WAYS[n] == (not first, CHECK_WAYS[base][1])), "")
-    other_found = fitted_ways.get(_way_name(other, calibrated, messages, stage_one)) if other else None
+    other_found = fitted_ways.get(_way_name(other, calibrated, messages, stage_one, sided)) if other else None
     embedder = _rates(list(alone), rows)
     kept = _gain(held_out[way]) > _gain(embedder)
     why = "" if kept else (f"the embedder's rule alone refuses {embedder['no_call']:.1%} of the irrelevant tuning "
@@ -818,7 +822,8 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
                            "did not read: it adds nothing")
     split = shares(scores, rows, threshold)
     return CheckFit(weights=weights, threshold=threshold, embedder_first=first, question=questions.pop(),
-                    calibrated=calibrated, messages=list(messages), stage_one=stage_one, kept=kept, why=why, way=way,
+                    calibrated=calibrated, messages=list(messages), stage_one=stage_one, one_sided=sided, kept=kept,
+                    why=why, way=way,
                     auc=split["auc"], rows=len(rows), fitted=fitted, embedder=embedder,
                     other=_rates([s < other_found[1] for s in other_found[2]], rows) if other_found else {},
                     held_out=held_out, held_out_sources=by_source, sources=split["sources"])

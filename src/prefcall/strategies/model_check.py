@@ -32,7 +32,10 @@ the prompt): does the user ask for anything to be done or found? A thank-you or 
 share ("my old provider was terrible with refunds") reads as a fit for a refund tool, yet asks for nothing; the
 tool question weighs the topic, the message question the act. A rule fitted with `messages` reads those margins
 after the tool's (`features`); the fit chooses them only where, held out, they refuse more irrelevant tuning
-requests net of relevant ones.
+requests net of relevant ones. Read two-sided, a message's clear Yes ("I need an inventory update on markers")
+can outweigh a tool's clear No (a document formatter), and a task sent to a server whose tools do something else
+passes; a rule fitted `one_sided` reads a message margin only where it says No (`one_sided`): the message
+question can count against a request that asks for nothing, never for one that asks what no tool here does.
 """
 
 from __future__ import annotations
@@ -94,7 +97,9 @@ class CheckRule(LinearRule):
     requests better (fit_relevance.fit_check). Fits stored before it was a choice asked the model every time.
     `question`: the version of QUESTIONS it was fitted on; `calibrated`: it reads margins less the content-free
     baseline; `messages`: the versions of MESSAGE_QUESTIONS whose yes-margins it reads after CHECK_FEATURES (one
-    weight each); `stage_one`: it reads stage 1's "None" margin after those (one weight)."""
+    weight each); `one_sided`: it reads those margins only where they say No (`one_sided`: a message that asks for
+    something may still ask a tool here cannot do, so a Yes must not lift a tool's low margin); `stage_one`: it
+    reads stage 1's "None" margin after those (one weight)."""
 
     weights: list[float] = Field(min_length=len(CHECK_FEATURES) + 1)
     embedder_first: bool = False
@@ -102,6 +107,7 @@ class CheckRule(LinearRule):
     calibrated: bool = False
     messages: list[int] = Field(default_factory=list)
     stage_one: bool = False
+    one_sided: bool = False
 
     @field_validator("messages")
     @classmethod
@@ -202,12 +208,18 @@ def message_margins(engine: Engine, request: str, versions: Sequence[int],
     return [s.logprobs[0] - s.logprobs[1] for s in scored]
 
 
+def one_sided(margin: float) -> float:
+    """A message question's margin as a rule fitted `one_sided` reads it: only a No counts (min(margin, 0))."""
+    return min(float(margin), 0.0)
+
+
 def features(relevance_score: float, margins: Sequence[float], messages: Sequence[float] = (),
-             stage_one: Sequence[float] = ()) -> list[float]:
+             stage_one: Sequence[float] = (), *, sided: bool = False) -> list[float]:
     """CHECK_FEATURES: the embedder rule's score and the best yes-margin of the functions asked about; then the
-    message questions' margins a rule reads (`CheckRule.messages`, in its order), then stage 1's "None" margin for
-    a rule fitted `stage_one`."""
-    return [relevance_score, max(margins), *messages, *stage_one]
+    message questions' margins a rule reads (`CheckRule.messages`, in its order; `sided`: `one_sided`), then stage
+    1's "None" margin for a rule fitted `stage_one`."""
+    read = [one_sided(m) for m in messages] if sided else list(messages)
+    return [relevance_score, max(margins), *read, *stage_one]
 
 
 class StageView(NamedTuple):
@@ -248,7 +260,7 @@ def verdict(engine: Engine, embedder: Embedder | None, rule: CheckRule, request:
     asked = [f for f in functions if f.name in {judged.closest, *chosen, *view.chosen}]
     yes = yes_margins(engine, asked, request, usage, question=rule.question, calibrated=rule.calibrated)
     messages = message_margins(engine, request, rule.messages, usage)
-    found = features(judged.similarity, yes, messages, [none] if none is not None else [])
+    found = features(judged.similarity, yes, messages, [none] if none is not None else [], sided=rule.one_sided)
     said = "".join(f", the message question {v}'s yes-margin {m:.2f}" for v, m in zip(rule.messages, messages))
     said += f", stage 1's None margin {found[-1]:.2f}" if rule.stage_one else ""
     refused = rule.refuses(found)
