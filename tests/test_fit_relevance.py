@@ -811,6 +811,8 @@ def test_the_pipeline_reads_a_one_sided_message_question_only_where_it_says_no(t
     _, parse = _checked(tmp_path / "two", monkeypatch, scorer, rule)
     kept = parse("What will the weather be like in Paris in ten years?")
     assert kept.decision != "refuse", kept.notes
+    assert any(n.startswith("kept: the request is about the catalogue") and "check's score 2.00 >= 0.00" in n
+               for n in kept.notes), kept.notes
     _, parse = _checked(tmp_path / "one", monkeypatch, scorer, {**rule, "one_sided": True})
     task = parse("What will the weather be like in Paris in ten years?")
     assert task.decision == "refuse", task.notes

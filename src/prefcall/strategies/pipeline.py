@@ -446,7 +446,11 @@ class Pipeline:
                 meter.trace.prompt_tokens += usage.prompt_tokens
                 meter.trace.evaluated += usage.evaluated
                 meter.trace.reused += usage.reused
-            if found_check is None or not found_check.refused:
+            if found_check is None:
+                return
+            if not found_check.refused:
+                if found_check.asked:  # the model's answers kept it: say which evidence decided
+                    result.notes.append(f"kept: the request is about the catalogue ({found_check.why})")
                 return
             why = found_check.why
         self._refuse(result, why)
