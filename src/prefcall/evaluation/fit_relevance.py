@@ -783,7 +783,7 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
     alone = np.asarray([float(r.gate_cosine) < embedder_threshold for r in rows])  # type: ignore[arg-type]
     fold = _folds(rows)
     fitted_ways: dict[str, Any] = {}
-    # each way's name: (CHECK_WAYS key, calibrated, message set, stage 1's None margin)
+    # each way's name: (CHECK_WAYS key, calibrated, message set, stage 1's None margin, message set one-sided)
     parts: dict[str, tuple[str, bool, tuple[int, ...], bool, bool]] = {}
     held_out: dict[str, dict[str, float]] = {}
     by_source: dict[str, dict[str, float]] = {}
@@ -823,8 +823,7 @@ def fit_check(rows: Sequence[RelevanceRow], embedder_threshold: float) -> CheckF
     split = shares(scores, rows, threshold)
     return CheckFit(weights=weights, threshold=threshold, embedder_first=first, question=questions.pop(),
                     calibrated=calibrated, messages=list(messages), stage_one=stage_one, one_sided=sided, kept=kept,
-                    why=why, way=way,
-                    auc=split["auc"], rows=len(rows), fitted=fitted, embedder=embedder,
+                    why=why, way=way, auc=split["auc"], rows=len(rows), fitted=fitted, embedder=embedder,
                     other=_rates([s < other_found[1] for s in other_found[2]], rows) if other_found else {},
                     held_out=held_out, held_out_sources=by_source, sources=split["sources"])
 
