@@ -448,9 +448,8 @@ class Pipeline:
                 meter.trace.reused += usage.reused
             if found_check is None:
                 return
-            if not found_check.refused:
-                if found_check.asked:  # the model's answers kept it: say which evidence decided
-                    result.notes.append(f"kept: the request is about the catalogue ({found_check.why})")
+            if not found_check.refused:  # the model's answers kept it (only a refusal skips asking): say why
+                result.notes.append(f"kept: the request is about the catalogue ({found_check.why})")
                 return
             why = found_check.why
         self._refuse(result, why)
