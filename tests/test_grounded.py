@@ -1473,6 +1473,27 @@ def test_a_number_right_after_a_capitalised_word_is_that_names_not_a_count():
     assert not cut("Pier 39 please", "39")  # a sentence's first word is capitalised as such
 
 
+def test_a_street_address_keeps_its_house_number():
+    """"to 9 Pine Road": the address is one value; "Pine Road" alone cuts it, even where the model likes it."""
+    from prefcall.strategies.grounding.fill import _cuts_numbered_name, _numbered_names
+    from prefcall.strategies.grounding.values import Candidate
+
+    meal = Function(name="OrderMeal", description="Order a meal for delivery.", parameters={
+        "type": "object", "properties": {"dish": {"type": "string"},
+                                         "delivery_address": {"type": "string", "description": "Where it goes"}},
+        "required": ["delivery_address"]})
+    engine = FakeEngine(scorer=scorer("OrderMeal", dish="ramen", delivery_address=["Pine Road", "9 Pine Road"]))
+    result = Pipeline(engine, FakeEmbedder()).parse("User: Get me ramen to 9 Pine Road please.", [],
+                                                    Catalogue(name="meals", functions=[meal]), get_config("full"))
+    assert result.calls[0].arguments == {"dish": "ramen", "delivery_address": "9 Pine Road"}
+    text = "Deliver to 230 Mill Avenue, thanks"
+    source = Source("user", text, "turn 0")
+    found = _numbered_names([source])[id(source)]
+    assert [text[a:b] for a, b in found] == ["230 Mill Avenue"]
+    piece = Candidate("Mill Avenue", "Mill Avenue", source, text.index("Mill"), text.index("Mill") + 11)
+    assert _cuts_numbered_name(piece, {id(source): found}, whole=True)
+
+
 def test_a_span_that_another_argument_enumerates_is_that_arguments():
     """"I'm in need of a Dermatologist": an option of the doctor's type, never the doctor's name, even where the
     model likes it there."""

@@ -71,6 +71,67 @@ def test_a_fact_has_a_key_and_a_value_and_a_scoped_or_conditional_one_is_none():
         statements.fact_of("My name is Dana Reyes.")]
 
 
+def test_a_fact_written_without_a_key_takes_its_key_from_the_form_of_its_one_value():
+    cases = {
+        "Reach me any time at +1 (303) 555-0142.": ("phone", "+1 (303) 555-0142"),
+        "I'm Dana Reyes.": ("name", "Dana Reyes"),
+        "Omar Haddad here.": ("name", "Omar Haddad"),
+        "Post for me goes to dana@example.org": ("email", "dana@example.org"),
+        "We live at 48 Harbor Road.": ("address", "48 Harbor Road"),
+        "I reside in Salt Lake City.": ("home city", "Salt Lake City"),
+    }
+    for text, (key, value) in cases.items():
+        fact = statements.fact_of(text)
+        assert fact is not None and (fact.key, fact.value, fact.keyless) == (key, value, True), text
+        assert statements.kind_of(text) == "fact", text
+    # A keyed fact keeps its key.
+    assert not statements.fact_of("My phone number is 555-0142.").keyless
+    not_facts = [
+        "Meet Dana Reyes at 12 Elm Street.",  # no first person, and two values
+        "I'm at 12 Elm Street, or reach me at 555-0142.",  # two values: which one the statement is about is unclear
+        "If I rent a car, call me on 555-0142.",  # a condition: a wish
+        "I like the cafe at 5 Main Street.",  # a wish word
+        "I was born on 1990-05-02.",  # a date is not a phone number
+        "I'm in a hurry most mornings.",  # no value of a set form
+        "Going to Leeds?",  # a question
+    ]
+    assert [statements.fact_of(t) for t in not_facts] == [None] * len(not_facts)
+    assert statements.kind_of("I flew to Rome with Dana Reyes last week.") == "record"
+
+
+def test_a_fact_without_a_key_fills_the_required_argument_its_value_s_form_names():
+    profile = ["Everyone knows me as Dana Reyes.", "Text me on 555-0142.", "I reside in Denver.",
+               "Send my books from 12 Elm Street."]
+    facts = statements.facts_of(profile, CATALOGUE)
+    # Words that name a function ("books": ReserveBook) make the statement a wish about it, not a fact.
+    assert [f.instruction for f in facts] == profile[:3]
+    assert statements.fact_for("driver_name", RENT.properties["driver_name"], facts)[1] == "Dana Reyes"
+    assert statements.fact_for("driver_phone", RENT.properties["driver_phone"], facts)[1] == "555-0142"
+    assert statements.fact_for("pickup_city", RENT.properties["pickup_city"], facts)[1] == "Denver"
+    draft = Draft(name="RentCar")
+    draft.set("pickup_city", ["Austin"], Provenance(argument="pickup_city", value="Austin", origin="user"))
+    statements.fill_from_facts([draft], facts, CATALOGUE)
+    # The required name is filled; the city the user wrote stays; the optional phone stays out.
+    assert draft.values == {"pickup_city": ["Austin"], "driver_name": ["Dana Reyes"]}
+
+
+def test_a_facts_tag_takes_the_whole_value_the_fact_states_not_a_piece_of_it():
+    from prefcall.strategies.preferences import Preference
+
+    facts = statements.facts_of(["I live at 7 Birch Lane.", "My name is Dana Reyes."], CATALOGUE)
+    pieces = [Preference(instruction="I live at 7 Birch Lane.", function="RentCar",
+                         actions={"pickup_city": ["Birch Lane"], "seats": [7]}),
+              Preference(instruction="If I rent a car, pick it up at Birch Lane.", function="RentCar",
+                         actions={"pickup_city": ["Birch Lane"]})]
+    whole = statements.whole_fact_values(pieces, facts, CATALOGUE)
+    # The fact's value replaces its piece; a value that is no piece (a number) and a wish's value stay.
+    assert [p.actions for p in whole] == [{"pickup_city": ["7 Birch Lane"], "seats": [7]},
+                                          {"pickup_city": ["Birch Lane"]}]
+    # A piece must be whole words of the fact's value ("Lan" is no piece of "7 Birch Lane").
+    partial = Preference(instruction="I live at 7 Birch Lane.", function="RentCar", actions={"pickup_city": ["Lan"]})
+    assert statements.whole_fact_values([partial], facts, CATALOGUE)[0].actions == {"pickup_city": ["Lan"]}
+
+
 def test_stage_one_reads_only_wishes_as_evidence_of_what_the_user_asks_for():
     profile = [*PROFILE, "If I rent a car, I want an SUV.", "Library books: paperback"]
     assert statements.wishes_of(profile, CATALOGUE) == ["If I rent a car, I want an SUV.", "Library books: paperback"]
@@ -140,6 +201,25 @@ def test_a_request_that_refers_back_takes_what_it_names_from_the_latest_record_a
     # Without a back reference no record is read: the car type stays open (it is optional).
     plain = parse("User: Rent a car in Austin.")
     assert [c.arguments for c in plain.calls] == [{"pickup_city": "Austin", "driver_name": "Dana Reyes"}]
+
+
+def test_the_record_a_request_refers_back_to_is_found_by_what_it_is_about_not_only_by_its_words():
+    # "registered" names no function by its words; the embedder (here: the caller's functions_of) says which.
+    records = ["Not long ago I registered for the jazz night.", "Not long ago I rented a van in Phoenix."]
+    read = {records[0]: {"book_title": ("the jazz night", "the jazz night")},
+            records[1]: {"book_title": ("a van", "a van")}}
+    draft = Draft(name="ReserveBook")
+
+    def about(record: str) -> list[str]:
+        return ["ReserveBook"] if "registered" in record else ["RentCar"]
+    used = statements.resolve_back_reference([draft], records, "User: Reserve the same one as last time.", CATALOGUE,
+                                             lambda function, record: read[record], about)
+    assert used == [records[0]] and draft.values == {"book_title": ["the jazz night"]}
+    # By words alone neither record is about ReserveBook: the latest record is read.
+    draft = Draft(name="ReserveBook")
+    used = statements.resolve_back_reference([draft], records, "User: Reserve the same one as last time.", CATALOGUE,
+                                             lambda function, record: read[record])
+    assert used == [records[1]]
 
 
 def test_the_words_after_same_name_the_argument_else_the_required_ones_left_open():

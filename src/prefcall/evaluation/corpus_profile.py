@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefcall.evaluation.corpus import CORPUS_DIR, Item, draw_items, function_entry, render_call, write_corpus
+from prefcall.evaluation.corpus import CORPUS_DIR, Item, draw_items, dumps, function_entry, render_call, write_corpus
 from prefcall.evaluation.corpus_domains import property_schema
 
 SEED = 20261129
@@ -54,6 +54,19 @@ FACTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "email": (("dana.r@example.com", "omar.h@example.org", "lena.f@example.net", "p.nair@example.com"),
               ("Write to me at {v}.",)),
     "home city": (("Denver", "Leeds", "Porto", "Osaka", "Halifax"), ("I live in {v}.",)),
+}
+# A second tuning set for facts written without a key (`prose`, its own file: profile_prose_items.json): the user's
+# facts and records in other words than any style above, so that a rule reading keyless facts is tuned here and
+# reported on the held-out `plain` style of the main file.
+PROSE_SEED = 20261201
+PROSE_PER_FUNCTION = 8
+PROSE_STYLES = ("prose",)
+PROSE: dict[str, tuple[str, ...]] = {
+    "name": ("{v} here.", "Everyone calls me {v}."),
+    "home address": ("I'm at {v}.", "Deliveries reach me at {v}."),
+    "phone number": ("Text me on {v}.", "Ring me at {v} anytime."),
+    "email": ("Emails reach me at {v}.", "I read mail at {v}."),
+    "home city": ("I'm based in {v}.", "Home for me is in {v}."),
 }
 RECORD_WHEN = ("week", "month", "Friday", "weekend")
 AGO = ("two days ago", "three weeks ago", "a month ago")
@@ -195,6 +208,8 @@ class Builder:
             return f"My {key} is {value}."
         if style == "card":
             return f"{key[0].upper()}{key[1:]}: {value}"
+        if style == "prose":
+            return self.rng.choice(PROSE[key]).format(v=value)
         return self.rng.choice(FACTS[key][1]).format(v=value)
 
     def record(self, domain: Domain, values: dict[str, Any], style: str) -> str:
@@ -203,6 +218,8 @@ class Builder:
             return f"From my {domain.kind} history: {entry}."
         if style == "card":
             return f"Last {self.rng.choice(RECORD_WHEN)}, I {entry}."
+        if style == "prose":
+            return f"Not long ago I {entry}."
         return f"{entry[0].upper()}{entry[1:]} {self.rng.choice(AGO)}."
 
     def record_values(self, domain: Domain, avoid: dict[str, Any]) -> dict[str, Any]:
@@ -276,6 +293,15 @@ def build_items(seed: int = SEED, per_function: int = ITEMS_PER_FUNCTION) -> lis
     return draw_items(Builder(seed), DOMAINS, KINDS, STYLES, TUNE_STYLES, REPORT_FUNCTIONS, per_function)
 
 
+def build_prose_items(seed: int = PROSE_SEED, per_function: int = PROSE_PER_FUNCTION) -> list[Item]:
+    """The `prose` items (facts without a key, module comment at PROSE): ids "<function>-prose-NN"."""
+    items = draw_items(Builder(seed), DOMAINS, KINDS, PROSE_STYLES, PROSE_STYLES, REPORT_FUNCTIONS, per_function)
+    for item in items:
+        function, number = item.example_id.rsplit("-", 1)
+        item.example_id = f"{function}-prose-{number}"
+    return items
+
+
 def catalogue() -> dict[str, Any]:
     functions = [function_entry(d.function, d.description, {a.name: a.schema() for a in d.args},
                                 [a.name for a in d.args if a.required]) for d in DOMAINS]
@@ -285,4 +311,7 @@ def catalogue() -> dict[str, Any]:
 
 
 def build(out: Path = CORPUS_DIR) -> list[Path]:
-    return write_corpus(out, "profile_", catalogue(), build_items())
+    paths = write_corpus(out, "profile_", catalogue(), build_items())
+    prose = out / "profile_prose_items.json"
+    prose.write_text(dumps([item.__dict__ for item in build_prose_items()]), encoding="utf-8")
+    return [*paths, prose]

@@ -257,6 +257,10 @@ RULES: dict[str, Rule] = {r.path: r for r in [
          [*PROFILE_HELD_OUT_FUNCTIONS, *(f"style:{s}" for s in PROFILE_HELD_OUT_STYLES)],
          "prefcall's generated profile corpus (prefcall corpus build): three functions and the plain style held "
          "out; the rest half and half by hash"),
+    Rule("repo:src/prefcall/data/corpus/profile_prose_items.json", "example_id", [], "half",
+         list(PROFILE_HELD_OUT_FUNCTIONS),
+         "the profile corpus's prose part (facts written without a key, in other words than the held-out plain "
+         "style): its three held-out functions report-only; the rest half and half by hash"),
     Rule("repo:src/prefcall/data/corpus/misfit_items.json", "example_id", [], "half",
          [*MISFIT_HELD_OUT_FUNCTIONS, *(f"style:{s}" for s in MISFIT_HELD_OUT_STYLES)],
          "prefcall's generated misfit corpus (prefcall corpus build): three functions and the labelled style held "

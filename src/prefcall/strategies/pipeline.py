@@ -375,10 +375,13 @@ class Pipeline:
             meter.time("tagging", started)
             result.tagged = bool(preferences)
         facts = profile.facts if profile is not None else []
+        preferences = statements.whole_fact_values(preferences, facts, catalogue)
         applied = apply_preferences(drafts, preferences, catalogue, facts={f.instruction for f in facts})
         if profile is not None:
-            for used in statements.resolve_back_reference(applied.drafts, profile.records, users, catalogue,
-                                                          _record_reader(grounder)):
+            domains_model = DomainModel.build(catalogue)
+            for used in statements.resolve_back_reference(
+                    applied.drafts, profile.records, users, catalogue, _record_reader(grounder),
+                    lambda record: grounded.instruction_functions(grounder, record, domains_model)):
                 result.instructions_used.append(used)
                 result.notes.append(f"what the request refers back to from the record {used!r}")
             for used in statements.fill_from_facts(applied.drafts, facts, catalogue):

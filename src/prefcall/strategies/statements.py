@@ -32,8 +32,8 @@ import jsonschema
 
 from prefcall.retrieval.text import tokenize
 from prefcall.schemas.model import Catalogue, Function
-from prefcall.strategies.grounding.values import coerce_text
-from prefcall.strategies.preferences import Draft, Provenance
+from prefcall.strategies.grounding.values import STREET_ADDRESS, coerce_text
+from prefcall.strategies.preferences import Draft, Preference, Provenance
 from prefcall.strategies.selection import DomainModel, SelectionConfig, instruction_domains
 from prefcall.tagging.tags import slot_value
 
@@ -68,6 +68,20 @@ _MY_FACT = re.compile(r"^\s*(?:my|our)\s+(?P<key>[^,;:!?]{1,40}?)\s+(?:is|are)\s
                       re.I)
 _CARD_FACT = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z '-]{0,30}?)\s*:\s*(?P<value>[^;!?]+?)\s*[.!]?\s*$")
 _MAX_KEY_WORDS = 4
+# A fact without a key: a short first-person statement that holds one value of a form that says what it is ("I
+# live at 12 Elm Street.", "Text me on 555-0142.", "Dana Reyes here."). The form gives the key: an email address,
+# a phone number, a street address (a house number, then capitalised words ending in a street word), a person's
+# name (two or three capitalised words, not after a preposition of place), a home town (capitalised words after
+# "in" in a statement of where the user lives).
+_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+_PHONE = re.compile(r"(?<![\w-])\+?\(?\d[\d ().-]{5,}\d(?![\w-])")
+_ISO_DATE = re.compile(r"^\d{4}-\d{1,2}-\d{1,2}$")
+_CAPITALISED = re.compile(r"\b[A-Z][a-z'’-]+(?:\s+[A-Z][a-z'’-]+){0,2}\b")
+_PLACE_PREPOSITIONS = frozenset("in at to from near on of with for via by into around".split())
+_FIRST_PERSON = frozenset("i i'm im me my mine myself we us our".split())
+_I_FORMS = frozenset("i i'm i've i'd i'll".split())
+_RESIDENCE = frozenset("live lives living based reside resides resident home".split())
+_KEYLESS_MAX_WORDS = 12
 _CONDITION = re.compile(r"\b(?:if|when|whenever|unless)\b", re.I)
 # A key scoped to something ("my usual city for lodging", "my go-to spot in town") states a wish about it, and so
 # does one that says the user prefers it ("my preferred stylist is Ana": a wish, one of several it may have).
@@ -128,6 +142,7 @@ class Fact:
     instruction: str
     key: str  # "home address"
     value: str  # "12 Elm Street"
+    keyless: bool = False  # the key was read off the value's form ("I live at 12 Elm Street.": address)
 
     @property
     def key_words(self) -> set[str]:
@@ -146,7 +161,67 @@ def fact_of(instruction: str) -> Fact | None:
             return None
         fact = Fact(instruction=instruction, key=key, value=value)
         return fact if fact.key_words else None
-    return None
+    return keyless_fact(instruction)
+
+
+def _typed_values(text: str) -> list[tuple[str, str, int]]:
+    """The values of a form that says what they are, as (key, value, start): emails, phone numbers, street
+    addresses, people's names, home towns (module comment above `_EMAIL`)."""
+    found: list[tuple[str, str, int]] = []
+    taken: list[tuple[int, int]] = []
+
+    def add(key: str, match: re.Match[str]) -> None:
+        if any(match.start() < end and start < match.end() for start, end in taken):
+            return
+        taken.append((match.start(), match.end()))
+        found.append((key, match.group(0).strip(" ,"), match.start()))
+
+    for match in _EMAIL.finditer(text):
+        add("email", match)
+    for match in STREET_ADDRESS.finditer(text):
+        add("address", match)
+    for match in _PHONE.finditer(text):
+        digits = re.sub(r"\D", "", match.group(0))
+        if len(digits) >= 7 and not _ISO_DATE.match(match.group(0).strip()):
+            add("phone", match)
+    words = {w.lower() for w in re.findall(r"[A-Za-z'’]+", text)}
+    for run in _CAPITALISED.finditer(text):
+        start = run.start()
+        first = run.group(0).split()[0]
+        after = text[run.end():].split()
+        before_here = bool(after) and after[0].strip(".,!").lower() == "here"
+        # The statement's first word and "I'm" are capitalised anyway: the run starts after them, except for a name
+        # that opens the statement before "here" ("Dana Reyes here.").
+        if first.lower().replace("’", "'") in _I_FORMS or (not text[:start].strip() and not before_here):
+            start += len(first)
+        match = _CAPITALISED.match(text, start + len(text[start:]) - len(text[start:].lstrip()), run.end())
+        if match is None:
+            continue
+        before = re.findall(r"[A-Za-z'’]+", text[:match.start()])
+        previous = before[-1].lower() if before else ""
+        if previous in _PLACE_PREPOSITIONS:
+            if previous == "in" and words & _RESIDENCE:
+                add("home city", match)
+            continue
+        if len(match.group(0).split()) >= 2:
+            add("name", match)
+    return found
+
+
+def keyless_fact(instruction: str) -> Fact | None:
+    """A fact written without a key ("I live at 12 Elm Street.", "Text me on 555-0142."): a short first-person
+    statement, with no condition and no wish word, that holds exactly one value of a form that says what it is;
+    the form is its key. None for anything else."""
+    words = re.findall(r"[a-z'’]+", instruction.lower())
+    if len(words) > _KEYLESS_MAX_WORDS or instruction.rstrip().endswith("?") or _CONDITION.search(instruction):
+        return None
+    if not (set(words) & _FIRST_PERSON or "here" in words) or set(words) & _WISH_WORDS:
+        return None
+    typed = _typed_values(instruction)
+    if len(typed) != 1:
+        return None
+    key, value, _ = typed[0]
+    return Fact(instruction=instruction, key=key, value=value, keyless=True)
 
 
 @dataclass(frozen=True)
@@ -170,9 +245,13 @@ def read_profile(instructions: Sequence[str], catalogue: Catalogue) -> Profile:
     for instruction in instructions:
         kind = kind_of(instruction)
         fact = fact_of(instruction) if kind == "fact" else None
+        # A fact whose key, or for a fact without a key whose words, name a function is a wish about it ("Send my
+        # parcels from 12 Elm Street").
+        named = fact is not None and (fact.key_words | (set(tokenize(instruction)) if fact.keyless else set())) \
+            & function_words
         if kind == "record":
             records.append(instruction)
-        elif fact is not None and not fact.key_words & function_words:
+        elif fact is not None and not named:
             facts.append(fact)
         else:
             wishes.append(instruction)
@@ -258,6 +337,41 @@ def fill_from_facts(drafts: list[Draft], facts: Sequence[Fact], catalogue: Catal
     return used
 
 
+def whole_fact_values(preferences: Sequence[Preference], facts: Sequence[Fact], catalogue: Catalogue
+                      ) -> list[Preference]:
+    """A fact's tags with its whole value: where the tagger read a piece of a fact's value ("Birch Lane" of "7
+    Birch Lane"), the argument takes the value the fact states, when the schema allows it. A fact holds one value,
+    so a piece of it is never what the user stated."""
+    by_instruction = {f.instruction: f for f in facts}
+    out: list[Preference] = []
+    for preference in preferences:
+        fact = by_instruction.get(preference.instruction)
+        function = catalogue.function(preference.function)
+        if fact is None or function is None:
+            out.append(preference)
+            continue
+        actions = {}
+        for argument, values in preference.actions.items():
+            schema = function.properties.get(argument)
+            actions[argument] = [_whole(value, fact, schema) for value in values]
+        out.append(preference.model_copy(update={"actions": actions}))
+    return out
+
+
+def _whole(value: Any, fact: Fact, schema: Any) -> Any:
+    if not isinstance(value, str) or not isinstance(schema, dict) or schema.get("enum"):
+        return value
+    piece, whole = value.strip().lower(), fact.value.lower()
+    if not piece or piece == whole or not re.search(rf"(?<!\w){re.escape(piece)}(?!\w)", whole):
+        return value
+    candidate = coerce_text(fact.value, schema)
+    try:
+        jsonschema.validate(candidate, schema)
+    except (jsonschema.ValidationError, jsonschema.SchemaError):
+        return value
+    return candidate
+
+
 # "the same kind of car as last time", "the same place again": the words after "same" name what is referred to.
 _SAME = re.compile(r"\bsame\s+((?:[a-z-]+\s+){0,3}?[a-z-]+)\s+(?:as|again|like|from)\b", re.I)
 _BACK_WORDS = frozenset({"same", "last", "time", "again", "before", "previous", "usual"})
@@ -285,14 +399,21 @@ def referred_arguments(request: str, function: Function, draft: Draft) -> list[s
 
 
 def resolve_back_reference(drafts: list[Draft], records: Sequence[str], request: str, catalogue: Catalogue,
-                           read: Callable[[Function, str], dict[str, tuple[Any, str]]]) -> list[str]:
+                           read: Callable[[Function, str], dict[str, tuple[Any, str]]],
+                           functions_of: Callable[[str], list[str]] | None = None) -> list[str]:
     """Set the arguments a request that refers back to past use names from the latest record about its function
-    (`read`: the filler on the record's text, argument -> (value, the words it was read from)); the records
+    (`read`: the filler on the record's text, argument -> (value, the words it was read from); `functions_of`: the
+    functions a record is about, by default its words alone, `selection.instruction_domains`); the records
     used."""
     used: list[str] = []
     if not records or not refers_back(request):
         return used
-    model = DomainModel.build(catalogue)
+    if functions_of is None:
+        model = DomainModel.build(catalogue)
+
+        def functions_of(record: str) -> list[str]:
+            return instruction_domains(model, record, None, SelectionConfig())
+    about_each = {record: functions_of(record) for record in records}
     for draft in drafts:
         function = catalogue.function(draft.name)
         if function is None:
@@ -300,7 +421,7 @@ def resolve_back_reference(drafts: list[Draft], records: Sequence[str], request:
         targets = referred_arguments(request, function, draft)
         if not targets:
             continue
-        about = [r for r in records if function.name in instruction_domains(model, r, None, SelectionConfig())]
+        about = [r for r in records if function.name in about_each[r]]
         for record in reversed(about or list(records)[-MAX_RECORDS_READ:]):
             found = {a: v for a, v in read(function, record).items() if a in targets}
             if not found:

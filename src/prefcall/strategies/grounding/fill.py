@@ -66,6 +66,7 @@ from prefcall.strategies.grounding.temporal import newest_unit as newest_tempora
 from prefcall.strategies.grounding.temporal import outside as outside_temporal
 from prefcall.strategies.grounding.values import (
     DETERMINERS,
+    STREET_ADDRESS,
     ArgumentCandidates,
     Candidate,
     Source,
@@ -919,11 +920,12 @@ _NUMBERED = re.compile(r"(?<![.!?:\n])\s+([A-Z][\w'&-]*)\s+(\d+)(?=$|[\s,.;:!?)]
 
 def _numbered_names(sources: Sequence[Source]) -> dict[int, list[tuple[int, int]]]:
     """(start, end) of each name written with a number, per source (`id`): a number right after a capitalised word
-    inside a sentence ("Pier 39", "Terminal 2", "Studio 54") where no noun it counts follows it. A calendar word
-    before the number makes a date ("May 5"), a noun after it a count ("for Anna 3 people"), and a call's values
-    stay as they are."""
+    inside a sentence ("Pier 39", "Terminal 2", "Studio 54") where no noun it counts follows it, and a street
+    address with its house number ("9 Pine Road": never "Pine Road" alone). A calendar word before the number makes
+    a date ("May 5"), a noun after it a count ("for Anna 3 people"), and a call's values stay as they are."""
     return {id(source): [(m.start(1), m.end(2)) for m in _NUMBERED.finditer(source.text)
                          if m.group(1).lower() not in CALENDAR_WORDS and (not m.group(3) or m.group(3) in STOP_WORDS)]
+            + [(m.start(), m.end()) for m in STREET_ADDRESS.finditer(source.text)]
             for source in sources if source.kind != "call"}
 
 

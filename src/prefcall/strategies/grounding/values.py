@@ -32,6 +32,12 @@ MAX_SPAN_WORDS = 8
 _EDGE = " \t\n,.;:!?\"'()[]{}<>"
 _WORD_RE = re.compile(r"\S+")
 _QUOTED_RE = re.compile(r"[\"“]([^\"”]{1,120})[\"”]")
+# A street address: a house number, then up to three capitalised words ending in a street word ("12 Elm Street",
+# "230 Mill Avenue", "4 Station Road"): one value, house number included.
+STREET_WORDS = ("street st road rd avenue ave lane ln drive dr court ct close way boulevard blvd place pl square sq "
+                "terrace crescent row parkway highway hill view gardens mews walk grove park alley").split()
+STREET_ADDRESS = re.compile(r"\b\d{1,5}[A-Za-z]?,?\s+(?:[A-Z][\w'-]*\s+){0,3}(?:" + "|".join(
+    w.capitalize() for w in STREET_WORDS) + r")\b")
 # Words that open or close no value: function words, and the verbs and fillers requests are phrased with.
 EDGE_WORDS = frozenset(STOP_WORDS | set(
     """want wants wanted need needs like likes would please i'm im i'd id i'll ill let let's lets can't cannot
