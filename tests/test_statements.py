@@ -213,12 +213,12 @@ def test_the_record_a_request_refers_back_to_is_found_by_what_it_is_about_not_on
     def about(record: str) -> list[str]:
         return ["ReserveBook"] if "registered" in record else ["RentCar"]
     used = statements.resolve_back_reference([draft], records, "User: Reserve the same one as last time.", CATALOGUE,
-                                             lambda function, record: read[record], about)
+                                             lambda function, record, about: read[record], about)
     assert used == [records[0]] and draft.values == {"book_title": ["the jazz night"]}
     # By words alone neither record is about ReserveBook: the latest record is read.
     draft = Draft(name="ReserveBook")
     used = statements.resolve_back_reference([draft], records, "User: Reserve the same one as last time.", CATALOGUE,
-                                             lambda function, record: read[record])
+                                             lambda function, record, about: read[record])
     assert used == [records[1]]
 
 

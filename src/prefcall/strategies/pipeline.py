@@ -842,12 +842,13 @@ def _without_records(chosen: list[TaggedInstruction], request: str, profile: sta
     return kept
 
 
-def _record_reader(grounder: grounded.Grounder) -> Callable[[Function, str], dict[str, tuple[Any, str]]]:
-    """The filler on a record's text alone (as an instruction is read: no required floor, no proposals): argument
-    -> (value, the words it was read from), one value per argument."""
-    def read(function: Function, record: str) -> dict[str, tuple[Any, str]]:
+def _record_reader(grounder: grounded.Grounder) -> Callable[[Function, str, bool], dict[str, tuple[Any, str]]]:
+    """The filler on a record's text alone: argument -> (value, the words it was read from), one value per
+    argument. A record about the function (`about`) is read as a request is (the required floor and the model's
+    proposals: the request refers back to it for what it holds); any other as an instruction is (neither)."""
+    def read(function: Function, record: str, about: bool) -> dict[str, tuple[Any, str]]:
         filled = grounder.fill(function, [Source("instruction", record, record)], record, write_free=False,
-                               request=False)
+                               request=about)
         return {c.argument: (c.values[0], " | ".join(c.texts)) for c in filled.choices if len(c.values) == 1}
     return read
 

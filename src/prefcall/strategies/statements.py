@@ -399,10 +399,12 @@ def referred_arguments(request: str, function: Function, draft: Draft) -> list[s
 
 
 def resolve_back_reference(drafts: list[Draft], records: Sequence[str], request: str, catalogue: Catalogue,
-                           read: Callable[[Function, str], dict[str, tuple[Any, str]]],
+                           read: Callable[[Function, str, bool], dict[str, tuple[Any, str]]],
                            functions_of: Callable[[str], list[str]] | None = None) -> list[str]:
     """Set the arguments a request that refers back to past use names from the latest record about its function
-    (`read`: the filler on the record's text, argument -> (value, the words it was read from); `functions_of`: the
+    (`read`: the filler on the record's text, argument -> (value, the words it was read from), told whether the
+    record is about the function, so that a required argument it refers to takes the record's most probable value
+    as a request's does; `functions_of`: the
     functions a record is about, by default its words alone, `selection.instruction_domains`); the records
     used."""
     used: list[str] = []
@@ -423,7 +425,7 @@ def resolve_back_reference(drafts: list[Draft], records: Sequence[str], request:
             continue
         about = [r for r in records if function.name in about_each[r]]
         for record in reversed(about or list(records)[-MAX_RECORDS_READ:]):
-            found = {a: v for a, v in read(function, record).items() if a in targets}
+            found = {a: v for a, v in read(function, record, bool(about)).items() if a in targets}
             if not found:
                 continue
             for argument, (value, source) in found.items():
