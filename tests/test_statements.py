@@ -222,6 +222,20 @@ def test_the_record_a_request_refers_back_to_is_found_by_what_it_is_about_not_on
     assert used == [records[1]]
 
 
+def test_a_record_is_read_as_a_request_only_for_the_argument_the_request_names():
+    record = "Last week, I rented a van in Phoenix."
+    asked = []
+
+    def read(function, text, surely):
+        asked.append(surely)
+        return {"pickup_city": ("Phoenix", "Phoenix"), "car_type": ("van", "van")}
+    for request in ("User: Rent the same kind of car as last time.", "User: Rent the same one as last time."):
+        statements.resolve_back_reference([Draft(name="RentCar")], [record], request, CATALOGUE, read,
+                                          lambda text: ["RentCar"])
+    # "the same kind of car" names car_type: the record is read as a request; "the same one" names nothing.
+    assert asked == [True, False]
+
+
 def test_the_words_after_same_name_the_argument_else_the_required_ones_left_open():
     draft = Draft(name="RentCar")
     assert statements.referred_arguments("the same kind of car as last time", RENT, draft) == ["car_type"]

@@ -844,8 +844,9 @@ def _without_records(chosen: list[TaggedInstruction], request: str, profile: sta
 
 def _record_reader(grounder: grounded.Grounder) -> Callable[[Function, str, bool], dict[str, tuple[Any, str]]]:
     """The filler on a record's text alone: argument -> (value, the words it was read from), one value per
-    argument. A record about the function (`about`) is read as a request is (the required floor and the model's
-    proposals: the request refers back to it for what it holds); any other as an instruction is (neither)."""
+    argument. A record about the function whose argument the request names (`about`: "the same event as last
+    time") is read as a request is (the required floor and the model's proposals: the request refers back to it
+    for what it holds); any other as an instruction is (neither)."""
     def read(function: Function, record: str, about: bool) -> dict[str, tuple[Any, str]]:
         filled = grounder.fill(function, [Source("instruction", record, record)], record, write_free=False,
                                request=about)

@@ -381,21 +381,29 @@ MAX_RECORDS_READ = 3  # records read when none is about the function by its word
 def referred_arguments(request: str, function: Function, draft: Draft) -> list[str]:
     """The arguments a back reference asks to take from a record: the open one the words after "same" name, else
     the required ones the request left open (a value read off the back reference's own words counts as open)."""
+    return named_arguments(request, function, draft) or [a for a in function.required if a in _opened(function, draft)]
+
+
+def named_arguments(request: str, function: Function, draft: Draft) -> list[str]:
+    """The open arguments the words after "same" name ("the same kind of car": car_type); none where they name
+    none ("the same person")."""
+    match = _SAME.search(request)
+    if not match:
+        return []
+    opened = _opened(function, draft)
+    named = set(tokenize(match.group(1))) - {"kind", "type", "one"}
+    return [a for a in opened if named & set(tokenize(a))] or \
+        [a for a in opened if named & _argument_words(a, function.properties[a])]  # its name, else its words
+
+
+def _opened(function: Function, draft: Draft) -> list[str]:
     def is_open(argument: str) -> bool:
         if argument not in draft.values:
             return True
         source = draft.provenance[argument].source if argument in draft.provenance else ""
         return draft.provenance[argument].origin == "user" and bool(set(tokenize(source, drop_stop_words=False))
                                                                     & _BACK_WORDS)
-    opened = [a for a in function.properties if is_open(a)]
-    match = _SAME.search(request)
-    if match:
-        named = set(tokenize(match.group(1))) - {"kind", "type", "one"}
-        hits = [a for a in opened if named & set(tokenize(a))] or \
-            [a for a in opened if named & _argument_words(a, function.properties[a])]  # its name, else its words
-        if hits:
-            return hits
-    return [a for a in function.required if a in opened]
+    return [a for a in function.properties if is_open(a)]
 
 
 def resolve_back_reference(drafts: list[Draft], records: Sequence[str], request: str, catalogue: Catalogue,
@@ -403,8 +411,8 @@ def resolve_back_reference(drafts: list[Draft], records: Sequence[str], request:
                            functions_of: Callable[[str], list[str]] | None = None) -> list[str]:
     """Set the arguments a request that refers back to past use names from the latest record about its function
     (`read`: the filler on the record's text, argument -> (value, the words it was read from), told whether the
-    record is about the function, so that a required argument it refers to takes the record's most probable value
-    as a request's does; `functions_of`: the
+    record is about the function and the request names the arguments it takes, so that those take the record's
+    most probable value as a request's do; `functions_of`: the
     functions a record is about, by default its words alone, `selection.instruction_domains`); the records
     used."""
     used: list[str] = []
@@ -423,9 +431,13 @@ def resolve_back_reference(drafts: list[Draft], records: Sequence[str], request:
         targets = referred_arguments(request, function, draft)
         if not targets:
             continue
+        # Read as a request is only where the record is about the function and the request names what it takes
+        # from it ("the same event"): "the same person" names no argument, and the floor would fill the record's
+        # other values into the required arguments left open (its city as the sender's address).
+        surely = targets == named_arguments(request, function, draft)
         about = [r for r in records if function.name in about_each[r]]
         for record in reversed(about or list(records)[-MAX_RECORDS_READ:]):
-            found = {a: v for a, v in read(function, record, bool(about)).items() if a in targets}
+            found = {a: v for a, v in read(function, record, bool(about) and surely).items() if a in targets}
             if not found:
                 continue
             for argument, (value, source) in found.items():
