@@ -105,11 +105,18 @@ PROFILE_ITEMS = corpus.CORPUS_DIR / "profile_items.json"
 PROFILE_CATALOGUE = corpus.CORPUS_DIR / "profile_catalogue.json"
 
 
-def test_profile_items_have_valid_gold_whose_personal_values_only_the_profile_or_request_writes():
-    items = json.loads(PROFILE_ITEMS.read_text(encoding="utf-8"))
+PROSE_ITEMS = corpus.CORPUS_DIR / "profile_prose_items.json"
+
+
+@pytest.mark.parametrize(("path", "count"), [(PROFILE_ITEMS, 240), (PROSE_ITEMS, 80)])
+def test_profile_items_have_valid_gold_whose_personal_values_only_the_profile_or_request_writes(path, count):
+    items = json.loads(path.read_text(encoding="utf-8"))
     catalogue = import_catalogue(PROFILE_CATALOGUE)
-    assert len(catalogue.functions) == 10 and len(items) == 240
+    assert len(catalogue.functions) == 10 and len(items) == count
     for item in items:
+        # The applicable instructions are the profile's own texts, not other phrasings of them.
+        assert set(item["applicable_standing_instructions"]) <= set(item["all_standing_instructions"]), \
+            item["example_id"]
         [call] = calls_from_any(item["api_calls"])
         assert validate_call(call, catalogue) == [], item["example_id"]
         function = catalogue.function(call.name)
@@ -133,6 +140,20 @@ def test_profile_items_split_with_held_out_functions_and_style_only_in_report():
     assert {i["example_type"] for i in tune} == {i["example_type"] for i in report} == set(corpus_profile.KINDS)
     assert set(corpus_profile.REPORT_FUNCTIONS) == set(splits.PROFILE_HELD_OUT_FUNCTIONS)
     assert set(corpus_profile.REPORT_STYLES) == set(splits.PROFILE_HELD_OUT_STYLES)
+
+
+def test_the_prose_part_writes_facts_without_a_key_and_holds_its_held_out_functions_in_report():
+    from prefcall.strategies import statements
+
+    items = {i["example_id"]: i for i in json.loads(PROSE_ITEMS.read_text(encoding="utf-8"))}
+    entry = splits.packaged().sources["src/prefcall/data/corpus/profile_prose_items.json"]
+    tune, report = [items[k] for k in entry.tune], [items[k] for k in entry.report]
+    assert len(tune) + len(report) == len(items) and {i["style"] for i in items.values()} == {"prose"}
+    assert not any(i["function"] in corpus_profile.REPORT_FUNCTIONS for i in tune)
+    assert {i["function"] for i in report} >= set(corpus_profile.REPORT_FUNCTIONS)
+    # Its facts have no key ("Text me on 555-0142."): none is read by the keyed forms, every one by its value's form.
+    texts = {t for i in items.values() for t in i["all_standing_instructions"] if "ago" not in t}
+    assert texts and all((f := statements.fact_of(t)) is not None and f.keyless for t in texts)
 
 
 # ---------------------------------------------------------------------------- the misfit corpus (class g)

@@ -274,8 +274,14 @@ class Builder:
         others = []
         for other in rng.sample([d for d in DOMAINS if d is not domain], rng.choice((1, 2))):
             others.append(self.record(other, self.record_values(other, {}), style))
-        applicable = [self.fact(a.fact, profile[a.fact], style) for a in personal
-                      if not (kind == "user_wins" and a is personal[0])]
+        # The applicable facts are the profile's own texts. A style with several phrasings draws one per text, so
+        # the draw made here before the texts were reused is still made: every other item keeps its bytes.
+        written = dict(zip(profile, facts))
+        applicable = []
+        for a in personal:
+            if not (kind == "user_wins" and a is personal[0]):
+                self.fact(a.fact, profile[a.fact], style)
+                applicable.append(written[a.fact])
         if kind == "back_reference":
             applicable.append(mine[0])
         everything = facts + mine + others
