@@ -378,10 +378,9 @@ class Pipeline:
         preferences = statements.whole_fact_values(preferences, facts, catalogue)
         applied = apply_preferences(drafts, preferences, catalogue, facts={f.instruction for f in facts})
         if profile is not None:
-            domains_model = DomainModel.build(catalogue)
-            for used in statements.resolve_back_reference(
-                    applied.drafts, profile.records, users, catalogue, _record_reader(grounder),
-                    lambda record: grounded.instruction_functions(grounder, record, domains_model)):
+            for used in statements.resolve_back_reference(applied.drafts, profile.records, users, catalogue,
+                                                          _record_reader(grounder), _record_functions(grounder,
+                                                                                                      catalogue)):
                 result.instructions_used.append(used)
                 result.notes.append(f"what the request refers back to from the record {used!r}")
             for used in statements.fill_from_facts(applied.drafts, facts, catalogue):
@@ -840,6 +839,19 @@ def _without_records(chosen: list[TaggedInstruction], request: str, profile: sta
         else:
             kept.append(item)
     return kept
+
+
+def _record_functions(grounder: grounded.Grounder, catalogue: Catalogue) -> Callable[[str], list[str]]:
+    """The functions a record is about (`grounded.instruction_functions`: its words, else the embedder's closest);
+    the catalogue's domain model is built at the first record asked about, so a request that refers back to
+    nothing never builds it."""
+    model: list[DomainModel] = []
+
+    def functions_of(record: str) -> list[str]:
+        if not model:
+            model.append(DomainModel.build(catalogue))
+        return grounded.instruction_functions(grounder, record, model[0])
+    return functions_of
 
 
 def _record_reader(grounder: grounded.Grounder) -> Callable[[Function, str, bool], dict[str, tuple[Any, str]]]:

@@ -412,18 +412,19 @@ def resolve_back_reference(drafts: list[Draft], records: Sequence[str], request:
     """Set the arguments a request that refers back to past use names from the latest record about its function
     (`read`: the filler on the record's text, argument -> (value, the words it was read from), told whether the
     record is about the function and the request names the arguments it takes, so that those take the record's
-    most probable value as a request's do; `functions_of`: the
-    functions a record is about, by default its words alone, `selection.instruction_domains`); the records
-    used."""
+    most probable value as a request's do; `functions_of`: the functions a record is about, by default its words
+    alone, `selection.instruction_domains`, asked once per record and only where a draft reads records); the
+    records used."""
     used: list[str] = []
     if not records or not refers_back(request):
         return used
     if functions_of is None:
         model = DomainModel.build(catalogue)
 
-        def functions_of(record: str) -> list[str]:
+        def by_words(record: str) -> list[str]:
             return instruction_domains(model, record, None, SelectionConfig())
-    about_each = {record: functions_of(record) for record in records}
+        functions_of = by_words
+    about_each: dict[str, list[str]] = {}  # each record's functions, asked once and only where a draft reads it
     for draft in drafts:
         function = catalogue.function(draft.name)
         if function is None:
@@ -434,7 +435,10 @@ def resolve_back_reference(drafts: list[Draft], records: Sequence[str], request:
         # Read as a request is only where the record is about the function and the request names what it takes
         # from it ("the same event"): "the same person" names no argument, and the floor would fill the record's
         # other values into the required arguments left open (its city as the sender's address).
-        surely = targets == named_arguments(request, function, draft)
+        surely = bool(named_arguments(request, function, draft))
+        for record in records:
+            if record not in about_each:
+                about_each[record] = functions_of(record)
         about = [r for r in records if function.name in about_each[r]]
         for record in reversed(about or list(records)[-MAX_RECORDS_READ:]):
             found = {a: v for a, v in read(function, record, bool(about) and surely).items() if a in targets}
