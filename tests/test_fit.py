@@ -114,6 +114,19 @@ def test_tune_items_are_the_tune_split_only():
         fit.tune_items(["elsewhere"])
 
 
+def test_the_profile_corpus_and_its_prose_part_are_fit_sources_read_by_their_tune_part():
+    """`--sources profile,profile_prose`: the tune items of each file, against the profile catalogue, and their
+    value memories found under that catalogue's name (so the prose part's items see the main part's values)."""
+    packaged = splits.packaged().sources
+    for source, name in (("profile", "profile_items.json"), ("profile_prose", "profile_prose_items.json")):
+        items = fit.tune_items([source])
+        assert {i.id for i in items} == set(packaged[f"src/prefcall/data/corpus/{name}"].tune)
+        assert {i.catalogue.name for i in items} == {"profile"}
+        assert all(i.catalogue.function(i.gold[0].split("(")[0]) is not None for i in items)
+    memory = fit.value_memories(["profile", "profile_prose"])
+    assert memory.count("profile") == len(fit.tune_items(["profile", "profile_prose"]))
+
+
 def test_collect_records_the_fillers_candidates_through_the_pipeline():
     engine = FakeEngine()
     items = fit.tune_items(["corpus"], subset=3)

@@ -716,6 +716,30 @@ def test_the_argument_an_instruction_names_is_cued_even_across_a_clause():
     assert features(ctx, "city", dentists.properties["city"], [cut])[0, cue] == 0
 
 
+
+def test_an_arguments_word_cues_no_span_across_a_clause_break():
+    """"If you're after Izakaya cuisine, Meiko Sushi is a good restaurant": "cuisine" heads the phrase before the
+    comma; it cues "Izakaya" (just before it) and not "Meiko Sushi" (after the comma). Without a break it does."""
+    from prefcall.strategies.grounding.evidence import FeatureContext, features, FEATURES
+
+    restaurants = Function(name="GetRestaurants", description="Find a restaurant.", parameters={
+        "type": "object", "properties": {"cuisine": {"type": "string"}, "restaurant_name": {"type": "string"}}})
+    ctx = FeatureContext(function=restaurants, embedder=None)
+    cue = FEATURES.index("cue")
+
+    def cued(text: str, span: str) -> float:
+        start = text.index(span)
+        candidate = fill.Candidate(span, span, Source("instruction", text, text), start, start + len(span))
+        return float(features(ctx, "cuisine", restaurants.properties["cuisine"], [candidate])[0, cue])
+
+    text = "If you're after Izakaya cuisine, Meiko Sushi is a good restaurant to try."
+    assert cued(text, "Izakaya") > 0
+    assert cued(text, "Meiko Sushi") == 0
+    assert cued("Thai. Cuisine matters; Meiko Sushi", "Meiko Sushi") == 0  # a full stop or semicolon breaks too
+    assert cued("my preferred cuisine is Thai", "Thai") > 0
+    assert cued("my preferred cuisine: Thai", "Thai") > 0  # a colon introduces the value, it breaks nothing
+    assert cued("Thai, cuisine", "Thai") == 0 and cued("Thai cuisine", "Thai") > 0
+
 def test_an_enum_value_written_after_its_arguments_name_goes_to_that_argument():
     """"my preferred event type is Music": the string argument `category` would take any span, but the instruction
     names event_type, whose enum holds Music."""

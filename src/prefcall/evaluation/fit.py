@@ -61,6 +61,10 @@ LENGTH_KINDS = ("span", "number")  # kinds whose combination weighs the value's 
 MIN_RIGHT = 300
 BIAS_GRID = [round(-8.0 + 0.25 * i, 2) for i in range(49)]  # -8 .. 4
 SOURCES = ("nlsi", "corpus")
+# Further tuning sources a fit may be asked to read (`--sources`): the bundled profile corpus and its prose part
+# (evaluation.corpus_profile; their catalogue is profile_catalogue.json), each by the tune part of the split file.
+PROFILE_SOURCES = {"profile": "profile_items.json", "profile_prose": "profile_prose_items.json"}
+KNOWN_SOURCES = (*SOURCES, *PROFILE_SOURCES)
 MEMORY_DROPOUT = 0.5  # share of tuning items parsed without value memory (see `without_memory`)
 
 
@@ -131,7 +135,21 @@ def source_path(source: str) -> Path:
         return path
     if source == "corpus":
         return corpus.CORPUS_DIR / "items.json"
-    raise ConfigError(f"unknown fit source {source!r}: use {', '.join(SOURCES)}")
+    if source in PROFILE_SOURCES:
+        return corpus.CORPUS_DIR / PROFILE_SOURCES[source]
+    raise ConfigError(f"unknown fit source {source!r}: use {', '.join(KNOWN_SOURCES)}")
+
+
+def source_catalogue(source: str) -> Catalogue:
+    """The catalogue a fit source's items are written against."""
+    from prefcall.schemas.registry import builtin_catalogue
+
+    if source == "nlsi":
+        return builtin_catalogue("nlsi")
+    if source in PROFILE_SOURCES:
+        return import_catalogue(corpus.CORPUS_DIR / "profile_catalogue.json", name="profile")
+    source_path(source)  # an unknown source's error
+    return import_catalogue(corpus.CORPUS_DIR / "catalogue.json", name="corpus")
 
 
 def value_memories(sources: Sequence[str]) -> Any:
@@ -144,20 +162,17 @@ def value_memories(sources: Sequence[str]) -> Any:
     for source in sources:
         path = source_path(source)
         keep = splits.tune_keys(path) or set()
-        store.add_many([d for d in load_nlsi_demonstrations(path, source) if d.id in keep])
+        store.add_many([d for d in load_nlsi_demonstrations(path, source_catalogue(source).name) if d.id in keep])
     return store
 
 
 def tune_items(sources: Sequence[str] = SOURCES, subset: int | None = None, part: str = "tune") -> list[TuneItem]:
     """The tune part of each source (`part`: another part, for a report), in file order; `subset` keeps every
     k-th item of each source."""
-    from prefcall.schemas.registry import builtin_catalogue
-
     items: list[TuneItem] = []
     for source in sources:
         path = source_path(source)
-        catalogue = builtin_catalogue("nlsi") if source == "nlsi" else \
-            import_catalogue(corpus.CORPUS_DIR / "catalogue.json", name="corpus")
+        catalogue = source_catalogue(source)
         found = splits.source_of(path)
         if found is None:
             raise ConfigError(f"{path} is not a source of the split file: rebuild it with `prefcall split build`")

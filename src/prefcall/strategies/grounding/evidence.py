@@ -153,16 +153,21 @@ class ValueMemory:
 OWNERS = frozenset("my your our preferred usual favourite favorite go-to desired default regular".split())
 COPULAS = frozenset({"is", "are", "=", ":", "be"})
 _ARTICLES = frozenset({"a", "an", "the"})
+# Punctuation that ends a clause or a list item between two words: a name word across it cues no span.
+_CLAUSE_BREAK = re.compile(r"[,;.!?]")
 
 
 def _cue(candidate: Candidate, name_words: set[str], function_words: frozenset[str] = frozenset()) -> float:
     """Argument name words just before the span (over connectives) or just after it; and "my preferred <name
     words> <anything in the sentence> is <span>" ("My preferred city for a Dentist is Napa": the city). Words
     that also name the function (doctor in GetDoctors' doctor_name) are a cue only in that second form: "a Dentist
-    is Napa" is about the request, not the dentist's name."""
+    is Napa" is about the request, not the dentist's name. A clause break (a comma, a full stop) between the words
+    and the span ends the cue: in "If you're after Izakaya cuisine, Meiko Sushi is a good restaurant", "cuisine"
+    heads the phrase before the comma and says nothing of "Meiko Sushi"."""
     if candidate.source is None or candidate.start < 0:
         return 0.0
-    tokens = [(w.lower(), s, e) for w, s, e in words(candidate.source.text)]
+    text = candidate.source.text
+    tokens = [(w.lower(), s, e) for w, s, e in words(text)]
     first = next((i for i, t in enumerate(tokens) if t[1] >= candidate.start), None)
     last = max((i for i, t in enumerate(tokens) if t[2] <= candidate.end), default=None)
     if first is None or last is None:
@@ -171,6 +176,8 @@ def _cue(candidate: Candidate, name_words: set[str], function_words: frozenset[s
     best, between = 0.0, 0
     for i in range(first - 1, max(-1, first - 8), -1):
         word = tokens[i][0]
+        if _CLAUSE_BREAK.search(text, tokens[i][2], tokens[i + 1][1]):
+            break
         if word in own:
             best = max(best, 1.0 / (1 + between))
             continue
@@ -183,6 +190,8 @@ def _cue(candidate: Candidate, name_words: set[str], function_words: frozenset[s
         return best  # "the restaurant's name": the name after a possessive is the possessor's, not the span's
     for i in range(last + 1, min(len(tokens), last + 6)):
         word = tokens[i][0]
+        if _CLAUSE_BREAK.search(text, tokens[i - 1][2], tokens[i][1]):
+            break
         if word in own:
             return max(best, 0.8 / (1 + between))
         if word not in CONNECTIVES:
