@@ -499,6 +499,26 @@ def test_a_sentences_first_word_does_not_make_the_next_word_part_of_a_name():
     assert cut["Italian"] == 1.0  # inside "Casa Italian Kitchen" it cuts a name
 
 
+def test_a_number_that_opens_a_capitalised_name_alone_cuts_the_name():
+    """"I prefer 1512 Barber Shop": the number is the name's first word, so "1512" alone cuts the name (a phone
+    number or a count must not take it), as a capitalised piece does; before a calendar or clock word ("5 March",
+    "7 PM") or a lowercase word ("4 people") a number opens no name."""
+    from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, features
+
+    def cut(text: str, span: str) -> float:
+        start = text.index(span)
+        candidate = fill.Candidate(span, span, Source("user", text, text), start, start + len(span))
+        row = features(FeatureContext(RESTAURANTS, None), "restaurant_name",
+                       RESTAURANTS.properties["restaurant_name"], [candidate])
+        return float(row[0, FEATURES.index("cuts_name")])
+
+    assert cut("I prefer to go to 1512 Barber Shop when I get a salon treatment.", "1512") == 1.0
+    assert cut("I prefer to go to 1512 Barber Shop when I get a salon treatment.", "1512 Barber Shop") == 0.0
+    assert cut("a table on 5 March", "5") == 0.0
+    assert cut("a table at 7 PM", "7") == 0.0
+    assert cut("a table for 4 people", "4") == 0.0
+
+
 def test_a_titles_full_stop_ends_no_sentence_and_a_span_ending_on_the_title_cuts_the_name():
     from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, features
 

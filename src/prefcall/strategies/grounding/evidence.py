@@ -153,6 +153,8 @@ class ValueMemory:
 OWNERS = frozenset("my your our preferred usual favourite favorite go-to desired default regular".split())
 COPULAS = frozenset({"is", "are", "=", ":", "be"})
 _ARTICLES = frozenset({"a", "an", "the"})
+# Capitalised words a number may precede without being part of a name: calendar and clock words ("5 March", "7 PM").
+_NOT_NAMES = frozenset([*MONTHS, *DAYS, "am", "pm", "a.m.", "p.m.", "a.m", "p.m"])
 # Punctuation that ends a clause or a list item between two words: a name word across it cues no span.
 _CLAUSE_BREAK = re.compile(r"[,;.!?]")
 
@@ -332,8 +334,12 @@ def _shape(candidate: Candidate) -> dict[str, float]:
     # A determiner after the span opens the phrase it goes on with ("pay [the phone bill]", "call [my mother]"):
     # the span stops before its object, not at a boundary.
     close = r_punct or (rw.lower() in CONNECTIVES and rw.lower() not in _OPENS_OBJECT)
+    # A number right before a capitalised word that is no calendar or clock word opens a name ("1512 Barber Shop",
+    # "18/8 Fine Men's Salons"): the number alone cuts it, as a capitalised piece does.
+    opens_name = last[:1].isdigit() and r_cap and rw.lower().strip(",.") not in _NOT_NAMES
     return {"open_left": float(l_punct), "close_right": float(close),
-            "cuts_name": float(capital and (l_cap or r_cap)), "joins_right": float(rw.lower().strip(",.") in JOINERS)}
+            "cuts_name": float(capital and (l_cap or r_cap) or opens_name),
+            "joins_right": float(rw.lower().strip(",.") in JOINERS)}
 
 
 @dataclass
