@@ -736,7 +736,6 @@ def test_the_argument_an_instruction_names_is_cued_even_across_a_clause():
     assert features(ctx, "city", dentists.properties["city"], [cut])[0, cue] == 0
 
 
-
 def test_an_arguments_word_cues_no_span_across_a_clause_break():
     """"If you're after Izakaya cuisine, Meiko Sushi is a good restaurant": "cuisine" heads the phrase before the
     comma; it cues "Izakaya" (just before it) and not "Meiko Sushi" (after the comma). Without a break it does."""

@@ -37,7 +37,7 @@ from prefcall.engine.base import Embedder
 from prefcall.retrieval.text import normalise_word, split_identifier, stem, tokenize
 from prefcall.schemas.model import Function
 
-from prefcall.strategies.grounding.values import DETERMINERS, Candidate, words
+from prefcall.strategies.grounding.values import DETERMINERS, Candidate, clause_break, words
 
 FEATURES = (
     "cue", "memory", "memory_sq", "memory_exact", "has_memory", "description", "context", "format", "format_mismatch",
@@ -154,9 +154,7 @@ OWNERS = frozenset("my your our preferred usual favourite favorite go-to desired
 COPULAS = frozenset({"is", "are", "=", ":", "be"})
 _ARTICLES = frozenset({"a", "an", "the"})
 # Capitalised words a number may precede without being part of a name: calendar and clock words ("5 March", "7 PM").
-_NOT_NAMES = frozenset([*MONTHS, *DAYS, "am", "pm", "a.m.", "p.m.", "a.m", "p.m"])
-# Punctuation that ends a clause or a list item between two words: a name word across it cues no span.
-_CLAUSE_BREAK = re.compile(r"[,;.!?]")
+_NOT_NAMES = frozenset([*MONTHS, *DAYS, "am", "pm", "a.m", "p.m"])  # read with its edge stops stripped
 
 
 def _cue(candidate: Candidate, name_words: set[str], function_words: frozenset[str] = frozenset()) -> float:
@@ -178,7 +176,7 @@ def _cue(candidate: Candidate, name_words: set[str], function_words: frozenset[s
     best, between = 0.0, 0
     for i in range(first - 1, max(-1, first - 8), -1):
         word = tokens[i][0]
-        if _CLAUSE_BREAK.search(text, tokens[i][2], tokens[i + 1][1]):
+        if clause_break(text, tokens[i], tokens[i + 1][1]):
             break
         if word in own:
             best = max(best, 1.0 / (1 + between))
@@ -192,7 +190,7 @@ def _cue(candidate: Candidate, name_words: set[str], function_words: frozenset[s
         return best  # "the restaurant's name": the name after a possessive is the possessor's, not the span's
     for i in range(last + 1, min(len(tokens), last + 6)):
         word = tokens[i][0]
-        if _CLAUSE_BREAK.search(text, tokens[i - 1][2], tokens[i][1]):
+        if clause_break(text, tokens[i - 1], tokens[i][1]):
             break
         if word in own:
             return max(best, 0.8 / (1 + between))

@@ -221,6 +221,11 @@ _ARTICLES = frozenset({"a", "an", "the"})
 _ABBREVIATION_RE = re.compile(r"^([A-Z][a-z]{0,2}|[A-Za-z](\.[A-Za-z])+)$")  # Dr. St. Mr. M.D. U.S.
 
 
+def clause_break(text: str, previous: tuple[str, int, int], next_start: int) -> bool:
+    """Does the gap after `previous` end a clause: a sentence's end (`_breaks`) or a comma?"""
+    return _breaks(text, previous, next_start) or "," in text[previous[2]:next_start]
+
+
 def _breaks(text: str, previous: tuple[str, int, int], next_start: int) -> bool:
     """Does the gap after `previous` end a sentence or a line?"""
     word, _, end = previous
