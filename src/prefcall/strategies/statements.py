@@ -381,7 +381,11 @@ MAX_RECORDS_READ = 3  # records read when none is about the function by its word
 def referred_arguments(request: str, function: Function, draft: Draft) -> list[str]:
     """The arguments a back reference asks to take from a record: the open one the words after "same" name, else
     the required ones the request left open (a value read off the back reference's own words counts as open)."""
-    return named_arguments(request, function, draft) or [a for a in function.required if a in _opened(function, draft)]
+    return named_arguments(request, function, draft) or _required_open(function, draft)
+
+
+def _required_open(function: Function, draft: Draft) -> list[str]:
+    return [a for a in function.required if a in _opened(function, draft)]
 
 
 def named_arguments(request: str, function: Function, draft: Draft) -> list[str]:
@@ -429,13 +433,14 @@ def resolve_back_reference(drafts: list[Draft], records: Sequence[str], request:
         function = catalogue.function(draft.name)
         if function is None:
             continue
-        targets = referred_arguments(request, function, draft)
+        named = named_arguments(request, function, draft)
+        targets = named or _required_open(function, draft)  # referred_arguments, with what the request names kept
         if not targets:
             continue
         # Read as a request is only where the record is about the function and the request names what it takes
         # from it ("the same event"): "the same person" names no argument, and the floor would fill the record's
         # other values into the required arguments left open (its city as the sender's address).
-        surely = bool(named_arguments(request, function, draft))
+        surely = bool(named)
         for record in records:
             if record not in about_each:
                 about_each[record] = functions_of(record)
