@@ -1238,6 +1238,48 @@ def test_a_capitalised_article_inside_a_sentence_opens_a_name():
     assert starting("A table for two at Nopa.") == [] and starting("I want a Thai place") == []
 
 
+def test_a_capitalised_function_word_inside_a_sentence_opens_a_name():
+    """"About Time Barber Shop" is a candidate whole, as a capitalised article's name is; the pronoun "I", a
+    sentence's first word and a lowercase "about" open none. A function word written in capitals is an
+    abbreviation, so "Portland, OR" is a candidate too."""
+    from prefcall.strategies.grounding.values import spans
+
+    def texts(text: str) -> list[str]:
+        return [c.text for c in spans(Source("user", text, "u"))]
+
+    assert "About Time Barber Shop" in texts("Look for the stylist name About Time Barber Shop if you want it.")
+    assert "About Time Barber Shop" in texts("my preferred stylist name be About Time Barber Shop when I visit")
+    assert not any(t.startswith("About") for t in texts("About Time Barber Shop is my salon."))
+    assert not any(t.startswith("about") for t in texts("tell me about Time Square"))
+    assert not any(t.startswith("I ") for t in texts("Then I Want to book Nopa"))
+    assert "Portland, OR" in texts("I want to stay in Portland, OR next week")
+
+
+def test_an_ampersand_between_capitalised_words_is_inside_one_name():
+    """"Baan Thai House & Wine Bar": a span that stops at the "&" or starts after it cuts the name; the symbol is
+    no word of the whole (five words, all capitalised), so structure ranks the whole above its pieces."""
+    from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, features
+
+    text = "If you're in the mood for Thai food, check out Baan Thai House & Wine Bar."
+
+    def row(span: str) -> dict[str, float]:
+        start = text.index(span)
+        candidate = fill.Candidate(span, span, Source("instruction", text, text), start, start + len(span))
+        values = features(FeatureContext(RESTAURANTS, None), "restaurant_name",
+                          RESTAURANTS.properties["restaurant_name"], [candidate])[0]
+        return dict(zip(FEATURES, map(float, values)))
+
+    assert row("Baan Thai House")["cuts_name"] == 1.0 and row("Wine Bar")["cuts_name"] == 1.0
+    whole = row("Baan Thai House & Wine Bar")
+    assert whole["cuts_name"] == 0.0 and whole["n_words"] == 5.0 and whole["capitals"] == 1.0
+    # between lowercase words an ampersand joins nothing capitalised: "rock & roll" cuts no name
+    lower = "I like rock & roll music"
+    start = lower.index("roll")
+    candidate = fill.Candidate("roll", "roll", Source("user", lower, lower), start, start + 4)
+    values = features(FeatureContext(RESTAURANTS, None), "cuisine", RESTAURANTS.properties["cuisine"], [candidate])
+    assert float(values[0, FEATURES.index("cuts_name")]) == 0.0
+
+
 def test_a_flag_word_inside_a_proper_name_does_not_name_the_flag():
     """"Family & Cosmetic Dentistry" is a dentist's name: it says nothing of offers_cosmetic_services; "provides
     cosmetic services" and a title-cased "Live Music" still name their flags."""

@@ -329,6 +329,14 @@ def _shape(candidate: Candidate) -> dict[str, float]:
     l_cap = (bool(lw) and lw[0].isupper() and not (lw[-1] in ",.;:!?") and lw.lower() not in CONNECTIVES
              and not sentence_start)
     r_cap = bool(rw) and rw[0].isupper() and not r_punct
+    # An ampersand between capitalised words is inside one name ("Baan Thai House & Wine Bar", "Chili's Grill &
+    # Bar"): a span that stops at it, or starts after it, cuts the name.
+    if lw == "&":
+        before = before_left.split()
+        l_cap = bool(before) and before[-1][:1].isupper() and before[-1][-1] not in ",.;:!?"
+    if rw == "&":
+        after = right[1:].split()
+        r_cap = bool(after) and after[0][:1].isupper()
     # A determiner after the span opens the phrase it goes on with ("pay [the phone bill]", "call [my mother]"):
     # the span stops before its object, not at a boundary.
     close = r_punct or (rw.lower() in CONNECTIVES and rw.lower() not in _OPENS_OBJECT)
@@ -418,7 +426,9 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
     source_words: dict[int, list[tuple[str, int, int]]] = {}
     rows = []
     for i, (c, t) in enumerate(zip(candidates, texts)):
-        tokens = [w for w, _, _ in words(t)]
+        # an ampersand joins the words of a name and is none of them: "Baan Thai House & Wine Bar" has five words,
+        # all capitalised (a dash stays a word: it as often separates a label from its value, "Books - always X")
+        tokens = [w for w, _, _ in words(t) if w != "&"]
         if c.source is not None and c.start >= 0 and id(c.source) not in source_words:
             source_words[id(c.source)] = words(c.source.text)
         role = 0.0 if c.source is None or c.start < 0 else _role(c, source_words[id(c.source)], own_role, other_roles)

@@ -129,8 +129,11 @@ def words(text: str) -> list[tuple[str, int, int]]:
 
 def _edge_word(word: str) -> bool:
     """Words a value never starts or ends with: function words, lowercase prepositions of place and bare
-    punctuation ("&", "-")."""
+    punctuation ("&", "-"). A function word written in capitals ("Portland, OR", "the US") is an abbreviation,
+    not the word."""
     bare = word.strip(_EDGE)
+    if len(bare) > 1 and bare.isalpha() and bare.isupper():
+        return False
     return bare.lower() in EDGE_WORDS or bare in PLACE_PREPOSITIONS or not re.search(r"[A-Za-z0-9]", word)
 
 
@@ -209,15 +212,16 @@ def _opens_noun_phrase(text: str, tokens: list[tuple[str, int, int]], i: int) ->
 
 
 def _opens_name(text: str, tokens: list[tuple[str, int, int]], i: int) -> bool:
-    """An article written capitalised inside a sentence, before a capitalised word, is a name's first word: "my
-    go-to is A J Dental Lab", "dinner at The Cheesecake Factory"."""
+    """A function word written capitalised inside a sentence, before a capitalised word, is a name's first word: "my
+    go-to is A J Dental Lab", "dinner at The Cheesecake Factory", "the stylist name About Time Barber Shop". The
+    pronoun "I" is capitalised wherever it stands, so it opens none."""
     word = tokens[i][0]
-    return (word.lower() in _ARTICLES and word[:1].isupper() and 0 < i < len(tokens) - 1
+    pronoun = word == "I" or word.lower().startswith(("i'", "i’"))
+    return (word[:1].isupper() and not pronoun and 0 < i < len(tokens) - 1 and tokens[i + 1][0] != "I"
             and not _breaks(text, tokens[i - 1], tokens[i][1]) and tokens[i + 1][0][:1].isupper()
             and not _breaks(text, tokens[i], tokens[i + 1][1]))
 
 
-_ARTICLES = frozenset({"a", "an", "the"})
 _ABBREVIATION_RE = re.compile(r"^([A-Z][a-z]{0,2}|[A-Za-z](\.[A-Za-z])+)$")  # Dr. St. Mr. M.D. U.S.
 
 
