@@ -362,6 +362,17 @@ def test_fit_selection_stores_the_stage_one_rule_beside_the_grounding_fit(tmp_pa
     assert floor["hand_floor"] == -10.0 and floor["rows"] == 60 and "-10.0" in floor["accuracy"]
     assert stored.calibration_floor == (floor["floor"] if floor["kept"] else None)
     assert fit_status(FileEngine(model), tmp_path / "data")["calibration_floor"] == stored.calibration_floor
+    assert report["profile_dropout"] == 0.25 and set(report["accuracy_uncovered_fitted"]) == {"corpus", "all"}
+    # The rows were kept in the fit's run folder: a rerun reads them and asks the model nothing.
+    run = tmp_path / "data" / "fit-runs" / fits.file_name(fingerprint).removesuffix(".json")
+    assert len((run / "rows-selection.jsonl").read_text().splitlines()) == 60
+
+    def no_model(prompt: str, candidate: str) -> float:
+        raise AssertionError("a resumed fit asked the model")
+
+    monkeypatch.setattr(engines, "load_engine", lambda settings: FileEngine(model, scorer=no_model))
+    assert main(["fit", "--selection", "--sources", "corpus", "--subset", "60", "--dry-run"]) == 0
+    assert json.loads(capsys.readouterr().out)["weights"] == report["weights"]
 
 
 def flag(odds: float, right: bool) -> fit.LabelledRow:

@@ -261,6 +261,43 @@ def test_the_conditional_logit_learns_which_evidence_names_the_function():
     assert not local.fitted and "would not travel" in local.why and local.weights == HAND_RULE.weights
 
 
+def test_the_stage_one_fit_does_not_learn_that_a_profile_names_the_requested_function():
+    # NLSI builds every profile around the request's function. Fitted on such rows alone, the rule learns that the
+    # profile decides and gives a request for another function to a function the user's instructions speak of;
+    # the profile dropout fits it on copies whose profile is about other functions too.
+    import numpy as np
+
+    from prefcall.evaluation.fit_selection import (PROFILE, SelectionRow, accuracy, conditional_logit, fit,
+                                                   uncovered, with_profile_dropout)
+    from prefcall.strategies.fnctod import SelectionRule
+
+    rng = np.random.default_rng(5)
+    rows = []
+    for i in range(200):  # the name words point at the gold function 80% of the time; the profile always does
+        gold = int(rng.integers(5))
+        features = np.zeros((5, 7))
+        features[:, 2] = rng.uniform(0.1, 0.3, 5)
+        named = gold if rng.random() < 0.8 else int(rng.integers(5))
+        features[named, 3] = 1.0
+        features[gold, PROFILE] = 1.0
+        features[(gold + 2) % 5, PROFILE] = 1.0
+        rows.append(SelectionRow(item=str(i), source="a" if i % 2 else "b", names=list("vwxyz"),
+                                 features=features.tolist(), gold=gold))
+    copy = uncovered(rows[0])
+    assert copy.features[rows[0].gold][PROFILE] == 0.0 and sum(f[PROFILE] for f in copy.features) == 2.0
+    assert uncovered(rows[0]).features == copy.features and rows[0].features[rows[0].gold][PROFILE] == 1.0
+    assert len(with_profile_dropout(rows, 0.0)) == 200 and 200 < len(with_profile_dropout(rows, 0.25)) < 300
+    shifted = [uncovered(r, "report") for r in rows]
+    naive = SelectionRule(weights=conditional_logit(rows))
+    result = fit(rows)
+    robust = SelectionRule(weights=result.weights)
+    assert result.fitted and result.profile_dropout == 0.25
+    assert robust.weights[PROFILE] < naive.weights[PROFILE] / 2
+    assert accuracy(shifted, robust) > accuracy(shifted, naive) + 0.2
+    assert result.accuracy_uncovered_fitted["all"] == round(accuracy(shifted, robust), 4)
+    assert result.accuracy_fitted["all"] >= 0.8  # as the name words alone read the rows as collected
+
+
 def test_a_request_names_a_function_through_another_form_of_its_words_and_the_model_tells_two_named_ones_apart():
     # Class f: "Remind me to call my mother" names SetReminder ("remind" / "reminder") as much as CallContact
     # ("call"): the domain prior stays flat and the model's reading of the request decides.

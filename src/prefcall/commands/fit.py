@@ -31,8 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "profile_prose (bundled: the generated corpus, the profile corpus and its prose part)")
     parser.add_argument("--subset", type=int, help="at most N items per source (every k-th): a quick fit; with "
                         "--nlt, at most N tune items of each set")
-    parser.add_argument("--out", help="folder for rows.jsonl (resumable: a rerun reuses the items done) and "
-                        "fit.json; default: PREFCALL_DATA_DIR/fit-runs/<model file hash>")
+    parser.add_argument("--out", help="folder for rows.jsonl (rows-selection.jsonl with --selection; resumable: a "
+                        "rerun reuses the items done) and fit.json; default: PREFCALL_DATA_DIR/fit-runs/<model file "
+                        "hash>")
     parser.add_argument("--min-right", type=int, default=None,
                         help="right values a kind needs to be fitted (default 300; lower only for experiments)")
     parser.add_argument("--dry-run", action="store_true", help="print the fit without storing it for the model")
@@ -229,8 +230,15 @@ def _fit_selection(args: argparse.Namespace, settings: Settings, items: list) ->
     engine = load_engine(settings)
     fingerprint = fits.engine_fingerprint(engine, settings.data_dir)
     pipeline = Pipeline(engine, load_embedder(settings), data_dir=settings.data_dir)
+    rows_file = _run_dir(args, settings, fingerprint) / "rows-selection.jsonl"
     progress = Progress(len(items), sys.stderr, label="fit --selection")
-    rows = fit_selection.collect(pipeline, items, lambda _: progress.advance())
+    with rows_file.open("a", encoding="utf-8") as sink:
+        def write(item_id: str, row: fit_selection.SelectionRow | None) -> None:
+            sink.write(json.dumps({"item": item_id, "row": row.model_dump() if row else None}) + "\n")
+            sink.flush()
+
+        rows = fit_selection.collect(pipeline, items, lambda _: progress.advance(),
+                                     fit_selection.read_rows(rows_file), write)
     progress.close()
     floor = fit_selection.fit_floor(rows)
     result = fit_selection.fit(fit_selection.with_floor(rows, floor.floor))  # the rule under the floor it will meet
