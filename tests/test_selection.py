@@ -170,6 +170,17 @@ def test_a_condition_that_names_the_request_by_its_function_s_verb_is_no_value_c
     chosen = select_instructions("User: Send some money to my landlord for $50.", [instruction], catalogue,
                                  FakeEmbedder())
     assert [s.text for s in chosen.selected] == [instruction]
+    # In another form of the name's word too: "ordering" is order_food's "order", "reserving" ReserveParking's.
+    food = Function(name="order_food", description="Order food for delivery from a restaurant.", parameters={
+        "type": "object", "properties": {"restaurant": {"type": "string"}, "dish": {"type": "string"}}})
+    catalogue = Catalogue(name="errands", functions=[transfer, parking, food])
+    model = DomainModel.build(catalogue)
+    assert needs("When ordering food, I usually get it from Golden Dragon.") == []
+    assert needs("When reserving parking at the stadium, I want four hours.") == ["stadium"]
+    assert needs("If I order food from Luigi's, I want the pad thai.") == ["luigi"]  # a value stays one
+    instruction = "When ordering food, I usually get it from Golden Dragon."
+    chosen = select_instructions("User: Order two pad thai.", [instruction], catalogue, FakeEmbedder())
+    assert [s.text for s in chosen.selected] == [instruction]
 
 
 def test_a_condition_naming_two_requests_is_about_the_one_it_names_first():

@@ -410,6 +410,9 @@ def condition_values(condition: str, model: DomainModel) -> list[str]:
     # "When I reserve parking" for ReserveParking), never a value the request must have.
     name_verbs = {w for n in model.names for w in tokenize(n) if w in NAME_VERBS}
     ignore = (model.vocabulary - enum_words - model.flag_words) | STOP_WORDS | name_verbs
+    # A function's own name words say which request it is in any form they take ("When ordering food" for
+    # order_food, "Whenever I booked a ride" for book_ride), as they do written as the name writes them.
+    name_stems = {stem(w) for n in model.names for w in tokenize(n)} - {stem(w) for w in enum_words | model.flag_words}
     values: list[str] = []
     parts = _SUBCLAUSE.split(condition)
     delimiters = [""] + [m.group(0).lower() for m in _SUBCLAUSE.finditer(condition)]
@@ -421,7 +424,7 @@ def condition_values(condition: str, model: DomainModel) -> list[str]:
             if found is not None:
                 values += [w for w in tokenize(clause[found[0]:found[1]]) if not generic(w)]
             continue
-        found = [w for w in tokenize(clause) if w not in ignore and not generic(w)]
+        found = [w for w in tokenize(clause) if w not in ignore and stem(w) not in name_stems and not generic(w)]
         if opened_by in _RELATIVE:
             # A relative clause conditions on what the catalogue can check or the user names: an enum value, a
             # flag's word, a written name ("that serves Szechuan cuisine"); an idiom ("a restaurant that won't break
