@@ -74,3 +74,52 @@ def test_a_restarted_pipeline_reads_the_stage_one_calibration_from_disk(real_eng
     restarted = Pipeline(real_engine, real_embedder, data_dir=tmp_path).parse(dialogue, [], catalogue, config)
     assert "calibrate_selection" not in restarted.trace.timings  # no content-free prompts after a restart
     assert restarted.functions == first.functions and restarted.calls == first.calls
+
+
+def _tool(name: str, description: str, properties: dict, required: list[str]) -> dict:
+    return {"name": name, "description": description,
+            "inputSchema": {"type": "object", "properties": properties, "required": required}}
+
+
+@pytest.mark.model
+def test_a_new_user_s_request_goes_to_the_function_it_names_not_to_the_one_the_profile_speaks_of(
+        real_engine, real_embedder):
+    # A user's instructions are about some of their tools; they ask for all of them. Stage 1 fitted on NLSI alone
+    # (every profile built around the request's function) sent this reminder to send_email, with "call" as its
+    # recipient; the profile dropout of `prefcall fit --selection` keeps the profile from deciding.
+    from prefcall.schemas.importers import import_catalogue
+
+    text = {"type": "string"}
+    catalogue = import_catalogue([
+        _tool("send_email", "Send an email to a recipient.", {"to": {**text, "description": "recipient"},
+                                                              "subject": {**text, "description": "subject line"}},
+              ["to", "subject"]),
+        _tool("create_event", "Create a calendar event.", {"title": {**text, "description": "event title"},
+                                                           "date": {**text, "format": "date"}}, ["title", "date"]),
+        _tool("set_reminder", "Set a reminder for the user.",
+              {"text": {**text, "description": "what to remind about"},
+               "time": {**text, "description": "when to remind", "format": "time"}}, ["text", "time"])], name="office")
+    profile = ["Always send emails to my manager with the subject 'Status update' unless I say otherwise."]
+    result = Pipeline(real_engine, real_embedder).parse("User: Remind me to call my mother.", profile, catalogue,
+                                                        get_config("full", use_demos=False))
+    assert result.decision == "ask" and [c.name for c in result.calls] == ["set_reminder"]
+    assert [m.argument for m in result.missing] == ["time"] and result.instructions_used == []
+
+
+@pytest.mark.model
+def test_an_instruction_whose_condition_names_the_request_in_another_form_applies(real_engine, real_embedder):
+    # "When ordering food": order_food's own word, written in another form, says which request it is about.
+    from prefcall.schemas.importers import import_catalogue
+
+    text = {"type": "string"}
+    catalogue = import_catalogue([
+        _tool("book_ride", "Book a ride to a destination.", {"destination": {**text, "description": "where to go"}},
+              ["destination"]),
+        _tool("order_food", "Order food for delivery from a restaurant.",
+              {"restaurant": {**text, "description": "restaurant name"},
+               "dish": {**text, "description": "dish to order"}}, ["restaurant", "dish"])], name="errands")
+    instruction = "When ordering food, I usually get it from Golden Dragon."
+    result = Pipeline(real_engine, real_embedder).parse("User: Order two pad thai.", [instruction], catalogue,
+                                                        get_config("full", use_demos=False))
+    assert [c.name for c in result.calls] == ["order_food"] and result.instructions_used == [instruction]
+    assert result.calls[0].arguments.get("restaurant") == "Golden Dragon"
