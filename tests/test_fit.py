@@ -375,6 +375,31 @@ def test_fit_selection_stores_the_stage_one_rule_beside_the_grounding_fit(tmp_pa
     assert json.loads(capsys.readouterr().out)["weights"] == report["weights"]
 
 
+def test_eval_stage1_scores_the_function_with_the_profile_as_written_and_uncovered(tmp_path: Path, monkeypatch,
+                                                                                    capsys):
+    # A stage-1 rule that lets the profile decide is right where the profile speaks of the requested function and
+    # wrong where it speaks of others: `eval stage1` shows both on the same items.
+    import prefcall.engine as engines
+    from prefcall.cli import main
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF fake weights")
+    monkeypatch.setattr(engines, "load_engine", lambda settings: FileEngine(model, scorer=lambda p, c: 0.0))
+    monkeypatch.setattr(engines, "load_embedder", lambda settings: FakeEmbedder())
+    monkeypatch.setenv("PREFCALL_DATA_DIR", str(tmp_path / "data"))
+    fingerprint = fits.file_fingerprint(model, tmp_path / "data")
+    fits.save(fits.Fit(fingerprint=fingerprint, model_name="m", selection=[0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 10.0]),
+              tmp_path / "data" / "fits")
+    corpus = Path(__file__).resolve().parents[1] / "src" / "prefcall" / "data" / "corpus"
+    assert main(["eval", "stage1", "--data", str(corpus / "items.json"), "--schema", str(corpus / "catalogue.json"),
+                 "--split", "tune", "--limit", "40", "--out", str(tmp_path / "run")]) == 0
+    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["metrics"]
+    assert metrics["covered"] > 0.5 and metrics["top1_where_covered"] >= 0.9
+    assert metrics["top1_uncovered"] < metrics["top1"] - 0.3
+    rows = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    assert {r["prediction"]["rule"] for r in rows} == {"fitted"}
+
+
 def flag(odds: float, right: bool) -> fit.LabelledRow:
     return fit.LabelledRow(item="i", group=0, kind="unnamed_flag", function="F", argument="is_unisex", value=True,
                            evidence=0.0, odds=odds, right=right, gold=right)

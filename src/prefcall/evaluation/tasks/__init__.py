@@ -75,6 +75,12 @@ def _misfit() -> Task:  # class g: values that break the schema (the generated m
     return TASK
 
 
+def _stage1() -> Task:  # stage 1 alone, with the profile as written and uncovered
+    from prefcall.evaluation.tasks.stage1 import TASK
+
+    return TASK
+
+
 TASKS: dict[str, Callable[[], Task]] = {
     "nlsi": _nlsi,
     "tags": _tags,
@@ -86,6 +92,7 @@ TASKS: dict[str, Callable[[], Task]] = {
     "relevance": _relevance,
     "select": _select,
     "misfit": _misfit,
+    "stage1": _stage1,
 }
 
 
