@@ -40,7 +40,8 @@ from pydantic import BaseModel
 
 from prefcall.evaluation.fit import TuneItem
 from prefcall.evaluation.metrics.calls import calls_from_any, normalise_function
-from prefcall.strategies.fnctod import HAND_RULE, SELECTION_FEATURES, FunctionScores, SelectionRule, smoothed
+from prefcall.strategies.fnctod import (HAND_RULE, NONE_CANDIDATE, SELECTION_FEATURES, FunctionScores, SelectionRule,
+                                       smoothed)
 
 RIDGE = 1e-2
 # Share of the tuning items also seen with their profile uncovered (step 3). Chosen on the embedded model's tune
@@ -181,7 +182,7 @@ def uncovered(row: SelectionRow, draw: str = "fit") -> SelectionRow:
     feature off, as many other functions' on as the row had (chosen by a hash of the item id and `draw`, so the
     fit's copies and the report's are other draws)."""
     count = int(sum(f[PROFILE] > 0 for f in row.features))
-    others = [i for i in range(len(row.features)) if i != row.gold]
+    others = [i for i, name in enumerate(row.names) if i != row.gold and name != NONE_CANDIDATE]
     on = set(random.Random(f"{draw}:{row.item}").sample(others, min(count, len(others))))
     return row.model_copy(update={"features": [[*f[:PROFILE], 1.0 if i in on else 0.0, *f[PROFILE + 1:]]
                                                for i, f in enumerate(row.features)]})
