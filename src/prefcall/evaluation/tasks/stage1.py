@@ -23,7 +23,7 @@ from typing import Any
 
 from prefcall.evaluation.metrics.calls import normalise_function
 from prefcall.evaluation.metrics.intervals import proportion
-from prefcall.evaluation.task import EvalContext, EvalItem, ScoredItem
+from prefcall.evaluation.task import BaseTask, EvalContext, EvalItem, ScoredItem
 from prefcall.evaluation.tasks.nlsi import NlsiTask, gold_calls
 
 
@@ -82,6 +82,10 @@ class StageOneTask(NlsiTask):
         metrics["top1_where_covered"] = proportion(sum(i.scores.get("top1", 0.0) for i in covered), len(covered))
         metrics["parse_error_rate"] = proportion(sum(i.status == "parse_error" for i in items), n)
         return metrics
+
+    def predictions_from_file(self, item: EvalItem, record: dict[str, Any]) -> dict[str, Any]:
+        """A results.jsonl line of an earlier stage1 run (its "prediction"), not NLSI calls."""
+        return BaseTask.predictions_from_file(self, item, record)
 
     def plots(self, items: list[ScoredItem], out_dir: Any) -> list[Any]:
         return []
