@@ -128,10 +128,16 @@ def read_rows(path: Path) -> dict[str, SelectionRow | None]:
     return out
 
 
+def best_index(row: SelectionRow, rule: SelectionRule) -> int:
+    """The function the rule puts first on this row's evidence (never the "None" candidate)."""
+    return max((i for i, name in enumerate(row.names) if name != NONE_CANDIDATE),
+               key=lambda i: rule.score(row.features[i]))
+
+
 def accuracy(rows: Sequence[SelectionRow], rule: SelectionRule) -> float:
     if not rows:
         return 0.0
-    hits = sum(int(np.argmax([rule.score(f) for f in r.features])) == r.gold for r in rows)
+    hits = sum(best_index(r, rule) == r.gold for r in rows)
     return hits / len(rows)
 
 

@@ -38,8 +38,8 @@ class StageOneTask(NlsiTask):
 
     def predict(self, item: EvalItem, ctx: EvalContext) -> dict[str, Any]:
         from prefcall.evaluation.data import load_catalogue
-        from prefcall.evaluation.fit_selection import PROFILE, SelectionRow, uncovered
-        from prefcall.strategies.fnctod import HAND_RULE, NONE_CANDIDATE, FunctionScores
+        from prefcall.evaluation.fit_selection import PROFILE, SelectionRow, best_index, uncovered
+        from prefcall.strategies.fnctod import HAND_RULE, FunctionScores
         from prefcall.strategies.pipeline import Pipeline
         from prefcall.strategies.pipeline_models import get_config
 
@@ -56,13 +56,7 @@ class StageOneTask(NlsiTask):
         row = SelectionRow(item=item.id, source="", names=scores.names, features=scores.features,
                            gold=names.index(gold) if gold in names else 0)
         shifted = uncovered(row, "report") if gold in names else row
-
-        def chosen(features: list[list[float]]) -> str:
-            best = max((i for i, n in enumerate(scores.names) if n != NONE_CANDIDATE),
-                       key=lambda i: rule.score(features[i]))
-            return names[best]
-
-        return {"status": "ok", "chosen": chosen(row.features), "uncovered": chosen(shifted.features),
+        return {"status": "ok", "chosen": names[best_index(row, rule)], "uncovered": names[best_index(shifted, rule)],
                 "gold_function": gold, "covered": gold in names and row.features[row.gold][PROFILE] > 0,
                 "rule": "hand-set" if rule == HAND_RULE else "fitted"}
 
