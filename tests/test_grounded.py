@@ -1533,6 +1533,43 @@ def test_a_preposition_that_marks_where_a_movement_starts_or_ends_is_evidence_fo
         "source", "goal", "source", None, None]
 
 
+def test_what_a_word_naming_the_request_acts_on_is_evidence_for_a_lowercase_value():
+    """"Refill my allergy pills" / "Order two pad thai" / "Add oat milk to ...": the span a word of the function's
+    name or description acts on (over a possessive or a count, or directly where the word stands as a verb) is the
+    thing the request is about, for a required argument most of all; a piece of it is not, nor is the request's
+    own name, nor what a request word only modifies ("a parking space")."""
+    from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, features
+    from prefcall.strategies.grounding.values import spans
+
+    refill = Function(name="refill_prescription", description="Refill a prescription at a pharmacy.", parameters={
+        "type": "object", "properties": {"medication": {"type": "string"}, "pharmacy": {"type": "string"}},
+        "required": ["medication"]})
+    marks = [FEATURES.index(f) for f in ("object", "object_required")]
+
+    def marked(argument: str, text: str, names: tuple[str, ...], function: Function = refill) -> list[list[float]]:
+        pool = {c.text: c for c in spans(Source("user", text, "turn 0"))}
+        rows = features(FeatureContext(function=function, embedder=FakeEmbedder()), argument, {"type": "string"},
+                        [pool[n] for n in names])
+        return [[float(r[i]) for i in marks] for r in rows]
+
+    assert marked("medication", "Refill my allergy pills.", ("allergy pills", "my allergy pills", "pills")) == [
+        [1.0, 1.0], [1.0, 1.0], [0.0, 0.0]]
+    assert marked("pharmacy", "Refill my allergy pills.", ("allergy pills",)) == [[1.0, 0.0]]  # optional
+    assert marked("medication", "Please refill my metformin prescription.",
+                  ("metformin", "my metformin prescription")) == [[1.0, 1.0], [0.0, 0.0]]
+    order = Function(name="order_food", description="Order food for delivery.", parameters={
+        "type": "object", "properties": {"dish": {"type": "string"}}, "required": ["dish"]})
+    assert marked("dish", "Order two pad thai.", ("pad thai", "thai"), order) == [[1.0, 1.0], [0.0, 0.0]]
+    assert marked("dish", "Can you order ramen for me?", ("ramen",), order) == [[1.0, 1.0]]  # a verb: no gap needed
+    # A sentence break between the word and the span, or a word of its own in between, breaks the link.
+    assert marked("dish", "I want to order. Pad thai please.", ("Pad thai",), order) == [[0.0, 0.0]]
+    assert marked("dish", "Order food from Thai Palace.", ("Thai Palace",), order) == [[0.0, 0.0]]
+    parking = Function(name="ReserveParking", description="Reserve a parking spot.", parameters={
+        "type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]})
+    assert marked("location", "Reserve a parking space near the airport.", ("space", "the airport"),
+                  parking) == [[0.0, 0.0], [0.0, 0.0]]
+
+
 def test_a_number_right_after_a_capitalised_word_is_that_names_not_a_count():
     """"from Pier 39 to Grand Central for 1 people": 39 is the pier's number, never the passengers' count, and
     "Pier" alone cuts the name; "May 5" is a date and "Anna 3 people" counts people."""

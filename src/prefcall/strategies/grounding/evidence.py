@@ -17,7 +17,11 @@ by `prefcall fit --structure` on the tuning split) turns it into a log-odds. The
   an enum value of another argument of the same function;
 - source: user turn, standing instruction, earlier call, profile;
 - determiner: the span opens with an article or a possessive ("the airport", "my office", "the Westside branch"),
-  and whether the word after it is lowercase (a common noun phrase, whose article is part of how it is named).
+  and whether the word after it is lowercase (a common noun phrase, whose article is part of how it is named);
+- object: the span is what a word naming the request (a word of the function's name or description) acts on
+  ("Refill my [allergy pills]", "Order two [pad thai]", "Add [oat milk] to ..."), and whether the argument is
+  required (the thing a request is about is an argument the call cannot go without): lowercase values that no
+  capital or memory marks have a shape to go by.
 Everything comes from the schema, the text and the demonstrations: no data set's vocabulary.
 """
 
@@ -34,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from prefcall.engine.base import Embedder
-from prefcall.retrieval.text import normalise_word, split_identifier, stem, tokenize
+from prefcall.retrieval.text import NUMBER_WORDS, normalise_word, split_identifier, stem, tokenize
 from prefcall.schemas.model import Function
 
 from prefcall.strategies.grounding.values import DETERMINERS, Candidate, clause_break, words
@@ -43,7 +47,7 @@ FEATURES = (
     "cue", "memory", "memory_sq", "memory_exact", "has_memory", "description", "context", "format", "format_mismatch",
     "n_words", "one_word", "capitals", "open_left", "close_right", "cuts_name", "joins_right", "domain_words",
     "other_enum", "sentence_initial", "from_user", "from_instruction", "from_call", "determiner", "determiner_common",
-    "role",
+    "role", "object", "object_required",
 )  # fmt: skip
 
 CONNECTIVES = frozenset(
@@ -386,7 +390,13 @@ class FeatureContext:
         type, not a doctor's name)?"""
         return any(normal(text) in values for a, values in self._enums.items() if a != argument)
 
+    def request_stems(self) -> frozenset[str]:
+        """Stems of the words that name the request: the function's name and description words."""
+        return self._request
+
     def __post_init__(self) -> None:
+        self._request = frozenset(stem(w) for w in tokenize(f"{split_identifier(self.function.name)} "
+                                                           f"{self.function.description or ''}"))
         self._domain = set(tokenize(self.function.name)) - {"get", "find", "search", "book", "make", "check"}
         self._function_words = frozenset(self._domain | {w + "s" for w in self._domain})
         self._enums = {a: {normal(v) for v in s.get("enum") or [] if v is not None}
@@ -422,6 +432,8 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
     verbs = {stem(w) for w in (set(tokenize(ctx.function.name)) | set(tokenize(str(schema.get("description") or "")))
                                - CONTENT_WORDS)} if content_argument(argument, schema) else set()
     own_role = argument_role(argument)
+    required = argument in ctx.function.required
+    request = ctx.request_stems()
     other_roles = {r for a in ctx.function.properties if a != argument and (r := argument_role(a))} - {own_role}
     source_words: dict[int, list[tuple[str, int, int]]] = {}
     rows = []
@@ -453,9 +465,47 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
             "from_call": float(kind == "call"),
             **_determiner(tokens),
             "role": role,
+            **_request_object(c, source_words.get(id(c.source)) if c.source is not None else None, request, required),
         }
         rows.append([row[f] for f in FEATURES])
     return np.asarray(rows, dtype=np.float32)
+
+
+# Words between a request word and what it acts on: articles, possessives, counts, the person it is for, "of".
+_OBJECT_GAP = DETERMINERS | _ARTICLES | frozenset({"me", "us", "some", "any", "of", "another"})
+# Words after which a request word stands where a verb does: "Please order ...", "I want to order ...", "Can you
+# order ...", "... and order ...".
+_BEFORE_VERB = frozenset({"please", "to", "you", "and", "then", "also", "just"})
+
+
+def _is_gap(word: str) -> bool:
+    return word in _OBJECT_GAP or word in NUMBER_WORDS or word.replace(",", "").isdigit()
+
+
+def _request_object(candidate: Candidate, tokens: list[tuple[str, int, int]] | None, request: frozenset[str],
+                    required: bool) -> dict[str, float]:
+    """`object`: the span is what a word naming the request acts on: the words before it end in such a word, over
+    `_OBJECT_GAP` words ("Refill my [allergy pills]", "Order two [pad thai]") or directly where the word stands as
+    a verb, first in its sentence or after `_BEFORE_VERB` ("Add [oat milk] to ..."); a word that only modifies the
+    next one ("a parking [space]") acts on nothing. `object_required`: the same for a required argument. A span
+    holding a request word itself is the request's own name, never what it acts on."""
+    none = {"object": 0.0, "object_required": 0.0}
+    if candidate.source is None or candidate.start < 0 or not tokens or not request:
+        return none
+    inside = [w.lower() for w, s, e in tokens if s >= candidate.start and e <= candidate.end]
+    if not inside or any(stem(normalise_word(w)) in request for w in inside if not _is_gap(w)):
+        return none
+    text = candidate.source.text
+    before = [(w.lower(), s, e) for w, s, e in tokens if e <= candidate.start]
+    i = len(before) - 1
+    while i >= 0 and _is_gap(before[i][0]):
+        i -= 1
+    if i < 0 or len(before) - 1 - i > 3 or stem(normalise_word(before[i][0])) not in request \
+            or any(m in text[before[i][2]:candidate.start] for m in ",.;:!?"):
+        return none
+    verb = i == 0 or any(m in text[before[i - 1][2]:before[i][1]] for m in ",.;:!?") or before[i - 1][0] in _BEFORE_VERB
+    acts = verb or i < len(before) - 1
+    return {"object": float(acts), "object_required": float(acts and required)}
 
 
 def _determiner(tokens: list[str]) -> dict[str, float]:
