@@ -465,7 +465,7 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
             "from_call": float(kind == "call"),
             **_determiner(tokens),
             "role": role,
-            **_request_object(c, source_words.get(id(c.source)) if c.source is not None else None, request, required),
+            **_request_object(c, source_words.get(id(c.source)), request, required),
         }
         rows.append([row[f] for f in FEATURES])
     return np.asarray(rows, dtype=np.float32)
