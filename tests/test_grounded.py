@@ -1546,10 +1546,11 @@ def test_what_a_word_naming_the_request_acts_on_is_evidence_for_a_lowercase_valu
         "required": ["medication"]})
     marks = [FEATURES.index(f) for f in ("object", "object_required")]
 
-    def marked(argument: str, text: str, names: tuple[str, ...], function: Function = refill) -> list[list[float]]:
+    def marked(argument: str, text: str, names: tuple[str, ...], function: Function = refill,
+               named: bool = True) -> list[list[float]]:
         pool = {c.text: c for c in spans(Source("user", text, "turn 0"))}
-        rows = features(FeatureContext(function=function, embedder=FakeEmbedder()), argument, {"type": "string"},
-                        [pool[n] for n in names])
+        rows = features(FeatureContext(function=function, embedder=FakeEmbedder(), named=named), argument,
+                        {"type": "string"}, [pool[n] for n in names])
         return [[float(r[i]) for i in marks] for r in rows]
 
     assert marked("medication", "Refill my allergy pills.", ("allergy pills", "my allergy pills", "pills")) == [
@@ -1568,6 +1569,18 @@ def test_what_a_word_naming_the_request_acts_on_is_evidence_for_a_lowercase_valu
         "type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]})
     assert marked("location", "Reserve a parking space near the airport.", ("space", "the airport"),
                   parking) == [[0.0, 0.0], [0.0, 0.0]]
+    # A verb any request opens with names no function's request: "get" of GetRestaurants acts on no value.
+    restaurants = Function(name="GetRestaurants", description="Find restaurants in a city.", parameters={
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+    assert marked("city", "Find a place in Oakland where I can get a glass of wine.", ("place", "glass of wine"),
+                  restaurants) == [[0.0, 0.0], [0.0, 0.0]]
+    # ... but such a word written as a noun is still the request's own name: "Reserve a book" names ReserveBook.
+    reserve = Function(name="ReserveBook", description="Reserve a library book.", parameters={
+        "type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]})
+    assert marked("title", "Reserve a book called Night Trains.", ("book", "Night Trains"), reserve) == [
+        [0.0, 0.0], [0.0, 0.0]]
+    # A call a standing instruction chains to the request's is not what the request names: nothing is its object.
+    assert marked("medication", "Refill my allergy pills.", ("allergy pills",), named=False) == [[0.0, 0.0]]
 
 
 def test_a_number_right_after_a_capitalised_word_is_that_names_not_a_count():

@@ -144,13 +144,14 @@ class Grounder:
     record: Recorder | None = None  # receives every scored candidate (`prefcall fit`); None in serving
 
     def fill(self, function: Function, sources: list[Source], context: str, *, write_free: bool = True,
-             avoid: Sequence[str] = (), request: bool = True) -> FillResult:
+             avoid: Sequence[str] = (), request: bool = True, chained: bool = False) -> FillResult:
         """`request`: the sources are a request, whose required arguments the call cannot go without (the
         required floor and the model's proposals fill them); False for a standing instruction read alone, which
         sets only the arguments it states ("If I ask for Taxi Rides, my preferred passengers is five" names no
-        pickup, and "Taxi Rides" is none)."""
+        pickup, and "Taxi Rides" is none). `chained`: the call is one a standing instruction chains to the
+        request's function, so the request's words name another function (FeatureContext.named)."""
         features = FeatureContext(function, self.embedder, self.memory, self.exclude,
-                                  sources_text="\n".join(s.text for s in sources))
+                                  sources_text="\n".join(s.text for s in sources), named=not chained)
         weights = self.weights if request else self.weights.model_copy(update={"required_floor": None,
                                                                                 "propose": False})
         record = self.record

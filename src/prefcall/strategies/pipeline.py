@@ -347,7 +347,8 @@ class Pipeline:
             function = catalogue.function(name)
             if function is None:
                 continue
-            filled = grounder.fill(function, sources, context, avoid=origins if chained and position else ())
+            follows = chained and position > 0
+            filled = grounder.fill(function, sources, context, avoid=origins if follows else (), chained=follows)
             if position == 0:
                 origins = grounded.origins_of(function, filled)
             self._count(meter, filled)

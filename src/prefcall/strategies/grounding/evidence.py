@@ -18,8 +18,9 @@ by `prefcall fit --structure` on the tuning split) turns it into a log-odds. The
 - source: user turn, standing instruction, earlier call, profile;
 - determiner: the span opens with an article or a possessive ("the airport", "my office", "the Westside branch"),
   and whether the word after it is lowercase (a common noun phrase, whose article is part of how it is named);
-- object: the span is what a word naming the request (a word of the function's name or description) acts on
-  ("Refill my [allergy pills]", "Order two [pad thai]", "Add [oat milk] to ..."), and whether the argument is
+- object: the span is what a word naming the request (a word of the function's name or description, not a verb
+  any request opens with, "find", "get") acts on ("Refill my [allergy pills]", "Order two [pad thai]", "Add
+  [oat milk] to ..."; never in a call a standing instruction chains to the request's), and whether the argument is
   required (the thing a request is about is an argument the call cannot go without): lowercase values that no
   capital or memory marks have a shape to go by.
 Everything comes from the schema, the text and the demonstrations: no data set's vocabulary.
@@ -352,6 +353,12 @@ def _shape(candidate: Candidate) -> dict[str, float]:
             "joins_right": float(rw.lower().strip(",.") in JOINERS)}
 
 
+# Verbs any request may open with, whatever its function: they name no function's request ("Find a place in
+# Oakland where I can get [a glass of wine]" is no object of GetRestaurants), nor its domain.
+GENERIC_VERBS = frozenset({"get", "find", "search", "book", "make", "check"})
+_GENERIC_STEMS = frozenset(stem(v) for v in GENERIC_VERBS)
+
+
 @dataclass
 class FeatureContext:
     """Per-request state: the function, its argument texts and the memory to consult."""
@@ -361,6 +368,9 @@ class FeatureContext:
     memory: ValueMemory | None = None
     exclude: frozenset[str] = frozenset()  # demonstration ids not to consult (the item itself in evaluation)
     sources_text: str = ""  # all source text, for evidence that is not about one span (booleans)
+    # False for a call a standing instruction chains to the request's ("If I search flights, also look at hotels"):
+    # the request's words name the other function, so nothing they act on is this call's value (`object`).
+    named: bool = True
     _vectors: dict[str, np.ndarray] = field(default_factory=dict)  # per-request embedding cache
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -391,13 +401,14 @@ class FeatureContext:
         return any(normal(text) in values for a, values in self._enums.items() if a != argument)
 
     def request_stems(self) -> frozenset[str]:
-        """Stems of the words that name the request: the function's name and description words."""
-        return self._request
+        """Stems of the words that name the request: the function's name and description words; none for a call
+        the request does not name (`named`)."""
+        return self._request if self.named else frozenset()
 
     def __post_init__(self) -> None:
         self._request = frozenset(stem(w) for w in tokenize(f"{split_identifier(self.function.name)} "
                                                            f"{self.function.description or ''}"))
-        self._domain = set(tokenize(self.function.name)) - {"get", "find", "search", "book", "make", "check"}
+        self._domain = set(tokenize(self.function.name)) - GENERIC_VERBS
         self._function_words = frozenset(self._domain | {w + "s" for w in self._domain})
         self._enums = {a: {normal(v) for v in s.get("enum") or [] if v is not None}
                        for a, s in self.function.properties.items()}
@@ -487,8 +498,10 @@ def _request_object(candidate: Candidate, tokens: list[tuple[str, int, int]] | N
     """`object`: the span is what a word naming the request acts on: the words before it end in such a word, over
     `_OBJECT_GAP` words ("Refill my [allergy pills]", "Order two [pad thai]") or directly where the word stands as
     a verb, first in its sentence or after `_BEFORE_VERB` ("Add [oat milk] to ..."); a word that only modifies the
-    next one ("a parking [space]") acts on nothing. `object_required`: the same for a required argument. A span
-    holding a request word itself is the request's own name, never what it acts on."""
+    next one ("a parking [space]") acts on nothing, nor does a verb any request opens with (GENERIC_VERBS: "get
+    [a glass of wine]" of GetRestaurants). `object_required`: the same for a required argument. A span holding a
+    request word itself (GENERIC_VERBS too: "Reserve a [book]" of ReserveBook) is the request's own name, never
+    what it acts on."""
     none = {"object": 0.0, "object_required": 0.0}
     if candidate.source is None or candidate.start < 0 or not tokens or not request:
         return none
@@ -500,7 +513,8 @@ def _request_object(candidate: Candidate, tokens: list[tuple[str, int, int]] | N
     i = len(before) - 1
     while i >= 0 and _is_gap(before[i][0]):
         i -= 1
-    if i < 0 or len(before) - 1 - i > 3 or stem(normalise_word(before[i][0])) not in request \
+    acting = stem(normalise_word(before[i][0])) if i >= 0 else ""
+    if i < 0 or len(before) - 1 - i > 3 or acting not in request or acting in _GENERIC_STEMS \
             or any(m in text[before[i][2]:candidate.start] for m in ",.;:!?"):
         return none
     verb = i == 0 or any(m in text[before[i - 1][2]:before[i][1]] for m in ",.;:!?") or before[i - 1][0] in _BEFORE_VERB
