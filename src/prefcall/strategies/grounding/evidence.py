@@ -513,9 +513,10 @@ def _request_object(candidate: Candidate, tokens: list[tuple[str, int, int]] | N
     i = len(before) - 1
     while i >= 0 and _is_gap(before[i][0]):
         i -= 1
-    acting = stem(normalise_word(before[i][0])) if i >= 0 else ""
-    if i < 0 or len(before) - 1 - i > 3 or acting not in request or acting in _GENERIC_STEMS \
-            or any(m in text[before[i][2]:candidate.start] for m in ",.;:!?"):
+    if i < 0 or len(before) - 1 - i > 3 or any(m in text[before[i][2]:candidate.start] for m in ",.;:!?"):
+        return none
+    acting = stem(normalise_word(before[i][0]))
+    if acting not in request or acting in _GENERIC_STEMS:
         return none
     verb = i == 0 or any(m in text[before[i - 1][2]:before[i][1]] for m in ",.;:!?") or before[i - 1][0] in _BEFORE_VERB
     acts = verb or i < len(before) - 1
