@@ -1767,3 +1767,51 @@ def test_a_required_span_the_model_puts_far_above_every_other_span_is_taken_at_t
     assert location(None) is None  # under the floor: asked for
     assert location(4.0) == ["the airport"]
     assert location(12.0) is None  # the lead not reached
+
+
+def test_a_content_clause_runs_to_what_it_acts_on():
+    """"Add a task to call the landlord": the clause after the request word is "call the landlord"; its verb alone
+    stops before what it acts on (the clause's cue stays with the whole clause; "task" two words before still cues
+    it as any name word does), and so does "call" before "him"; a verb that ends its clause ("to stretch.") or
+    stops before a comma keeps the clause's cue."""
+    from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, features
+
+    task = Function(name="CreateTask", description="Add a task to the to-do list.", parameters={
+        "type": "object", "properties": {"task": {"type": "string", "description": "What to do."}},
+        "required": ["task"]})
+
+    def cues(request: str, names: list[str]) -> list[float]:
+        pool = {c.text: c for c in argument_candidates("task", task.properties["task"],
+                                                      [Source("user", request)]).candidates}
+        rows = features(FeatureContext(function=task, embedder=None), "task", task.properties["task"],
+                        [pool[n] for n in names])
+        return [float(r[FEATURES.index("cue")]) for r in rows]
+
+    assert cues("Add a task to call the landlord.", ["call", "call the landlord"]) == [0.5, 1.0]
+    assert cues("Add a task to call him tonight.", ["call", "call him"]) == [0.5, 1.0]
+    assert cues("Add a task to stretch.", ["stretch"]) == [1.0]
+    assert cues("Add a task to stretch, the usual.", ["stretch"]) == [1.0]
+
+
+def test_a_common_phrase_that_ends_in_the_arguments_head_noun_is_cued_whole():
+    """"the living room" of a vacuum's room: the phrase is how a room is named, so the cue goes to it whole and not
+    only to "living" before the name word; a name ("Union Square station"), a phrase over a connective ("vacuum in
+    the living room") and a kind of something else ("checking account" of account_type) get no such cue."""
+    from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, features
+
+    vacuum = Function(name="StartVacuum", description="Start the robot vacuum.", parameters={
+        "type": "object", "properties": {"room": {"type": "string", "description": "Room to clean."},
+                                         "pickup_station": {"type": "string"}, "account_type": {"type": "string"}},
+        "required": ["room"]})
+
+    def cues(argument: str, request: str, names: list[str]) -> list[float]:
+        schema = vacuum.properties[argument]
+        pool = {c.text: c for c in argument_candidates(argument, schema, [Source("user", request)]).candidates}
+        rows = features(FeatureContext(function=vacuum, embedder=None), argument, schema, [pool[n] for n in names])
+        return [round(float(r[FEATURES.index("cue")]), 2) for r in rows]
+
+    assert cues("room", "Run the vacuum in the living room on turbo.",
+                ["the living room", "living room", "living", "vacuum in the living room"]) == [1.0, 1.0, 0.8, 0.0]
+    assert cues("pickup_station", "Meet me at the train station.", ["the train station"]) == [1.0]
+    assert cues("pickup_station", "Meet me at Union Square station.", ["Union Square station"]) == [0.0]
+    assert cues("account_type", "Pay it from my checking account.", ["my checking account"]) == [0.0]

@@ -226,8 +226,13 @@ def content_argument(argument: str, schema: dict[str, Any]) -> bool:
 def _content_cue(candidate: Candidate, verbs: set[str]) -> float:
     """1.0 for a span that opens the clause after a word naming the request ("remind", "reminder" of SetReminder:
     `verbs` holds their stems, retrieval.text.stem), over a person ("me") and an opener ("to", "that"): "Remind me
-    to [call my mother]"."""
+    to [call my mother]". A span that stops right before what its clause acts on (a determiner, an article or a
+    person next: "Add a task to [call] the landlord") has not said what the request is for: no cue."""
     if candidate.source is None or candidate.start < 0 or not verbs:
+        return 0.0
+    rest = candidate.source.text[candidate.end:]
+    after = words(rest)
+    if after and after[0][0].lower() in _OPENS_OBJECT | _PERSONS and not any(m in rest[:after[0][1]] for m in ",.;:!?"):
         return 0.0
     tokens = [w.lower() for w, s, _ in words(candidate.source.text[:candidate.start])]
     if not tokens or tokens[-1] not in _CLAUSE_OPENERS:
@@ -236,6 +241,21 @@ def _content_cue(candidate: Candidate, verbs: set[str]) -> float:
     while i >= 0 and (tokens[i] in _PERSONS or tokens[i] in _ARTICLES):
         i -= 1
     return 1.0 if i >= 0 and len(tokens[i]) >= 4 and stem(normalise_word(tokens[i])) in verbs else 0.0
+
+
+def _head_cue(tokens: list[str], head: str) -> float:
+    """1.0 for a lowercase phrase that ends in the argument's head noun (the last word of its name) after words that
+    say which one ("the living room" of room, "the train station" of pickup_station): the noun is part of how a
+    common thing is named, so the cue goes to the whole phrase, not to the word before the noun ("living").
+    A name ("Union Square station") and a kind of something else ("checking account" of account_type: its head is
+    "type") are not such phrases, nor is one that runs over a connective ("vacuum in the living room")."""
+    if len(tokens) < 2 or not head or normalise_word(tokens[-1].lower()) != head:
+        return 0.0
+    modifiers = tokens[1:-1] if tokens[0].lower() in DETERMINERS | _ARTICLES else tokens[:-1]
+    if not modifiers or any(w[:1].isupper() or w.lower() in CONNECTIVES or w.lower() in JOINERS or w[:1].isdigit()
+                            for w in modifiers):
+        return 0.0
+    return 1.0
 
 
 # The cue a span gets from the question its turn answers: "Which restaurant would you like?" / "Andes Cafe".
@@ -443,6 +463,10 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
     verbs = {stem(w) for w in (set(tokenize(ctx.function.name)) | set(tokenize(str(schema.get("description") or "")))
                                - CONTENT_WORDS)} if content_argument(argument, schema) else set()
     own_role = argument_role(argument)
+    # the head noun of the argument's name ("room" of room, "station" of pickup_station), unless the function's
+    # name holds it (the thing the request is about: "the hotel" of BookHotel's hotel is no value)
+    head = normalise_word((split_identifier(argument).lower().split() or [""])[-1])
+    head = "" if head in function_words else head
     required = argument in ctx.function.required
     request = ctx.request_stems()
     other_roles = {r for a in ctx.function.properties if a != argument and (r := argument_role(a))} - {own_role}
@@ -460,7 +484,8 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
         kind = c.source.kind if c.source is not None else ""
         m = float(memory[i]) if memory is not None else 0.0
         row = {
-            "cue": max(_cue(c, name_words, function_words), _asked_cue(c, name_words), _content_cue(c, verbs)),
+            "cue": max(_cue(c, name_words, function_words), _asked_cue(c, name_words), _content_cue(c, verbs),
+                       _head_cue(tokens, head) if klass == "text" and c.source is not None else 0.0),
             "memory": m, "memory_sq": m * m, "memory_exact": memory_exact[i], "has_memory": has_memory,
             "description": float(description[i]) if description is not None else 0.0,
             "context": float(context[i]) if context is not None else 0.0,
