@@ -1801,7 +1801,8 @@ def test_a_common_phrase_that_ends_in_the_arguments_head_noun_is_cued_whole():
 
     vacuum = Function(name="StartVacuum", description="Start the robot vacuum.", parameters={
         "type": "object", "properties": {"room": {"type": "string", "description": "Room to clean."},
-                                         "pickup_station": {"type": "string"}, "account_type": {"type": "string"}},
+                                         "pickup_station": {"type": "string"}, "account_type": {"type": "string"},
+                                         "level": {"type": "string"}},
         "required": ["room"]})
 
     def cues(argument: str, request: str, names: list[str]) -> list[float]:
@@ -1815,3 +1816,4 @@ def test_a_common_phrase_that_ends_in_the_arguments_head_noun_is_cued_whole():
     assert cues("pickup_station", "Meet me at the train station.", ["the train station"]) == [1.0]
     assert cues("pickup_station", "Meet me at Union Square station.", ["Union Square station"]) == [0.0]
     assert cues("account_type", "Pay it from my checking account.", ["my checking account"]) == [0.0]
+    assert cues("level", "Clean it at the premium level.", ["the premium level"]) == [0.0]

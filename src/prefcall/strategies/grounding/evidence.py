@@ -243,12 +243,18 @@ def _content_cue(candidate: Candidate, verbs: set[str]) -> float:
     return 1.0 if i >= 0 and len(tokens[i]) >= 4 and stem(normalise_word(tokens[i])) in verbs else 0.0
 
 
+# Nouns that name an attribute whose value is the word before them ("the premium level" of level: premium; "economy
+# class", "turbo mode"): English words for a kind or a degree, no catalogue's vocabulary. `_head_cue` leaves them.
+ATTRIBUTE_NOUNS = frozenset("""type kind class level mode tier category size style grade color colour flavor flavour
+    option plan speed priority quality format genre sort variety model version""".split())
+
+
 def _head_cue(tokens: list[str], head: str) -> float:
     """1.0 for a lowercase phrase that ends in the argument's head noun (the last word of its name) after words that
     say which one ("the living room" of room, "the train station" of pickup_station): the noun is part of how a
     common thing is named, so the cue goes to the whole phrase, not to the word before the noun ("living").
-    A name ("Union Square station") and a kind of something else ("checking account" of account_type: its head is
-    "type") are not such phrases, nor is one that runs over a connective ("vacuum in the living room")."""
+    A name ("Union Square station"), a kind of something else ("checking account" of account_type: its head is
+    "type") and the value of an attribute noun ("the premium level" of level: ATTRIBUTE_NOUNS) are not such phrases, nor is one that runs over a connective ("vacuum in the living room")."""
     if len(tokens) < 2 or not head or normalise_word(tokens[-1].lower()) != head:
         return 0.0
     modifiers = tokens[1:-1] if tokens[0].lower() in DETERMINERS | _ARTICLES else tokens[:-1]
@@ -466,7 +472,7 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
     # the head noun of the argument's name ("room" of room, "station" of pickup_station), unless the function's
     # name holds it (the thing the request is about: "the hotel" of BookHotel's hotel is no value)
     head = normalise_word((split_identifier(argument).lower().split() or [""])[-1])
-    head = "" if head in function_words else head
+    head = "" if head in function_words or head in ATTRIBUTE_NOUNS else head
     required = argument in ctx.function.required
     request = ctx.request_stems()
     other_roles = {r for a in ctx.function.properties if a != argument and (r := argument_role(a))} - {own_role}
