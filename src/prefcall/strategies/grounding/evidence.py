@@ -230,12 +230,12 @@ def _content_cue(candidate: Candidate, verbs: set[str]) -> float:
     person next: "Add a task to [call] the landlord") has not said what the request is for: no cue."""
     if candidate.source is None or candidate.start < 0 or not verbs:
         return 0.0
-    rest = candidate.source.text[candidate.end:]
-    after = words(rest)
-    if after and after[0][0].lower() in _OPENS_OBJECT | _PERSONS and not any(m in rest[:after[0][1]] for m in ",.;:!?"):
-        return 0.0
     tokens = [w.lower() for w, s, _ in words(candidate.source.text[:candidate.start])]
     if not tokens or tokens[-1] not in _CLAUSE_OPENERS:
+        return 0.0
+    rest = candidate.source.text[candidate.end:]
+    after = words(rest)
+    if after and after[0][0].lower() in _CLAUSE_GOES_ON and not any(m in rest[:after[0][1]] for m in ",.;:!?"):
         return 0.0
     i = len(tokens) - 2
     while i >= 0 and (tokens[i] in _PERSONS or tokens[i] in _ARTICLES):
@@ -249,16 +249,20 @@ ATTRIBUTE_NOUNS = frozenset("""type kind class level mode tier category size sty
     option plan speed priority quality format genre sort variety model version""".split())
 
 
+_LINKS = CONNECTIVES | JOINERS  # words that link two phrases: no modifier of a head noun
+
+
 def _head_cue(tokens: list[str], head: str) -> float:
     """1.0 for a lowercase phrase that ends in the argument's head noun (the last word of its name) after words that
     say which one ("the living room" of room, "the train station" of pickup_station): the noun is part of how a
     common thing is named, so the cue goes to the whole phrase, not to the word before the noun ("living").
     A name ("Union Square station"), a kind of something else ("checking account" of account_type: its head is
-    "type") and the value of an attribute noun ("the premium level" of level: ATTRIBUTE_NOUNS) are not such phrases, nor is one that runs over a connective ("vacuum in the living room")."""
+    "type") and the value of an attribute noun ("the premium level" of level: ATTRIBUTE_NOUNS) are not such
+    phrases, nor is one that runs over a connective ("vacuum in the living room")."""
     if len(tokens) < 2 or not head or normalise_word(tokens[-1].lower()) != head:
         return 0.0
-    modifiers = tokens[1:-1] if tokens[0].lower() in DETERMINERS | _ARTICLES else tokens[:-1]
-    if not modifiers or any(w[:1].isupper() or w.lower() in CONNECTIVES or w.lower() in JOINERS or w[:1].isdigit()
+    modifiers = tokens[1:-1] if tokens[0].lower() in _OPENS_OBJECT else tokens[:-1]
+    if not modifiers or any(w[:1].isupper() or w.lower() in _LINKS or w[:1].isdigit()
                             for w in modifiers):
         return 0.0
     return 1.0
@@ -306,6 +310,7 @@ def _owned_cue(text: str, tokens: list[tuple[str, int, int]], first: int, name_w
 
 
 _OPENS_OBJECT = DETERMINERS | _ARTICLES
+_CLAUSE_GOES_ON = _OPENS_OBJECT | _PERSONS  # a content clause stopped before one of these has more to say
 
 
 # The prepositions that mark where a movement starts and where it ends, and the words that name those two roles
