@@ -213,3 +213,28 @@ def test_misfit_items_split_with_held_out_functions_and_style_only_in_report():
     assert {i["expect"] for i in tune} == {i["expect"] for i in report} == {"call", "ask"}
     assert set(corpus_misfit.REPORT_FUNCTIONS) == set(splits.MISFIT_HELD_OUT_FUNCTIONS)
     assert set(corpus_misfit.REPORT_STYLES) == set(splits.MISFIT_HELD_OUT_STYLES)
+
+
+def test_phrase_items_hold_lowercase_phrase_values_and_split_with_held_out_functions_and_styles():
+    """The phrase corpus (class b): most gold string values are lowercase phrases of several words, read from the
+    request or an instruction as written; its three held-out functions and the corpus's report styles only in
+    report."""
+    from prefcall.evaluation import corpus, corpus_phrase
+
+    path = corpus.CORPUS_DIR / "phrase_items.json"
+    items = {i["example_id"]: i for i in json.loads(path.read_text(encoding="utf-8"))}
+    entry = splits.packaged().sources["src/prefcall/data/corpus/phrase_items.json"]
+    tune, report = [items[k] for k in entry.tune], [items[k] for k in entry.report]
+    assert len(tune) + len(report) == len(items) and len(tune) >= 100 and len(report) >= 100
+    assert not any(i["function"] in corpus_phrase.REPORT_FUNCTIONS or i["style"] in corpus_phrase.REPORT_STYLES
+                   for i in tune)
+    assert set(corpus_phrase.REPORT_FUNCTIONS) == set(splits.PHRASE_HELD_OUT_FUNCTIONS)
+    assert {f.function for f in corpus_phrase.DOMAINS}.isdisjoint(d.function for d in corpus.DOMAINS)
+    values = [v for i in tune for v in corpus._strings(i["api_calls"])]  # noqa: SLF001
+    phrases = [v for v in values if " " in v and v == v.lower()]
+    assert len(phrases) >= 300 and len(phrases) > len(values) / 2
+    for item in tune:
+        text = " ".join([item["user_utterance"], *item["applicable_standing_instructions"]]).lower()
+        assert all(v.lower() in text for v in corpus._strings(item["api_calls"])), item["example_id"]  # noqa: SLF001
+        assert ("b:lowercase-phrase" in item["classes"]) == any(
+            " " in v and v == v.lower() for v in corpus._strings(item["api_calls"]))  # noqa: SLF001

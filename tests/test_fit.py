@@ -127,6 +127,21 @@ def test_the_profile_corpus_and_its_prose_part_are_fit_sources_read_by_their_tun
     assert memory.count("profile") == len(fit.tune_items(["profile", "profile_prose"]))
 
 
+def test_the_phrase_corpus_is_a_fit_source_read_by_its_tune_part():
+    """`--sources ...,phrase` (lowercase common-noun values): its tune items, against its own catalogue, with value
+    memories under that catalogue's name; none of its held-out functions."""
+    from prefcall.evaluation import corpus_phrase
+
+    assert "phrase" in fit.KNOWN_SOURCES
+    items = fit.tune_items(["phrase"])
+    entry = splits.packaged().sources["src/prefcall/data/corpus/phrase_items.json"]
+    assert {i.id for i in items} == set(entry.tune) and len(items) >= 100
+    assert {i.catalogue.name for i in items} == {"phrase"}
+    assert all(i.catalogue.function(g.split("(")[0]) is not None for i in items for g in i.gold)
+    assert not any(g.startswith(corpus_phrase.REPORT_FUNCTIONS) for i in items for g in i.gold)
+    assert fit.value_memories(["phrase"]).count("phrase") == len(items)
+
+
 def test_collect_records_the_fillers_candidates_through_the_pipeline():
     engine = FakeEngine()
     items = fit.tune_items(["corpus"], subset=3)

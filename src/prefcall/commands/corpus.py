@@ -14,17 +14,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     actions = parser.add_subparsers(dest="corpus_command", metavar="ACTION", required=True)
     build = actions.add_parser("build", help="write catalogue.json and items.json, and the profile corpus's "
                               "profile_catalogue.json and profile_items.json, and the misfit corpus's "
-                              "misfit_catalogue.json and misfit_items.json (deterministic)")
+                              "misfit_catalogue.json and misfit_items.json, and the phrase corpus's "
+                              "phrase_catalogue.json and phrase_items.json (deterministic)")
     build.add_argument("--out", help="folder (default: the package's data/corpus)")
     build.add_argument("--check", action="store_true", help="exit 1 when the shipped corpus differs from a rebuild")
     build.set_defaults(handler=handle_build)
 
 
 def handle_build(args: argparse.Namespace) -> int:
-    from prefcall.evaluation import corpus, corpus_misfit, corpus_profile
+    from prefcall.evaluation import corpus, corpus_misfit, corpus_phrase, corpus_profile
 
     def build(out: Path) -> list[Path]:
-        return corpus.build(out) + corpus_profile.build(out) + corpus_misfit.build(out)
+        return corpus.build(out) + corpus_profile.build(out) + corpus_misfit.build(out) + corpus_phrase.build(out)
 
     if args.check:
         with tempfile.TemporaryDirectory() as folder:

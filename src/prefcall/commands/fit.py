@@ -27,8 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "pipeline uses it from then on. See prefcall.evaluation.fit.")
     add_model_options(parser)
     parser.add_argument("--sources", default="nlsi,corpus",
-                        help="tuning sources, comma-separated: nlsi (needs ../shared/data), corpus, profile, "
-                        "profile_prose (bundled: the generated corpus, the profile corpus and its prose part)")
+                        help="tuning sources, comma-separated: nlsi (needs ../shared/data), corpus, phrase, profile, "
+                        "profile_prose (bundled: the generated corpus, the phrase corpus of lowercase common-noun "
+                        "values, the profile corpus and its prose part); default nlsi,corpus (the shipped fits' "
+                        "sources)")
     parser.add_argument("--subset", type=int, help="at most N items per source (every k-th): a quick fit; with "
                         "--nlt, at most N tune items of each set")
     parser.add_argument("--out", help="folder for rows.jsonl (rows-selection.jsonl with --selection; resumable: a "

@@ -102,9 +102,10 @@ def render_call(function: str, args: dict[str, Any]) -> str:
 class Builder:
     """Items for one domain at a time, drawn with one seeded generator so the whole corpus is reproducible."""
 
-    def __init__(self, seed: int = SEED) -> None:
+    def __init__(self, seed: int = SEED, domains: Sequence[Domain] = DOMAINS) -> None:
         self.rng = random.Random(seed)
-        self.by_name = {d.function: d for d in DOMAINS}
+        self.domains = tuple(domains)  # the catalogue's functions (distractor instructions are about the others)
+        self.by_name = {d.function: d for d in self.domains}
 
     # -- pieces --
     def value(self, slot: Slot) -> tuple[str, Any]:
@@ -138,7 +139,7 @@ class Builder:
 
     def distractors(self, domain: Domain, k: int) -> list[str]:
         """Instructions about other functions (never applicable)."""
-        others = [d for d in DOMAINS if d.function != domain.function and d.function not in
+        others = [d for d in self.domains if d.function != domain.function and d.function not in
                   {c for c, _ in domain.chains} and domain.function not in {c for c, _ in d.chains}]
         out = []
         for other in self.rng.sample(others, k):

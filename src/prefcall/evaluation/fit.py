@@ -6,7 +6,9 @@ number values + d * length (the value's tokens beyond null's: a small model's lo
 value, so that "the drugstore on Elm" loses to "Elm"; strategies.grounding.fill.GroundingWeights). Steps:
 
 1. Tuning items: the tune part of the frozen split (prefcall.evaluation.splits) of the shared NLSI dev file and of
-   the bundled generated corpus (prefcall.evaluation.corpus); `--subset N` takes every k-th item so that N remain.
+   the bundled generated corpus (prefcall.evaluation.corpus; `--sources nlsi,corpus,phrase` adds the phrase
+   corpus, prefcall.evaluation.corpus_phrase, whose values are lowercase common-noun phrases); `--subset N` takes
+   every k-th item so that N remain.
 2. Rows: each item runs through the shipped pipeline (`full` config, the gold applicable instructions, value
    memories from the other tuning items); a fixed half of the items (`without_memory`, by a hash of the item id)
    is parsed with no value memory at all, as a catalogue nobody demonstrated is (the generated corpus repeats its
@@ -60,11 +62,15 @@ KINDS = ("span", "number", "enum", "boolean")
 LENGTH_KINDS = ("span", "number")  # kinds whose combination weighs the value's length in tokens
 MIN_RIGHT = 300
 BIAS_GRID = [round(-8.0 + 0.25 * i, 2) for i in range(49)]  # -8 .. 4
-SOURCES = ("nlsi", "corpus")
+SOURCES = ("nlsi", "corpus")  # the default (every shipped fit was made on these)
+# The bundled generated corpora a fit may read, with their catalogues (evaluation.corpus; evaluation.corpus_phrase:
+# lowercase common-noun values, `--sources nlsi,corpus,phrase`).
+CORPUS_SOURCES = {"corpus": ("items.json", "catalogue.json"),
+                  "phrase": ("phrase_items.json", "phrase_catalogue.json")}
 # Further tuning sources a fit may be asked to read (`--sources`): the bundled profile corpus and its prose part
 # (evaluation.corpus_profile; their catalogue is profile_catalogue.json), each by the tune part of the split file.
 PROFILE_SOURCES = {"profile": "profile_items.json", "profile_prose": "profile_prose_items.json"}
-KNOWN_SOURCES = (*SOURCES, *PROFILE_SOURCES)
+KNOWN_SOURCES = (*SOURCES, "phrase", *PROFILE_SOURCES)
 MEMORY_DROPOUT = 0.5  # share of tuning items parsed without value memory (see `without_memory`)
 
 
@@ -126,15 +132,15 @@ class FitReport(BaseModel):
 
 
 def source_path(source: str) -> Path:
-    """The data file of a fit source (nlsi: the shared dev file; corpus: the bundled one)."""
+    """The data file of a fit source (nlsi: the shared dev file; corpus, phrase: the bundled ones)."""
     if source == "nlsi":
         path = shared_data_dir() / "nlsi" / "dev.json"
         if not path.is_file():
             raise ConfigError(f"{path} is missing: fit beside ../shared/data (PREFCALL_SHARED_DATA) or pass "
                               "--sources corpus")
         return path
-    if source == "corpus":
-        return corpus.CORPUS_DIR / "items.json"
+    if source in CORPUS_SOURCES:
+        return corpus.CORPUS_DIR / CORPUS_SOURCES[source][0]
     if source in PROFILE_SOURCES:
         return corpus.CORPUS_DIR / PROFILE_SOURCES[source]
     raise ConfigError(f"unknown fit source {source!r}: use {', '.join(KNOWN_SOURCES)}")
@@ -149,7 +155,7 @@ def source_catalogue(source: str) -> Catalogue:
     if source in PROFILE_SOURCES:
         return import_catalogue(corpus.CORPUS_DIR / "profile_catalogue.json", name="profile")
     source_path(source)  # an unknown source's error
-    return import_catalogue(corpus.CORPUS_DIR / "catalogue.json", name="corpus")
+    return import_catalogue(corpus.CORPUS_DIR / CORPUS_SOURCES[source][1], name=source)
 
 
 def value_memories(sources: Sequence[str]) -> Any:

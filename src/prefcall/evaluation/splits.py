@@ -222,6 +222,8 @@ PROFILE_HELD_OUT_STYLES = ("plain",)
 # The generated misfit corpus's (prefcall.evaluation.corpus_misfit says why).
 MISFIT_HELD_OUT_FUNCTIONS = ("RequestMovingQuote", "ScheduleWindowCleaning", "RenewLibraryCard")
 MISFIT_HELD_OUT_STYLES = ("labelled",)
+# The generated phrase corpus's (prefcall.evaluation.corpus_phrase says why; its report styles are the corpus's).
+PHRASE_HELD_OUT_FUNCTIONS = ("FindRecipe", "BookTutor", "ReportLostItem")
 NLSI_HELD_OUT = ["GetTravel", "GetHotels", "GetBuses", "GetRentalCars", "GetMovies"]
 SGD_HELD_OUT = ["RideSharing_1"]
 
@@ -265,6 +267,10 @@ RULES: dict[str, Rule] = {r.path: r for r in [
          [*MISFIT_HELD_OUT_FUNCTIONS, *(f"style:{s}" for s in MISFIT_HELD_OUT_STYLES)],
          "prefcall's generated misfit corpus (prefcall corpus build): three functions and the labelled style held "
          "out; the rest half and half by hash"),
+    Rule("repo:src/prefcall/data/corpus/phrase_items.json", "example_id", [], "half",
+         [*PHRASE_HELD_OUT_FUNCTIONS, *(f"style:{s}" for s in CORPUS_HELD_OUT_STYLES)],
+         "prefcall's generated phrase corpus (prefcall corpus build; lowercase common-noun values): three "
+         "functions and the corpus's three report instruction styles held out; the rest half and half by hash"),
     Rule("repo:tests/data/nlt/dev.jsonl", "id", [], "tune", [], "prefcall's NLT dev set: the NLT rule's fit"),
     Rule("repo:tests/data/nlt/report.jsonl", "id", [], "report", [], "prefcall's NLT report set"),
     Rule("repo:tests/data/select/items.jsonl", "id", [], "inherit", [],
