@@ -332,11 +332,16 @@ def write_corpus(out: Path, prefix: str, catalogue_: dict[str, Any], items: Sequ
     return paths
 
 
-def catalogue() -> dict[str, Any]:
+def domains_catalogue(name: str, description: str, domains: Sequence[Domain]) -> dict[str, Any]:
+    """A catalogue of `domains` (their slots' schemas, required arguments) as the catalogue files write it."""
     functions = [function_entry(d.function, d.description, {s.name: s.schema() for s in d.slots},
-                                [s.name for s in d.slots if s.required]) for d in DOMAINS]
-    return {"name": "corpus", "description": "prefcall's generated corpus catalogue (prefcall.evaluation.corpus): "
-            "16 everyday functions with typed arguments, none from the shared data sets.", "functions": functions}
+                                [s.name for s in d.slots if s.required]) for d in domains]
+    return {"name": name, "description": description, "functions": functions}
+
+
+def catalogue() -> dict[str, Any]:
+    return domains_catalogue("corpus", "prefcall's generated corpus catalogue (prefcall.evaluation.corpus): 16 "
+                             "everyday functions with typed arguments, none from the shared data sets.", DOMAINS)
 
 
 def dumps(data: Any) -> str:

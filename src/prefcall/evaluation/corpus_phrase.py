@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from prefcall.evaluation.corpus import CORPUS_DIR, KINDS, REPORT_STYLES, STYLES, TUNE_STYLES, Builder, Item, \
-    _strings, draw_items, function_entry, write_corpus
+    _strings, domains_catalogue, draw_items, write_corpus
 from prefcall.evaluation.corpus_domains import Domain, _b, _counts, _slot
 
 SEED = 20261203
@@ -263,11 +263,9 @@ def build_items(seed: int = SEED, per_function: int = ITEMS_PER_FUNCTION) -> lis
 
 
 def catalogue() -> dict[str, Any]:
-    functions = [function_entry(d.function, d.description, {s.name: s.schema() for s in d.slots},
-                                [s.name for s in d.slots if s.required]) for d in DOMAINS]
-    return {"name": "phrase", "description": "prefcall's generated phrase catalogue (prefcall.evaluation."
-            "corpus_phrase): 15 everyday functions whose values are mostly lowercase common-noun phrases, none from "
-            "the shared data sets.", "functions": functions}
+    return domains_catalogue("phrase", "prefcall's generated phrase catalogue (prefcall.evaluation.corpus_phrase): 15 "
+                             "everyday functions whose values are mostly lowercase common-noun phrases, none from "
+                             "the shared data sets.", DOMAINS)
 
 
 def build(out: Path = CORPUS_DIR) -> list[Path]:
