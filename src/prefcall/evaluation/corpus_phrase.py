@@ -23,7 +23,7 @@ from typing import Any
 
 from prefcall.evaluation.corpus import CORPUS_DIR, KINDS, REPORT_STYLES, STYLES, TUNE_STYLES, Builder, Item, \
     _strings, domains_catalogue, draw_items, write_corpus
-from prefcall.evaluation.corpus_domains import Domain, _b, _counts, _slot
+from prefcall.evaluation.corpus_domains import Domain, Slot, _b, _counts, _slot
 
 SEED = 20261203
 ITEMS_PER_FUNCTION = 36
@@ -36,7 +36,8 @@ def _v(*values: str) -> list[tuple[str, str]]:
 
 
 def _enum(name: str, description: str, options: tuple[str, ...], ask: tuple[str, ...], fact: tuple[str, ...],
-          human: str = "", required: bool = False) -> Any:
+          human: str = "", required: bool = False) -> Slot:
+    """A string argument whose values are its options, written as the options are."""
     return _slot(name, "string", description, enum=options, values=_v(*options), ask=ask, fact=fact, human=human,
                  required=required)
 
