@@ -1796,13 +1796,14 @@ def test_a_content_clause_runs_to_what_it_acts_on():
 def test_a_common_phrase_that_ends_in_the_arguments_head_noun_is_cued_whole():
     """"the living room" of a vacuum's room: the phrase is how a room is named, so the cue goes to it whole and not
     only to "living" before the name word; a name ("Union Square station"), a phrase over a connective ("vacuum in
-    the living room") and a kind of something else ("checking account" of account_type) get no such cue."""
+    the living room"), a kind of something else ("checking account" of account_type) and a phrase that asks for a
+    label ("the right name" of event_name) get no such cue."""
     from prefcall.strategies.grounding.evidence import FEATURES, FeatureContext, features
 
     vacuum = Function(name="StartVacuum", description="Start the robot vacuum.", parameters={
         "type": "object", "properties": {"room": {"type": "string", "description": "Room to clean."},
                                          "pickup_station": {"type": "string"}, "account_type": {"type": "string"},
-                                         "level": {"type": "string"}},
+                                         "level": {"type": "string"}, "event_name": {"type": "string"}},
         "required": ["room"]})
 
     def cues(argument: str, request: str, names: list[str]) -> list[float]:
@@ -1817,3 +1818,6 @@ def test_a_common_phrase_that_ends_in_the_arguments_head_noun_is_cued_whole():
     assert cues("pickup_station", "Meet me at Union Square station.", ["Union Square station"]) == [0.0]
     assert cues("account_type", "Pay it from my checking account.", ["my checking account"]) == [0.0]
     assert cues("level", "Clean it at the premium level.", ["the premium level"]) == [0.0]
+    # a label noun's value is the label: "the right name" asks for an event's name and is none
+    assert cues("event_name", "Dates for the Giants Vs Diamondbacks event? Get the right name for it.",
+                ["the right name"]) == [0.0]

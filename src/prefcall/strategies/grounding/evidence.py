@@ -248,6 +248,10 @@ def _content_cue(candidate: Candidate, verbs: set[str]) -> float:
 ATTRIBUTE_NOUNS = frozenset("""type kind class level mode tier category size style grade color colour flavor flavour
     option plan speed priority quality format genre sort variety model version""".split())
 
+# Nouns that name a label, whose value is the label itself ("Giants Vs Diamondbacks" of event_name): a phrase ending
+# in one ("the right name", "a reference number") says that a value is wanted and is none. `_head_cue` leaves them.
+LABEL_NOUNS = frozenset("name title number id code label".split())
+
 
 _LINKS = CONNECTIVES | JOINERS  # words that link two phrases: no modifier of a head noun
 
@@ -257,8 +261,9 @@ def _head_cue(tokens: list[str], head: str) -> float:
     say which one ("the living room" of room, "the train station" of pickup_station): the noun is part of how a
     common thing is named, so the cue goes to the whole phrase, not to the word before the noun ("living").
     A name ("Union Square station"), a kind of something else ("checking account" of account_type: its head is
-    "type") and the value of an attribute noun ("the premium level" of level: ATTRIBUTE_NOUNS) are not such
-    phrases, nor is one that runs over a connective ("vacuum in the living room")."""
+    "type"), the value of an attribute noun ("the premium level" of level: ATTRIBUTE_NOUNS) and a phrase that asks
+    for a label ("the right name" of event_name: LABEL_NOUNS) are not such phrases, nor is one that runs over a
+    connective ("vacuum in the living room")."""
     if len(tokens) < 2 or not head or normalise_word(tokens[-1].lower()) != head:
         return 0.0
     modifiers = tokens[1:-1] if tokens[0].lower() in _OPENS_OBJECT else tokens[:-1]
@@ -477,7 +482,7 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
     # the head noun of the argument's name ("room" of room, "station" of pickup_station), unless the function's
     # name holds it (the thing the request is about: "the hotel" of BookHotel's hotel is no value)
     head = normalise_word((split_identifier(argument).lower().split() or [""])[-1])
-    head = "" if head in function_words or head in ATTRIBUTE_NOUNS else head
+    head = "" if head in function_words or head in ATTRIBUTE_NOUNS or head in LABEL_NOUNS else head
     required = argument in ctx.function.required
     request = ctx.request_stems()
     other_roles = {r for a in ctx.function.properties if a != argument and (r := argument_role(a))} - {own_role}
