@@ -217,6 +217,46 @@ def test_a_structure_file_keeps_the_combinations_and_says_where_the_weights_came
     assert load_weights(path=path).structure.weights == tuple(result.weights["weights"])
 
 
+def phrase_rows(groups: int, seed: int, lowered: float) -> list[fit.LabelledRow]:
+    """Two candidates per ranking, one capitalised and one with no capitals; the gold is the capitalised one in
+    half the rankings (right at 4 nats over null, the phrase beside it wrong at -2) and the lowercase one in the
+    other half, right at 4 - `lowered` nats beside a wrong name at 1.5."""
+    rng = np.random.default_rng(seed)
+    capitals = FEATURES.index("capitals")
+
+    def candidate(g: int, caps: float, odds: float, right: bool) -> fit.LabelledRow:
+        features = [0.0] * len(FEATURES)
+        features[capitals] = caps
+        return fit.LabelledRow(item=f"i{g}", group=g, kind="span", function="F", argument="a", value=f"{g}{caps}",
+                               evidence=rng.normal(0.0, 0.5), odds=odds, right=right, gold=True, features=features,
+                               length=1.0)
+
+    rows = []
+    for g in range(groups):
+        if g % 2:  # the gold is the name
+            rows += [candidate(g, 1.0, rng.normal(4.0, 1.0), True), candidate(g, 0.0, rng.normal(-2.0, 1.0), False)]
+        else:  # the gold is the common phrase
+            rows += [candidate(g, 0.0, rng.normal(4.0 - lowered, 1.0), True),
+                     candidate(g, 1.0, rng.normal(1.5, 1.0), False)]
+    return rows
+
+
+def test_a_phrase_combination_is_kept_only_where_held_out_it_beats_the_one_span_combination():
+    """Right lowercase values the model scores 3 nats under right names, under the wrong name beside them: one
+    combination cannot set both, two can, and held out they do better (kept); under MIN_RIGHT right values of
+    either it is not fitted."""
+    rows = phrase_rows(800, 3, 3.0)
+    lowered = fit.fit_phrase(rows, min_right=300)
+    assert lowered.fitted and lowered.kept and lowered.right == 400 and lowered.rest_right == 400
+    assert lowered.f1_split_held_out > lowered.f1_shared_held_out + 0.05
+    assert lowered.phrase[2] > lowered.span[2]  # the phrase's bias gives its lower odds back
+    assert fit.decide(rows, lowered.span, lowered.phrase)[0] > fit.decide(rows, lowered.span)[0]
+    alike = fit.fit_phrase(phrase_rows(800, 4, 0.0), min_right=300)
+    assert alike.fitted and alike.f1_split_held_out <= alike.f1_shared_held_out + 0.01
+    few = fit.fit_phrase(phrase_rows(400, 3, 3.0), min_right=300)
+    assert not few.fitted and not few.kept and "needs 300" in few.why
+
+
 def test_the_combination_fit_reads_only_the_scored_top():
     rows = [row(1, 2.0, 3.0, True), row(1, 9.0, None, False)]
     rows[1].ranked = False  # never scored: not a decision the combination makes
@@ -494,4 +534,32 @@ def test_fit_propose_collects_rows_with_the_models_proposals_and_stores_the_choi
     assert fits.load(fingerprint, tmp_path / "data").grounding["propose"] == 1.0 and proposals() > 0
     assert main([*run, "--propose", "off", "--out", str(tmp_path / "c")]) == 0
     assert "propose" not in fits.load(fingerprint, tmp_path / "data").grounding and proposals() == 0
+    capsys.readouterr()
+
+
+def test_fit_stores_a_phrase_combination_it_keeps_with_the_span_one_beside_it_and_drops_one_it_does_not(
+        tmp_path: Path, monkeypatch, capsys):
+    import prefcall.engine as engines
+    from prefcall.cli import main
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF fake weights")
+    monkeypatch.setattr(engines, "load_engine", lambda settings: FileEngine(model))
+    monkeypatch.setattr(engines, "load_embedder", lambda settings: FakeEmbedder())
+    monkeypatch.setenv("PREFCALL_DATA_DIR", str(tmp_path / "data"))
+    fingerprint = fits.file_fingerprint(model, tmp_path / "data")
+    kept = fit.PhraseFit(rows=400, right=320, rest_right=400, fitted=True, kept=True, span=[1.0, 0.5, -2.5, 0.2],
+                         phrase=[0.9, 0.5, 0.75, 0.2], f1_shared_held_out=0.48, f1_split_held_out=0.51)
+    monkeypatch.setattr(fit, "fit_phrase", lambda rows, min_right: kept)
+    run = ["fit", "--sources", "corpus", "--subset", "2", "--min-right", "1"]
+    assert main([*run, "--out", str(tmp_path / "a")]) == 0
+    stored = fits.load(fingerprint, tmp_path / "data")
+    assert stored.grounding["span"] == kept.span and stored.grounding["phrase"] == kept.phrase
+    assert stored.source["phrase"]["f1_split_held_out"] == 0.51
+    weights = load_weights("m", fitted=stored.grounding)
+    assert weights.phrase == (0.9, 0.5, 0.75, 0.2) and weights.span == (1.0, 0.5, -2.5, 0.2)
+    assert json.loads(capsys.readouterr().out)["phrase"]["kept"] is True
+    monkeypatch.setattr(fit, "fit_phrase", lambda rows, min_right: kept.model_copy(update={"kept": False}))
+    assert main([*run, "--out", str(tmp_path / "b")]) == 0
+    assert "phrase" not in fits.load(fingerprint, tmp_path / "data").grounding
     capsys.readouterr()

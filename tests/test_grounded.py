@@ -1459,6 +1459,35 @@ def test_a_required_argument_still_unset_takes_its_best_written_value_at_the_flo
     assert fill_with(0.2, function=optional) == []
 
 
+def test_a_span_with_no_capitalised_word_is_scored_by_the_phrase_combination_where_the_weights_have_one():
+    """A small model's log-odds of a common noun phrase ("the train station") run lower than a name's: a fitted
+    phrase combination scores the spans with no capitalised word, and a name ("Union Station") keeps the span
+    combination."""
+    parking = Function(name="ReserveParking", description="Reserve a parking spot.", parameters={
+        "type": "object", "properties": {"location": {"type": "string", "description": "Where to park."}}})
+
+    def fill_with(text: str, value: str, phrase: tuple[float, ...] | None):
+        def score(prompt: str, candidate: str) -> float:
+            if re.search(r'\{"(\w+)": $', prompt) is None:
+                return -0.1
+            return -1.0 if candidate == json.dumps(value) else 0.0 if candidate == "null" else -9.0
+
+        weights = grounded.load_weights().model_copy(update={"span": (0.0, 1.0, 0.0), "phrase": phrase})
+        result = fill.fill_arguments(FakeEngine(scorer=score), parking, [Source("user", text, "turn 1")], text,
+                                     fill.FeatureContext(function=parking, embedder=FakeEmbedder()), weights)
+        return [(c.argument, c.values) for c in result.choices]
+
+    common = ("a spot near the train station", "the train station")
+    name = ("a spot near Union Station", "Union Station")
+    assert fill_with(*common, None) == []  # p = sigmoid(-1) = 0.27 under the span combination
+    assert fill_with(*common, (0.0, 1.0, 2.0)) == [("location", ["the train station"])]  # sigmoid(1) = 0.73
+    assert fill_with(*name, (0.0, 1.0, 2.0)) == []  # a name: the span combination, 0.27
+    assert fill_with(*name, (0.0, 1.0, 2.0, 0.0)) == []
+    with pytest.raises(ValueError, match="combination"):
+        fill.GroundingWeights(structure=grounded.load_weights().structure, phrase=(1.0, 0.5))
+    assert grounded.load_weights("m", fitted={"phrase": [0.5, 1.0, 0.5, 0.2]}).phrase == (0.5, 1.0, 0.5, 0.2)
+
+
 def test_a_standing_instruction_sets_only_what_it_states_the_required_floor_and_proposals_are_for_requests():
     """A request cannot be called without its required arguments, so the floor (and the model's proposal) take
     one's best written value; an instruction read alone states a preference for the arguments it names. "If I ask

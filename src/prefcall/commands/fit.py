@@ -169,19 +169,24 @@ def run_fit(args: argparse.Namespace) -> int:
         grounding["propose"] = 1.0
     if "unnamed_flag" in earlier.grounding:  # `fit --flags` fits it
         grounding["unnamed_flag"] = earlier.grounding["unnamed_flag"]
-    # The floor of a required argument, under the combination the filler will use (the fitted one, else shipped).
+    # Span values with no capital: a combination of their own where, held out, it beats the one span combination.
+    phrase = fit.fit_phrase(rows, min_right)
+    if phrase.kept:
+        grounding["span"], grounding["phrase"] = phrase.span, phrase.phrase
+    # The floor of a required argument, under the combination the filler will use (the fitted one, else shipped;
+    # a phrase combination only as this fit keeps it: the stored grounding replaces the earlier one).
     kept = {"span": shipped.span, "number": shipped.number or shipped.span,
-            **{k: v for k, v in grounding.items() if k in ("span", "number")}}
+            **{k: v for k, v in grounding.items() if k in ("span", "number", "phrase")}}
     required = {(f.name, a) for item in items for f in item.catalogue.functions for a in f.required}
     floor = fit.fit_required_floor(rows, kept, required)
     if floor.floor is not None:
         grounding["required_floor"] = floor.floor
     # Then the lead over the other spans by which one that no value reached the floor for takes the model's best.
-    lead = fit.fit_required_lead(rows, kept["span"], required, floor.floor)
+    lead = fit.fit_required_lead(rows, kept["span"], required, floor.floor, kept.get("phrase"))
     if lead.lead is not None:
         grounding["required_lead"] = lead.lead
-    note = {**fit.source_note(report, command, git_commit()), "required_floor": floor.model_dump(),
-            "required_lead": lead.model_dump()}
+    note = {**fit.source_note(report, command, git_commit()), "phrase": phrase.model_dump(),
+            "required_floor": floor.model_dump(), "required_lead": lead.model_dump()}
     result = earlier.model_copy(update={"fingerprint": fingerprint or "", "model_name": info.model_name,
                                         "grounding": grounding, "source": {**earlier.source, **note}})
     (out / "fit.json").write_text(result.model_dump_json(indent=1, exclude={"origin"}) + "\n", encoding="utf-8")
@@ -192,6 +197,9 @@ def run_fit(args: argparse.Namespace) -> int:
                "kinds": {k: {"fitted": f.fitted, "right": f.right, "combination": f.combination,
                              "f1_shipped": f.f1_shipped, "f1_fitted": f.f1_fitted, "why": f.why}
                          for k, f in report.kinds.items()},
+               "phrase": {"kept": phrase.kept, "right": phrase.right, "span": phrase.span, "phrase": phrase.phrase,
+                          "f1_shared_held_out": phrase.f1_shared_held_out,
+                          "f1_split_held_out": phrase.f1_split_held_out, "why": phrase.why},
                "required_floor": {"floor": floor.floor, "f1_without": floor.f1_without, "f1_with": floor.f1_with},
                "required_lead": {"lead": lead.lead, "rankings": lead.rankings, "set_right": lead.set_right,
                                  "set_wrong": lead.set_wrong}}

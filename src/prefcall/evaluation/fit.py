@@ -31,6 +31,12 @@ value, so that "the drugstore on Elm" loses to "Elm"; strategies.grounding.fill.
    request about a catalogue nobody demonstrated (no value memory) scores new values low, the lowercase and
    common-noun ones most ("near the train station"); the items parsed without memory (step 2) carry them.
 
+6. The phrase combination (`fit_phrase`): span values with no capitalised word ("the guest bathroom") may get a
+   combination of their own (GroundingWeights.phrase), the span combination then refitted on the other span
+   rows. It is kept only where, in PHRASE_FOLDS folds by item, the two fitted on the other folds give a better
+   argument-level F1 on the held-out fold than the one span combination does, and each has MIN_RIGHT right
+   values; the floor and the lead (step 5) are then read under both.
+
 The result is stored per model fingerprint (storage.fits): the pipeline then uses it for that model file.
 """
 
@@ -56,7 +62,7 @@ from prefcall.evaluation.metrics.calls import calls_from_any, load_aliases, norm
 from prefcall.schemas.importers import import_catalogue
 from prefcall.schemas.model import Catalogue
 from prefcall.strategies.grounding.evidence import FEATURES, Weights, fit_logistic
-from prefcall.strategies.grounding.fill import TOP_K, GroundingWeights, RankRow, combine
+from prefcall.strategies.grounding.fill import TOP_K, GroundingWeights, RankRow, combine, is_phrase
 
 KINDS = ("span", "number", "enum", "boolean")
 LENGTH_KINDS = ("span", "number")  # kinds whose combination weighs the value's length in tokens
@@ -295,16 +301,19 @@ def logistic(x: np.ndarray, y: np.ndarray, ridge: float = 1e-2, steps: int = 50)
     return w
 
 
-def decide(rows: Sequence[LabelledRow], combination: Sequence[float]) -> tuple[int, int, int]:
+def decide(rows: Sequence[LabelledRow], combination: Sequence[float],
+           phrase: Sequence[float] | None = None) -> tuple[int, int, int]:
     """(tp, fp, fn) over the rankings: the most probable candidate of each is set when it reaches 0.5 (a pruned
     or unscored candidate counts with odds 0 and length 0, as the filler treats it). `combination`: (a, b, c) or
-    (a, b, c, length weight), as fill.combine reads it."""
-    groups: dict[int, list[LabelledRow]] = {}
-    for row in rows:
-        groups.setdefault(row.group, []).append(row)
+    (a, b, c, length weight), as fill.combine reads it; `phrase`: the one a span row with no capitalised word
+    is scored by instead (GroundingWeights.phrase), None for none."""
+    groups: dict[tuple[str, int], list[LabelledRow]] = {}
+    for row in rows:  # group numbers count within one process: a resumed fit's rows come from two
+        groups.setdefault((row.item, row.group), []).append(row)
     tp = fp = fn = 0
     for members in groups.values():
-        scored = [(probability(combination, r), r) for r in members]
+        scored = [(probability(phrase if phrase is not None and phrase_row(r) else combination, r), r)
+                  for r in members]
         best_p, best = max(scored, key=lambda t: t[0])
         if best_p >= 0.5:
             if best.right:
@@ -330,12 +339,33 @@ def f1(tp: int, fp: int, fn: int) -> tuple[float, float, float]:
     return p, r, (2 * p * r / (p + r) if p + r else 0.0)
 
 
-def fit_kind(kind: str, rows: Sequence[LabelledRow], shipped: Sequence[float], min_right: int = MIN_RIGHT) -> KindFit:
+def phrase_row(row: LabelledRow) -> bool:
+    """A span row with no capitalised word: what GroundingWeights.phrase scores (fill.is_phrase)."""
+    return row.kind == "span" and row.features is not None and is_phrase(row.features)
+
+
+def _combination(rows: Sequence[LabelledRow], lengths: bool) -> tuple[list[float], list[float], float]:
+    """(slopes, length weight or nothing, intercept) of the logistic fit on the rows the model scored."""
+    scored = [r for r in rows if r.odds is not None]
+    x = np.array([[r.evidence, r.odds, *([r.length] if lengths else [])] for r in scored], dtype=np.float64)
+    y = np.array([float(r.right) for r in scored])
+    a, b, *rest, intercept = (float(v) for v in logistic(x, y))
+    return [round(a, 3), round(b, 3)], [round(v, 3) for v in rest], intercept
+
+
+def _best_bias(score: Callable[[float], float], intercept: float) -> float:
+    """The bias on BIAS_GRID with the best score (ties: the one nearest the logistic intercept)."""
+    return max(BIAS_GRID, key=lambda c: (score(c), -abs(c - intercept)))
+
+
+def fit_kind(kind: str, rows: Sequence[LabelledRow], shipped: Sequence[float], min_right: int = MIN_RIGHT,
+             shipped_phrase: Sequence[float] | None = None) -> KindFit:
+    """`shipped_phrase`: the shipped rule's phrase combination (span rows with no capitals), None for none."""
     mine = [r for r in rows if r.kind == kind and r.ranked]
     scored = [r for r in mine if r.odds is not None]
     right = sum(r.right for r in mine)
-    decisions = len({r.group for r in mine})
-    base = f1(*decide(mine, shipped))[2] if mine else 0.0
+    decisions = len({(r.item, r.group) for r in mine})
+    base = f1(*decide(mine, shipped, shipped_phrase if kind == "span" else None))[2] if mine else 0.0
     common = dict(kind=kind, rows=len(mine), scored=len(scored), right=right, decisions=decisions,
                   shipped=list(shipped), f1_shipped=round(base, 4))
     positives = sum(r.right for r in scored)
@@ -345,12 +375,8 @@ def fit_kind(kind: str, rows: Sequence[LabelledRow], shipped: Sequence[float], m
     # Span and number values also weigh their length in tokens (fill.GroundingWeights.span), where every scored
     # row has it (rows collected before the length was recorded fit the three-number combination).
     lengths = kind in LENGTH_KINDS and all(r.length is not None for r in scored)
-    x = np.array([[r.evidence, r.odds, *([r.length] if lengths else [])] for r in scored], dtype=np.float64)
-    y = np.array([float(r.right) for r in scored])
-    a, b, *rest, intercept = (float(v) for v in logistic(x, y))
-    slopes = [round(a, 3), round(b, 3)]
-    tail = [round(v, 3) for v in rest]
-    best = max(BIAS_GRID, key=lambda c: (f1(*decide(mine, (*slopes, c, *tail)))[2], -abs(c - intercept)))
+    slopes, tail, intercept = _combination(scored, lengths)
+    best = _best_bias(lambda c: f1(*decide(mine, (*slopes, c, *tail)))[2], intercept)
     precision, recall, score = f1(*decide(mine, (*slopes, best, *tail)))
     return KindFit(**common, fitted=True, combination=[*slopes, best, *tail], f1_fitted=round(score, 4),
                    precision=round(precision, 4), recall=round(recall, 4))
@@ -359,7 +385,76 @@ def fit_kind(kind: str, rows: Sequence[LabelledRow], shipped: Sequence[float], m
 def fit(rows: Sequence[LabelledRow], weights: GroundingWeights, min_right: int = MIN_RIGHT) -> dict[str, KindFit]:
     shipped = {"span": weights.span, "number": weights.number or weights.span, "enum": weights.enum,
                "boolean": weights.boolean}
-    return {kind: fit_kind(kind, rows, shipped[kind], min_right) for kind in KINDS if any(r.kind == kind for r in rows)}
+    return {kind: fit_kind(kind, rows, shipped[kind], min_right, weights.phrase)
+            for kind in KINDS if any(r.kind == kind for r in rows)}
+
+
+PHRASE_FOLDS = 5  # folds by item of the held-out check that decides whether a phrase combination is kept
+
+
+class PhraseFit(BaseModel):
+    """Whether span values with no capitalised word get a combination of their own (GroundingWeights.phrase), the
+    other span values then the span combination refitted without them. Kept only where, held out (PHRASE_FOLDS
+    folds by item, each fitted on the others), the two together give a better argument-level F1 over the span
+    rankings than the one span combination fitted on all of them, and each has at least MIN_RIGHT right values."""
+
+    rows: int  # ranked span rows with no capitalised word
+    right: int  # of them, right
+    rest_right: int  # right span rows with a capital
+    fitted: bool = False
+    kept: bool = False
+    why: str = ""
+    span: list[float] = Field(default_factory=list)  # the span combination beside it (fitted on the other rows)
+    phrase: list[float] = Field(default_factory=list)
+    f1_shared_held_out: float = 0.0  # one span combination, fitted fold by fold
+    f1_split_held_out: float = 0.0  # the two, fitted fold by fold
+    f1_shared: float = 0.0  # in sample, on every row
+    f1_split: float = 0.0
+
+
+def _shared_span(rows: Sequence[LabelledRow], lengths: bool) -> list[float]:
+    """The one span combination fit_kind fits on these rows."""
+    slopes, tail, intercept = _combination(rows, lengths)
+    return [*slopes, _best_bias(lambda c: f1(*decide(rows, (*slopes, c, *tail)))[2], intercept), *tail]
+
+
+def _split_span(rows: Sequence[LabelledRow], lengths: bool) -> tuple[list[float], list[float]]:
+    """(span, phrase): each one's slopes on its own rows; the span bias by the F1 over the other rows, then the
+    phrase bias by the F1 of the two together over every ranking."""
+    low = [r for r in rows if phrase_row(r)]
+    span = _shared_span([r for r in rows if not phrase_row(r)], lengths)
+    slopes, tail, intercept = _combination(low, lengths)
+    bias = _best_bias(lambda c: f1(*decide(rows, span, (*slopes, c, *tail)))[2], intercept)
+    return span, [*slopes, bias, *tail]
+
+
+def fit_phrase(rows: Sequence[LabelledRow], min_right: int = MIN_RIGHT) -> PhraseFit:
+    span_rows = [r for r in rows if r.kind == "span" and r.ranked]
+    low = [r for r in span_rows if phrase_row(r)]
+    right, rest_right = sum(r.right for r in low), sum(r.right for r in span_rows if not phrase_row(r))
+    common = dict(rows=len(low), right=right, rest_right=rest_right)
+    if min(right, rest_right) < min_right:
+        return PhraseFit(**common, why=f"{right} right lowercase and {rest_right} other right span values (needs "
+                                       f"{min_right} each): the one span combination stays")
+    lengths = all(r.length is not None for r in span_rows if r.odds is not None)
+    items = sorted({r.item for r in span_rows}, key=lambda i: hashlib.sha256(i.encode()).hexdigest())
+    fold = {item: k % PHRASE_FOLDS for k, item in enumerate(items)}
+    shared_total, split_total = [0, 0, 0], [0, 0, 0]
+    for k in range(PHRASE_FOLDS):
+        train = [r for r in span_rows if fold[r.item] != k]
+        test = [r for r in span_rows if fold[r.item] == k]
+        shared_counts = decide(test, _shared_span(train, lengths))
+        split_counts = decide(test, *_split_span(train, lengths))
+        shared_total = [a + b for a, b in zip(shared_total, shared_counts)]
+        split_total = [a + b for a, b in zip(split_total, split_counts)]
+    held_shared, held_split = f1(*shared_total)[2], f1(*split_total)[2]
+    span, phrase = _split_span(span_rows, lengths)
+    kept = held_split > held_shared
+    return PhraseFit(**common, fitted=True, kept=kept, span=span, phrase=phrase,
+                     why="" if kept else "held out, the two combinations do not beat the one: it stays",
+                     f1_shared_held_out=round(held_shared, 4), f1_split_held_out=round(held_split, 4),
+                     f1_shared=round(f1(*decide(span_rows, _shared_span(span_rows, lengths)))[2], 4),
+                     f1_split=round(f1(*decide(span_rows, span, phrase))[2], 4))
 
 
 FLOOR_GRID = (0.5, 0.4, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05, 0.03, 0.02)  # 0.5: no floor (a value must reach 0.5)
@@ -380,19 +475,25 @@ class FloorFit(BaseModel):
 
 def fit_required_floor(rows: Sequence[LabelledRow], combination: dict[str, Sequence[float]],
                        required: set[tuple[str, str]]) -> FloorFit:
-    """`combination`: per kind (span, number) the combination the filler will use; `required`: (function,
-    argument) pairs the catalogues require."""
+    """`combination`: per kind (span, number, and phrase where the filler has one) the combination the filler will
+    use; `required`: (function, argument) pairs the catalogues require."""
     mine = [r for r in rows if r.kind in ("span", "number") and r.ranked and (r.function, r.argument) in required]
     by_kind: dict[str, list[LabelledRow]] = {}
     for r in mine:
         by_kind.setdefault(r.kind, []).append(r)
+
+    def shifted(combination: Sequence[float], shift: float) -> tuple[float, ...]:
+        a, b, c, *rest = combination
+        return (a, b, c + shift, *rest)
+
+    phrase = combination.get("phrase")
     scores = {}
     for floor in FLOOR_GRID:
         shift = -math.log(floor / (1 - floor))  # the bias that moves the floor's log-odds to 0.5's
         tp = fp = fn = 0
         for kind, members in by_kind.items():
-            a, b, c, *rest = combination[kind]
-            t, f, n = decide(members, (a, b, c + shift, *rest))
+            t, f, n = decide(members, shifted(combination[kind], shift),
+                             shifted(phrase, shift) if phrase is not None and kind == "span" else None)
             tp, fp, fn = tp + t, fp + f, fn + n
         scores[floor] = f1(tp, fp, fn)[2]
     best = max(FLOOR_GRID, key=lambda fl: (round(scores[fl], 4), fl))
@@ -423,9 +524,10 @@ class LeadFit(BaseModel):
 
 
 def fit_required_lead(rows: Sequence[LabelledRow], combination: Sequence[float], required: set[tuple[str, str]],
-                      floor: float | None) -> LeadFit:
-    """`combination`: the span combination the filler will use; `floor`: the required floor it will use (None: 0.5);
-    `required`: (function, argument) pairs the catalogues require."""
+                      floor: float | None, phrase: Sequence[float] | None = None) -> LeadFit:
+    """`combination`: the span combination the filler will use (`phrase`: its phrase combination, None for none);
+    `floor`: the required floor it will use (None: 0.5); `required`: (function, argument) pairs the catalogues
+    require."""
     groups: dict[tuple[str, int], list[LabelledRow]] = {}
     for r in rows:
         if r.kind == "span" and r.request and r.ranked and (r.function, r.argument) in required:
@@ -434,7 +536,8 @@ def fit_required_lead(rows: Sequence[LabelledRow], combination: Sequence[float],
     open_: list[tuple[float, LabelledRow]] = []  # (lead, the model's best) of each ranking left open
     gold = 0
     for members in groups.values():
-        if max(probability(combination, r) for r in members) >= cut:
+        if max(probability(phrase if phrase is not None and phrase_row(r) else combination, r)
+               for r in members) >= cut:
             continue  # decided before the lead is read
         scored = sorted((r for r in members if r.odds is not None), key=lambda r: -(r.odds or 0.0))
         if len(scored) >= 2:

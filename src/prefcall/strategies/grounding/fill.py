@@ -50,6 +50,7 @@ from prefcall.schemas.model import Function, Turn
 from prefcall.schemas.render import grammar_schema, render_function_spec
 
 from prefcall.strategies.grounding.evidence import (
+    FEATURES,
     FeatureContext,
     Weights,
     argument_words,
@@ -108,6 +109,10 @@ class GroundingWeights(BaseModel):
     span: tuple[float, ...] = (1.0, 0.5, 0.0)
     # Numbers have no closing quote to heal, so their model log-odds keep the earlier scale: their own combination.
     number: tuple[float, ...] | None = None  # None: the span combination
+    # A span with no capitalised word ("the guest bathroom", "oat milk latte") has a combination of its own: a small
+    # model's log-odds of a common noun phrase run lower than a name's, and structure's evidence for it is weaker
+    # (`is_phrase`; fitted per model by `prefcall fit`, kept only where it beats the span combination held out).
+    phrase: tuple[float, ...] | None = None  # None: the span combination
     enum: tuple[float, float, float] = (2.0, 0.5, -1.0)  # (value written in the text, model log-odds, bias)
     boolean: tuple[float, float, float] = (2.0, 0.5, -1.5)  # (argument named in the text, model log-odds, bias)
     # (model log-odds, bias) for a flag the text does not name ("a salon for both men and women" of is_unisex):
@@ -139,13 +144,28 @@ class GroundingWeights(BaseModel):
     # pad thai from the diner": the dish is "pad thai", not "the diner").
     propose: bool = False
 
-    @field_validator("span", "number")
+    @field_validator("span", "number", "phrase")
     @classmethod
     def _three_or_four(cls, value: tuple[float, ...] | None) -> tuple[float, ...] | None:
         if value is not None and len(value) not in (3, 4):
             raise ValueError("a span or number combination is (structure, model, bias) or (structure, model, bias, "
                              "length)")
         return value
+
+
+_CAPITALS = FEATURES.index("capitals")
+
+
+def is_phrase(features: Sequence[float]) -> bool:
+    """A span candidate with no capitalised word (its evidence.FEATURES row): GroundingWeights.phrase's rows."""
+    return features[_CAPITALS] == 0.0
+
+
+def span_combination(weights: GroundingWeights, kind: str, features: Sequence[float]) -> Sequence[float]:
+    """The combination a span or number candidate (with its feature row) is scored by."""
+    if kind == "number":
+        return weights.number if weights.number is not None else weights.span
+    return weights.phrase if weights.phrase is not None and is_phrase(features) else weights.span
 
 
 def combine(combination: Sequence[float], evidence: float, odds: float, length: float = 0.0) -> float:
@@ -400,7 +420,7 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
         proposed = [name for name, plan in plans.items()
                     if name in required and plan is not None and plan.ask and plan.structure is not None
                     and pools[name].kind == "span"
-                    and not _passes(plan, lms.get(name), scorer.lengths.get(name), weights.span)
+                    and not _passes(plan, lms.get(name), scorer.lengths.get(name), weights)
                     and _add_proposal(scorer, name, pools[name], plan)]
         if proposed:
             again = {name: [c.value for c in plan.top] for name in proposed if (plan := plans[name]) is not None}
@@ -578,11 +598,12 @@ class _Plan:
     unnamed: bool = False  # a flag no source names: only true can be read, by the unnamed_flag combination
 
 
-def _passes(plan: _Plan, lm: np.ndarray | None, lengths: np.ndarray | None, combination: Sequence[float]) -> bool:
-    """Does one of the plan's scored span candidates reach probability 0.5 under the span combination?"""
-    if lm is None or plan.structure is None:
+def _passes(plan: _Plan, lm: np.ndarray | None, lengths: np.ndarray | None, weights: GroundingWeights) -> bool:
+    """Does one of the plan's scored span candidates reach probability 0.5 under its span combination?"""
+    if lm is None or plan.structure is None or plan.matrix is None:
         return True  # without the model's scores there is nothing a proposal could be scored by
-    return any(combine(combination, s, float(lm[i] - lm[-1]), float(lengths[i]) if lengths is not None else 0.0) >= 0
+    return any(combine(span_combination(weights, "span", plan.matrix[plan.order[i]]), s, float(lm[i] - lm[-1]),
+                       float(lengths[i]) if lengths is not None else 0.0) >= 0
                for i, s in enumerate(plan.structure))
 
 
@@ -662,13 +683,13 @@ def _rank(pool: ArgumentCandidates, plan: _Plan | None, lm: np.ndarray | None, c
             if rows is not None:
                 rows(top[0].value, structure[0], None, matrix[order[0]])
             return [(_sigmoid(structure[0]), top[0], None)]
-        combination = weights.number if pool.kind == "number" and weights.number is not None else weights.span
         out = []
         for i, (cand, s) in enumerate(zip(top, structure)):
             odds = float(lm[i] - lm[-1]) if lm is not None else 0.0
             length = float(lengths[i]) if lm is not None and lengths is not None else None
             if rows is not None:
                 rows(cand.value, s, odds if lm is not None else None, matrix[order[i]], length=length)
+            combination = span_combination(weights, pool.kind, matrix[order[i]])
             out.append((_sigmoid(combine(combination, s, odds, length or 0.0)), cand,
                         math.exp(lm[i]) if lm is not None else None))
         _record(result, lm)
