@@ -43,6 +43,9 @@ def test_decisions_count_one_answer_per_ranking():
             row(4, -5.0, -5.0, False, gold=False)]  # nothing passes, nothing expected: nothing
     assert fit.decide(rows, (1.0, 1.0, 0.0)) == (1, 1, 2)
     assert fit.f1(1, 1, 2) == (0.5, 1 / 3, pytest.approx(0.4))
+    # group numbers count within one process: a resumed fit's two items may share one, and are two rankings
+    resumed = [row(1, 2.0, 3.0, True, item="a"), row(1, 2.0, 4.0, False, item="b")]
+    assert fit.decide(resumed, (1.0, 1.0, 0.0)) == (1, 1, 1)
 
 
 def test_a_kind_is_fitted_only_with_enough_right_values_and_never_scores_worse_on_its_rows():
