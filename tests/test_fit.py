@@ -281,6 +281,11 @@ def test_the_required_floor_is_the_one_with_the_best_f1_on_required_arguments_an
     assert fit.fit_required_floor(rows[:6], {"span": (0.0, 1.0, 5.0)}, {("F", "a")}).floor is None  # all pass 0.5
     assert load_weights("m", fitted={"required_floor": 0.2}).required_floor == 0.2
     assert load_weights("m").required_floor is None
+    # rows with no capitalised word are read under the phrase combination where the filler has one
+    lowercase = [r.model_copy(update={"features": [0.0] * len(FEATURES)}) for r in rows]
+    assert fit.fit_required_floor(lowercase, {"span": (0.0, 1.0, -9.0)}, {("F", "a")}).floor is None  # none passes
+    assert fit.fit_required_floor(lowercase, {"span": (0.0, 1.0, -9.0), "phrase": (0.0, 1.0, 0.0)},
+                                  {("F", "a")}).floor == 0.2
 
 
 def test_the_required_lead_sets_the_most_right_values_minus_wrong_at_its_precision_on_request_fills_only():
