@@ -21,16 +21,16 @@ if TYPE_CHECKING:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "fit", help="fit the model's grounding rule on the tuning split (stored per model file)",
-        description="Runs every tuning item of the frozen split (shared NLSI dev and the bundled corpus) through "
-        "the pipeline, records the filler's scored candidates and fits, per argument kind, how structure and the "
-        "model's log-odds combine. The fit is stored under PREFCALL_DATA_DIR/fits/ for this model file; the "
-        "pipeline uses it from then on. See prefcall.evaluation.fit.")
+        description="Runs every tuning item of the frozen split (shared NLSI dev, the bundled corpus and the phrase "
+        "corpus) through the pipeline, records the filler's scored candidates and fits, per argument kind, how "
+        "structure and the model's log-odds combine. The fit is stored under PREFCALL_DATA_DIR/fits/ for this "
+        "model file; the pipeline uses it from then on. See prefcall.evaluation.fit.")
     add_model_options(parser)
-    parser.add_argument("--sources", default="nlsi,corpus",
+    parser.add_argument("--sources", default="nlsi,corpus,phrase",
                         help="tuning sources, comma-separated: nlsi (needs ../shared/data), corpus, phrase, profile, "
                         "profile_prose (bundled: the generated corpus, the phrase corpus of lowercase common-noun "
-                        "values, the profile corpus and its prose part); default nlsi,corpus (the shipped fits' "
-                        "sources)")
+                        "values, the profile corpus and its prose part); default nlsi,corpus,phrase (the embedded "
+                        "model's shipped fit; the 1.5B and 0.5B fits were made on nlsi,corpus)")
     parser.add_argument("--subset", type=int, help="at most N items per source (every k-th): a quick fit; with "
                         "--nlt, at most N tune items of each set")
     parser.add_argument("--out", help="folder for rows.jsonl (rows-selection.jsonl with --selection; resumable: a "

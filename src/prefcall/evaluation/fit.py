@@ -5,10 +5,10 @@ evidence and the model's log-odds against null into a probability, sigmoid(a * e
 number values + d * length (the value's tokens beyond null's: a small model's log-odds fall with every token of a
 value, so that "the drugstore on Elm" loses to "Elm"; strategies.grounding.fill.GroundingWeights). Steps:
 
-1. Tuning items: the tune part of the frozen split (prefcall.evaluation.splits) of the shared NLSI dev file and of
-   the bundled generated corpus (prefcall.evaluation.corpus; `--sources nlsi,corpus,phrase` adds the phrase
-   corpus, prefcall.evaluation.corpus_phrase, whose values are lowercase common-noun phrases); `--subset N` takes
-   every k-th item so that N remain.
+1. Tuning items: the tune part of the frozen split (prefcall.evaluation.splits) of the shared NLSI dev file, of
+   the bundled generated corpus (prefcall.evaluation.corpus) and of the phrase corpus, whose values are lowercase
+   common-noun phrases (prefcall.evaluation.corpus_phrase; `--sources` chooses); `--subset N` takes every k-th
+   item so that N remain.
 2. Rows: each item runs through the shipped pipeline (`full` config, the gold applicable instructions, value
    memories from the other tuning items); a fixed half of the items (`without_memory`, by a hash of the item id)
    is parsed with no value memory at all, as a catalogue nobody demonstrated is (the generated corpus repeats its
@@ -68,9 +68,9 @@ KINDS = ("span", "number", "enum", "boolean")
 LENGTH_KINDS = ("span", "number")  # kinds whose combination weighs the value's length in tokens
 MIN_RIGHT = 300
 BIAS_GRID = [round(-8.0 + 0.25 * i, 2) for i in range(49)]  # -8 .. 4
-SOURCES = ("nlsi", "corpus")  # the default (every shipped fit was made on these)
+SOURCES = ("nlsi", "corpus", "phrase")  # the default (the embedded model's shipped fit; the 1.5B and 0.5B: nlsi,corpus)
 # The bundled generated corpora a fit may read, with their catalogues (evaluation.corpus; evaluation.corpus_phrase:
-# lowercase common-noun values, `--sources nlsi,corpus,phrase`).
+# lowercase common-noun values).
 CORPUS_SOURCES = {"corpus": ("items.json", "catalogue.json"),
                   "phrase": ("phrase_items.json", "phrase_catalogue.json")}
 # Further tuning sources a fit may be asked to read (`--sources`): the bundled profile corpus and its prose part
