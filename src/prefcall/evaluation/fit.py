@@ -358,6 +358,12 @@ def _best_bias(score: Callable[[float], float], intercept: float) -> float:
     return max(BIAS_GRID, key=lambda c: (score(c), -abs(c - intercept)))
 
 
+def _fit_combination(rows: Sequence[LabelledRow], lengths: bool) -> list[float]:
+    """A kind's combination on these rows (step 3): the logistic slopes, then the bias by F1 over their rankings."""
+    slopes, tail, intercept = _combination(rows, lengths)
+    return [*slopes, _best_bias(lambda c: f1(*decide(rows, (*slopes, c, *tail)))[2], intercept), *tail]
+
+
 def fit_kind(kind: str, rows: Sequence[LabelledRow], shipped: Sequence[float], min_right: int = MIN_RIGHT,
              shipped_phrase: Sequence[float] | None = None) -> KindFit:
     """`shipped_phrase`: the shipped rule's phrase combination (span rows with no capitals), None for none."""
@@ -375,10 +381,9 @@ def fit_kind(kind: str, rows: Sequence[LabelledRow], shipped: Sequence[float], m
     # Span and number values also weigh their length in tokens (fill.GroundingWeights.span), where every scored
     # row has it (rows collected before the length was recorded fit the three-number combination).
     lengths = kind in LENGTH_KINDS and all(r.length is not None for r in scored)
-    slopes, tail, intercept = _combination(scored, lengths)
-    best = _best_bias(lambda c: f1(*decide(mine, (*slopes, c, *tail)))[2], intercept)
-    precision, recall, score = f1(*decide(mine, (*slopes, best, *tail)))
-    return KindFit(**common, fitted=True, combination=[*slopes, best, *tail], f1_fitted=round(score, 4),
+    combination = _fit_combination(mine, lengths)
+    precision, recall, score = f1(*decide(mine, combination))
+    return KindFit(**common, fitted=True, combination=combination, f1_fitted=round(score, 4),
                    precision=round(precision, 4), recall=round(recall, 4))
 
 
@@ -412,17 +417,11 @@ class PhraseFit(BaseModel):
     f1_split: float = 0.0
 
 
-def _shared_span(rows: Sequence[LabelledRow], lengths: bool) -> list[float]:
-    """The one span combination fit_kind fits on these rows."""
-    slopes, tail, intercept = _combination(rows, lengths)
-    return [*slopes, _best_bias(lambda c: f1(*decide(rows, (*slopes, c, *tail)))[2], intercept), *tail]
-
-
 def _split_span(rows: Sequence[LabelledRow], lengths: bool) -> tuple[list[float], list[float]]:
     """(span, phrase): each one's slopes on its own rows; the span bias by the F1 over the other rows, then the
     phrase bias by the F1 of the two together over every ranking."""
     low = [r for r in rows if phrase_row(r)]
-    span = _shared_span([r for r in rows if not phrase_row(r)], lengths)
+    span = _fit_combination([r for r in rows if not phrase_row(r)], lengths)
     slopes, tail, intercept = _combination(low, lengths)
     bias = _best_bias(lambda c: f1(*decide(rows, span, (*slopes, c, *tail)))[2], intercept)
     return span, [*slopes, bias, *tail]
@@ -443,7 +442,7 @@ def fit_phrase(rows: Sequence[LabelledRow], min_right: int = MIN_RIGHT) -> Phras
     for k in range(PHRASE_FOLDS):
         train = [r for r in span_rows if fold[r.item] != k]
         test = [r for r in span_rows if fold[r.item] == k]
-        shared_counts = decide(test, _shared_span(train, lengths))
+        shared_counts = decide(test, _fit_combination(train, lengths))
         split_counts = decide(test, *_split_span(train, lengths))
         shared_total = [a + b for a, b in zip(shared_total, shared_counts)]
         split_total = [a + b for a, b in zip(split_total, split_counts)]
@@ -453,7 +452,7 @@ def fit_phrase(rows: Sequence[LabelledRow], min_right: int = MIN_RIGHT) -> Phras
     return PhraseFit(**common, fitted=True, kept=kept, span=span, phrase=phrase,
                      why="" if kept else "held out, the two combinations do not beat the one: it stays",
                      f1_shared_held_out=round(held_shared, 4), f1_split_held_out=round(held_split, 4),
-                     f1_shared=round(f1(*decide(span_rows, _shared_span(span_rows, lengths)))[2], 4),
+                     f1_shared=round(f1(*decide(span_rows, _fit_combination(span_rows, lengths)))[2], 4),
                      f1_split=round(f1(*decide(span_rows, span, phrase))[2], 4))
 
 
