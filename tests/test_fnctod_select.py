@@ -269,7 +269,7 @@ def test_the_stage_one_fit_does_not_learn_that_a_profile_names_the_requested_fun
 
     from prefcall.evaluation.fit_selection import (PROFILE, SelectionRow, accuracy, conditional_logit, fit,
                                                    uncovered, with_profile_dropout)
-    from prefcall.strategies.fnctod import SelectionRule
+    from prefcall.strategies.fnctod import SelectionRule, profile_value
 
     rng = np.random.default_rng(5)
     rows = []
@@ -279,13 +279,14 @@ def test_the_stage_one_fit_does_not_learn_that_a_profile_names_the_requested_fun
         features[:, 2] = rng.uniform(0.1, 0.3, 5)
         named = gold if rng.random() < 0.8 else int(rng.integers(5))
         features[named, 3] = 1.0
-        features[gold, PROFILE] = 1.0
-        features[(gold + 2) % 5, PROFILE] = 1.0
+        features[gold, PROFILE] = profile_value(5, 2)
+        features[(gold + 2) % 5, PROFILE] = profile_value(5, 2)
         rows.append(SelectionRow(item=str(i), source="a" if i % 2 else "b", names=list("vwxyz"),
                                  features=features.tolist(), gold=gold))
     copy = uncovered(rows[0])
-    assert copy.features[rows[0].gold][PROFILE] == 0.0 and sum(f[PROFILE] for f in copy.features) == 2.0
-    assert uncovered(rows[0]).features == copy.features and rows[0].features[rows[0].gold][PROFILE] == 1.0
+    assert copy.features[rows[0].gold][PROFILE] == 0.0
+    assert sorted(f[PROFILE] for f in copy.features) == [0.0, 0.0, 0.0, profile_value(5, 2), profile_value(5, 2)]
+    assert uncovered(rows[0]).features == copy.features and rows[0].features[rows[0].gold][PROFILE] > 0.0
     assert len(with_profile_dropout(rows, 0.0)) == 200 and 200 < len(with_profile_dropout(rows, 0.25)) < 300
     shifted = [uncovered(r, "report") for r in rows]
     naive = SelectionRule(weights=conditional_logit(rows))
@@ -395,9 +396,30 @@ def test_the_profile_feature_marks_the_functions_the_users_instructions_speak_of
 
     profile = ["If I ask for Hotels, my preferred hotel is the Ritz.", "When I take a bus, I like the window seat."]
     found = domain_evidence(CATALOGUE, "User: anything fun to do in Chicago?", profile=profile)
-    assert dict(zip(CATALOGUE.names, found.profile)) == {"GetBuses": 1.0, "GetRestaurants": 0.0, "GetTravel": 0.0,
-                                                         "GetHotels": 1.0}
+    # two of the four functions spoken of: each log(4 / 2)
+    assert dict(zip(CATALOGUE.names, found.profile)) == {"GetBuses": math.log(2), "GetRestaurants": 0.0,
+                                                         "GetTravel": 0.0, "GetHotels": math.log(2)}
     assert domain_evidence(CATALOGUE, "User: anything fun to do in Chicago?").profile == [0.0] * 4
+
+
+def test_a_profile_that_speaks_of_more_of_the_catalogue_says_less_of_each_function():
+    # A user with an instruction for every tool of theirs says nothing of which one they ask for now; one with a
+    # single instruction points at that function (the hand-written set's users speak of 8 of 13 functions).
+    from prefcall.strategies.fnctod import domain_evidence
+
+    request = "User: anything fun to do in Chicago?"
+    one = domain_evidence(CATALOGUE, request, profile=["When I take a bus, I like the window seat."])
+    three = domain_evidence(CATALOGUE, request, profile=["When I take a bus, I like the window seat.",
+                                                         "If I ask for Hotels, my preferred hotel is the Ritz.",
+                                                         "For restaurants I like Thai food."])
+    every = domain_evidence(CATALOGUE, request, profile=["When I take a bus, I like the window seat.",
+                                                         "If I ask for Hotels, my preferred hotel is the Ritz.",
+                                                         "For restaurants I like Thai food.",
+                                                         "When I travel, I like museums."])
+    buses = CATALOGUE.names.index("GetBuses")
+    assert one.profile[buses] == pytest.approx(math.log(4))
+    assert 0.0 < three.profile[buses] < one.profile[buses] and sum(v > 0 for v in three.profile) == 3
+    assert every.profile == [0.0] * 4  # spoken of alike, no function is told apart
 
 
 def test_parse_gives_stage_one_the_whole_profile_not_only_the_instructions_selected(monkeypatch):
@@ -418,4 +440,4 @@ def test_parse_gives_stage_one_the_whole_profile_not_only_the_instructions_selec
     pipeline.parse(THAI, profile, CATALOGUE, get_config("full"))
     assert seen == [profile]
     staged = pipeline.stage_one(THAI, CATALOGUE, get_config("full"), profile=profile[:1]).usage
-    assert [f[-1] for f in staged.features] == [0.0, 0.0, 0.0, 1.0]
+    assert [f[-1] for f in staged.features] == [0.0, 0.0, 0.0, math.log(4)]  # one of four functions spoken of

@@ -17,7 +17,10 @@ Steps:
    (all 244 tune items; 171 of the corpus's 208), so without it the rule learns that the profile names the
    function: with the profile off for the asked function, the embedded model's earlier rule picked NLSI's tune
    functions 0.79 of the time against 0.95 ("Remind me to call my mother" went to send_email for a user with an
-   email instruction). A user writes instructions about some of their tools and asks for all of them.
+   email instruction). A user writes instructions about some of their tools and asks for all of them. The
+   feature itself is weighed by how few functions the profile speaks of (fnctod.profile_value, log(N / k)): the
+   tune profiles speak of 6 of 17 functions (NLSI) or 4 of 16 (corpus), a user with an instruction per tool of
+   most of them, where being spoken of says little (fiftieth session).
 4. Fit: a conditional logit (softmax over the item's functions, Newton's method, a small ridge). The rule is kept
    only when its top-1 accuracy on the rows is at least the hand-set rule's, and when a rule fitted on one source
    alone is at least as accurate as the hand-set rule on each other source (it travels to data it was not fitted
@@ -41,7 +44,7 @@ from pydantic import BaseModel
 from prefcall.evaluation.fit import TuneItem
 from prefcall.evaluation.metrics.calls import calls_from_any, normalise_function
 from prefcall.strategies.fnctod import (HAND_RULE, NONE_CANDIDATE, SELECTION_FEATURES, FunctionScores, SelectionRule,
-                                       smoothed)
+                                       profile_value, smoothed)
 
 RIDGE = 1e-2
 # Share of the tuning items also seen with their profile uncovered (step 3). Chosen on the embedded model's tune
@@ -190,7 +193,8 @@ def uncovered(row: SelectionRow, draw: str = "fit") -> SelectionRow:
     count = int(sum(f[PROFILE] > 0 for f in row.features))
     others = [i for i, name in enumerate(row.names) if i != row.gold and name != NONE_CANDIDATE]
     on = set(random.Random(f"{draw}:{row.item}").sample(others, min(count, len(others))))
-    return row.model_copy(update={"features": [[*f[:PROFILE], 1.0 if i in on else 0.0, *f[PROFILE + 1:]]
+    value = profile_value(len(others) + 1, len(on))
+    return row.model_copy(update={"features": [[*f[:PROFILE], value if i in on else 0.0, *f[PROFILE + 1:]]
                                                for i, f in enumerate(row.features)]})
 
 

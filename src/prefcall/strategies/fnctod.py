@@ -283,11 +283,22 @@ DOMAIN_PRIOR_MASS = 0.9  # share of prior probability on the functions the dialo
 # Stage 1's evidence per candidate function (`FunctionScores.features`): the calibrated model score, the domain
 # prior, the request's cosine to "name: description", the lexical evidence split by where the words come from
 # (selection.DomainModel.parts), and whether a standing instruction of the user's profile is about the function
-# (a request that could be for events or for travel, from a user whose instructions speak of events). A fitted
+# (a request that could be for events or for travel, from a user whose instructions speak of events), weighed by
+# how few of the catalogue's functions the profile speaks of (`profile_value`). A fitted
 # SelectionRule weighs them (`prefcall fit --selection`, stored per model fingerprint); without one, the hand-set
 # rule adds the model score and the prior, as the scored stage 1 always did.
 SELECTION_FEATURES = ("model", "prior", "similarity", "name_words", "description_words", "parameters", "profile")
 _EARLIER_FEATURES = 6  # a rule fitted before "profile" existed weighs it 0
+
+
+def profile_value(functions: int, covered: int) -> float:
+    """The "profile" feature of a function the user's standing instructions speak of: log(N / k), where they speak
+    of k of the catalogue's N functions (0 for the others). If a request were for a covered function no more often
+    than for any other, covered would say nothing; that it says more the fewer functions the profile covers is the
+    shape of Bayes' rule (a boost of log(1 + aN / ((1 - a)k)) when a share a of requests is for covered functions).
+    Instructions about one of twenty functions point at it; instructions about most of them say little (a user who
+    wrote one for each of their tools), and about all of them, nothing."""
+    return math.log(functions / covered) if 0 < covered <= functions else 0.0
 
 
 class SelectionRule(BaseModel):
@@ -344,7 +355,7 @@ class DomainEvidence(BaseModel):
     cosines: list[float] | None = None
     parts: list[tuple[float, float, float]] = Field(default_factory=list)
     named: bool = False  # the user's words name a function outright (an input of the None prior)
-    profile: list[float] = Field(default_factory=list)  # 1.0 where a standing instruction is about the function
+    profile: list[float] = Field(default_factory=list)  # profile_value where a standing instruction is about it
 
 
 class FunctionScores(BaseModel):
@@ -527,8 +538,8 @@ def domain_evidence(catalogue: Catalogue, dialogue: str, embedder: Any = None, *
     catalogue's own vocabulary, plus dialogue/function-description cosine when an embedder is given).
     Detected functions share DOMAIN_PRIOR_MASS, the rest share the remainder; nothing detected: flat (all 0).
     Also the cosines and the lexical parts per candidate (zeros for the None candidate) and which functions the
-    user's standing instructions (`profile`) are about (by their words, selection.instruction_domains): the fitted
-    rule's features."""
+    user's standing instructions (`profile`) are about (by their words, selection.instruction_domains; weighed by
+    `profile_value`): the fitted rule's features."""
     model = DomainModel.build(catalogue)
     text = user_words(dialogue)
     cosines = None
@@ -551,11 +562,13 @@ def domain_evidence(catalogue: Catalogue, dialogue: str, embedder: Any = None, *
     parts = model.parts(tokenize(text, drop_stop_words=False)) if text else {}
     index = {n: i for i, n in enumerate(model.names)}
     about = {n for instruction in profile for n in instruction_domains(model, instruction, None, SelectionConfig())}
+    about &= set(functions)
+    covered = profile_value(len(functions), len(about))
     return DomainEvidence(
         prior=prior,
         cosines=[float(cosines[index[n]]) if n in index else 0.0 for n in names] if cosines is not None else None,
         parts=[parts.get(n, (0.0, 0.0, 0.0)) for n in names], named=named,
-        profile=[1.0 if n in about else 0.0 for n in names])
+        profile=[covered if n in about else 0.0 for n in names])
 
 
 def user_words(transcript: str) -> str:
