@@ -1673,6 +1673,24 @@ def test_a_span_that_another_argument_enumerates_is_that_arguments():
     assert result.calls[0].arguments == {"city": "Sonoma", "type": "Dermatologist"}
 
 
+def test_a_span_made_of_another_arguments_name_says_which_argument_and_is_no_value():
+    """"events in the city": "the city" names GetEvents' city argument; it is no value of the event's address,
+    even where the model likes it there. A span with a word of its own is still a value ("the city hall")."""
+    events = Function(name="GetEvents", description="Find events.", parameters={
+        "type": "object", "properties": {
+            "city": {"type": "string"}, "address_of_location": {"type": "string"}},
+        "required": ["city"]})
+    catalogue = Catalogue(name="events", functions=[events])
+    engine = FakeEngine(scorer=scorer("GetEvents", city="Oakland", address_of_location="the city"))
+    result = Pipeline(engine, FakeEmbedder()).parse("User: Any concerts in Oakland? Somewhere in the city.", [],
+                                                    catalogue, get_config("full"))
+    assert result.calls[0].arguments == {"city": "Oakland"}
+    engine = FakeEngine(scorer=scorer("GetEvents", city="Oakland", address_of_location="the city hall"))
+    result = Pipeline(engine, FakeEmbedder()).parse("User: Any concerts in Oakland? Somewhere at the city hall.", [],
+                                                    catalogue, get_config("full"))
+    assert result.calls[0].arguments.get("address_of_location") == "the city hall"
+
+
 FOOD = Function(name="OrderFood", description="Order food for delivery.", parameters={
     "type": "object", "properties": {
         "dish": {"type": "string", "description": "the dish to order"},
