@@ -1560,6 +1560,11 @@ def test_a_preposition_that_marks_where_a_movement_starts_or_ends_is_evidence_fo
     assert roles("text", reminder) == [0.0, 0.0, 0.0, 0.0]
     assert [argument_role(a) for a in ("origin_city", "where_to", "pickup_time", "city", "from_to")] == [
         "source", "goal", "source", None, None]
+    # a flag named like an end ("pickup": pick up instead of delivery) holds no place: "from Kyoto House" stays
+    # open to the restaurant
+    takeout = Function(name="OrderTakeout", description="Order takeout food from a restaurant.", parameters={
+        "type": "object", "properties": {"restaurant": {"type": "string"}, "pickup": {"type": "boolean"}}})
+    assert roles("restaurant", takeout) == [0.0, 0.0, 0.0, 0.0]
 
 
 def test_what_a_word_naming_the_request_acts_on_is_evidence_for_a_lowercase_value():

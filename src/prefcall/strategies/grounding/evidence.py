@@ -485,7 +485,9 @@ def features(ctx: FeatureContext, argument: str, schema: dict[str, Any],
     head = "" if head in function_words or head in ATTRIBUTE_NOUNS or head in LABEL_NOUNS else head
     required = argument in ctx.function.required
     request = ctx.request_stems()
-    other_roles = {r for a in ctx.function.properties if a != argument and (r := argument_role(a))} - {own_role}
+    # a flag holds no end of a movement: "from Kyoto House" is no role of OrderTakeout's pickup (true or false)
+    other_roles = {r for a, sch in ctx.function.properties.items()
+                   if a != argument and sch.get("type") != "boolean" and (r := argument_role(a))} - {own_role}
     source_words: dict[int, list[tuple[str, int, int]]] = {}
     rows = []
     for i, (c, t) in enumerate(zip(candidates, texts)):
