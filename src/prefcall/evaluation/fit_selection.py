@@ -20,7 +20,7 @@ Steps:
    email instruction). A user writes instructions about some of their tools and asks for all of them. The
    feature itself is weighed by how few functions the profile speaks of (fnctod.profile_value, log(N / k)): the
    tune profiles speak of 6 of 17 functions (NLSI) or 4 of 16 (corpus), a user with an instruction per tool of
-   most of them, where being spoken of says little (fiftieth session).
+   most of them, where being spoken of says little (forty-ninth session).
 4. Fit: a conditional logit (softmax over the item's functions, Newton's method, a small ridge). The rule is kept
    only when its top-1 accuracy on the rows is at least the hand-set rule's, and when a rule fitted on one source
    alone is at least as accurate as the hand-set rule on each other source (it travels to data it was not fitted

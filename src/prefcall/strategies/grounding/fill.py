@@ -368,7 +368,8 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
     temporal = {name: kinds[name] for name in pools if name in kinds}
     only = {name for name in temporal if list(kinds.values()).count(kinds[name]) == 1}
     numbered = _numbered_names(sources)
-    # the words of every argument's name: a span made of them says which argument ("the city"), never a value
+    # the words of every argument's name (each one's own among them): a span made of them says which argument
+    # ("the city"), never a value
     every = {w for argument in function.properties for w in argument_words(argument, {}).split()}
     timed: dict[int, list[tuple[int, int]]] | None = None
     plans: dict[str, _Plan | None] = {}
@@ -398,7 +399,7 @@ def fill_arguments(engine: Engine | None, function: Function, sources: Sequence[
             pool.candidates = [c for c in pool.candidates if not cuts_match(c) and not cuts_name(c)]
             own = set(argument_words(name, {}).split())
             pool.candidates = [c for c in pool.candidates
-                               if not _names_argument(own | every, c.text) and not _labelled(own, c.text)]
+                               if not _names_argument(every, c.text) and not _labelled(own, c.text)]
             # A span that is an option another argument enumerates is that argument's ("a Dermatologist": the
             # doctor's type, never the doctor's name); a call's value stays where the call put it.
             pool.candidates = [c for c in pool.candidates if c.source is None or c.source.kind == "call"
